@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian 12 machine to build, test and run empathic.
+#  1. Debian packages needed to build (OpenCV headers, clang for the opencv bindings) and to test.
+#  2. The ONNX Runtime shared library, taken out of the PyPI `onnxruntime` wheel (pinned version
+#     and sha256), into third_party/onnxruntime/. Nothing is downloaded at run time.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ORT_VERSION=1.31.1
+declare -A ORT_WHEEL_SHA256=(
+  [x86_64]=5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f
+  [aarch64]=da05378364c44d4407e463982d2bf8d5e4cfea873283757e48beeb41df97b7f3
+)
+APT_PACKAGES=(clang libclang-dev libopencv-dev pkg-config sqlite3 python3 ffmpeg)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+ort_dir=third_party/onnxruntime
+lib="$ort_dir/libonnxruntime.so.$ORT_VERSION"
+if [[ ! -f $lib ]]; then
+  arch=$(uname -m)
+  sha=${ORT_WHEEL_SHA256[$arch]:-}
+  [[ -n $sha ]] || { echo "setup: no pinned onnxruntime wheel for architecture $arch" >&2; exit 1; }
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  echo "onnxruntime==$ORT_VERSION --hash=sha256:$sha" > "$tmp/req.txt"
+  echo "setup: fetching libonnxruntime $ORT_VERSION from the PyPI onnxruntime wheel ($arch)"
+  python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: \
+    --platform "manylinux_2_28_$arch" --python-version 3.11 --implementation cp \
+    -r "$tmp/req.txt" -d "$tmp"
+  mkdir -p "$ort_dir"
+  python3 - "$tmp" "$ort_dir" "$ORT_VERSION" <<'PY'
+import glob, sys, zipfile
+tmp, out, ver = sys.argv[1:]
+whl = glob.glob(f"{tmp}/onnxruntime-*.whl")[0]
+name = f"onnxruntime/capi/libonnxruntime.so.{ver}"
+with zipfile.ZipFile(whl) as z, open(f"{out}/libonnxruntime.so.{ver}", "wb") as f:
+    f.write(z.read(name))
+PY
+fi
+ln -sf "libonnxruntime.so.$ORT_VERSION" "$ort_dir/libonnxruntime.so.1"
+echo "setup: ok (ONNX Runtime at $ort_dir/libonnxruntime.so.1)"

@@ -1,0 +1,366 @@
+//! Configuration: one TOML file parsed into typed structs.
+//!
+//! Contract: every table and field is optional and has a documented default; unknown fields
+//! are rejected (a typo must not silently fall back to a default); units are in field names;
+//! [`Config::load`] parses and then runs one [`Config::validate`] whose errors name the field
+//! and the file. `firmware-config/station.toml` is the documented example.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::exit::{Classify, ExitKind};
+
+/// Errors from reading or validating a configuration file. All of them are bad input.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file: {source}: {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config: {message}: {path}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid config: field `{field}` {problem}: {path}")]
+    Invalid {
+        path: PathBuf,
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl Classify for ConfigError {
+    fn exit_kind(&self) -> ExitKind {
+        ExitKind::BadInput
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub station: StationConfig,
+    pub video: VideoConfig,
+    pub audio: AudioConfig,
+    pub windows: WindowConfig,
+    pub quality: QualityConfig,
+    pub runtime: RuntimeConfig,
+    pub store: StoreConfig,
+    pub models: ModelsConfig,
+}
+
+/// Who this station is.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StationConfig {
+    /// Station id written on live sessions and on replayed sessions whose `session.json` has none.
+    pub id: String,
+}
+
+impl Default for StationConfig {
+    fn default() -> Self {
+        Self {
+            id: "unknown-station".into(),
+        }
+    }
+}
+
+/// The camera (live) and the nominal video rate (live and replay).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VideoConfig {
+    /// V4L2 device of the station camera (live capture; checked by `empathic doctor`).
+    pub device: PathBuf,
+    /// Nominal frame rate when a session does not state one.
+    pub nominal_fps: f64,
+}
+
+impl Default for VideoConfig {
+    fn default() -> Self {
+        Self {
+            device: PathBuf::from("/dev/video0"),
+            nominal_fps: 15.0,
+        }
+    }
+}
+
+/// The microphone (live) and the audio timeline (live and replay).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AudioConfig {
+    /// ALSA/PulseAudio device name of the station microphone (live capture).
+    pub device: String,
+    /// Rate every audio stream is resampled to before the feature stages.
+    pub sample_rate_hz: u32,
+    /// Size of the audio blocks handed to the audio stages.
+    pub block_ms: u32,
+}
+
+impl Default for AudioConfig {
+    fn default() -> Self {
+        Self {
+            device: "default".into(),
+            sample_rate_hz: 16_000,
+            block_ms: 20,
+        }
+    }
+}
+
+/// Sliding windows handed to the fusion models.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowConfig {
+    /// Frames per window (120 = 8 s at 15 fps, as in the paper).
+    pub length_frames: usize,
+    /// Frames between the starts of consecutive windows (15 = 1 s at 15 fps).
+    pub hop_frames: usize,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        Self {
+            length_frames: 120,
+            hop_frames: 15,
+        }
+    }
+}
+
+/// Thresholds of the signal-quality stages.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QualityConfig {
+    /// A 10 ms audio frame is voiced when its RMS level is above this absolute level ...
+    pub vad_floor_dbfs: f64,
+    /// ... and at least this far above the tracked noise floor.
+    pub vad_margin_db: f64,
+    /// A sample counts as clipped at or above this absolute value (full scale is 1.0).
+    pub clipping_level: f64,
+}
+
+impl Default for QualityConfig {
+    fn default() -> Self {
+        Self {
+            vad_floor_dbfs: -50.0,
+            vad_margin_db: 9.0,
+            clipping_level: 0.99,
+        }
+    }
+}
+
+/// Queue sizes between the runtime's threads.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Decoded frames waiting for the video stages (replay blocks when full; live drops oldest).
+    pub video_queue_frames: usize,
+    /// Audio blocks waiting for the audio stages (never dropped).
+    pub audio_queue_blocks: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            video_queue_frames: 8,
+            audio_queue_blocks: 256,
+        }
+    }
+}
+
+/// The session store.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// SQLite file used when `--db` is not given.
+    pub db_path: PathBuf,
+    /// The writer commits once this many rows are pending ...
+    pub batch_max_rows: usize,
+    /// ... or once the oldest pending row is this old.
+    pub batch_max_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            db_path: PathBuf::from("empathic.db"),
+            batch_max_rows: 512,
+            batch_max_ms: 500,
+        }
+    }
+}
+
+/// Where models and the ONNX Runtime library are.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsConfig {
+    /// Folder with the ONNX models and their manifest.
+    pub dir: PathBuf,
+    /// The ONNX Runtime shared library. Empty: `ORT_DYLIB_PATH`, then
+    /// `libonnxruntime.so.1` next to the executable.
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("models"),
+            onnxruntime_library: None,
+        }
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates config text; `path` is only used in error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            // toml's message already names the line, column and field; flatten it to one line.
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Loads `path` when given, else the defaults.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            Some(p) => Config::load(p),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// Checks values that parse but make no sense. Errors name the field and the file.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field: &'static str, problem: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            problem,
+        };
+        if self.station.id.trim().is_empty() {
+            return Err(invalid("station.id", "must not be empty".into()));
+        }
+        let fps = self.video.nominal_fps;
+        if !(fps.is_finite() && (1.0..=240.0).contains(&fps)) {
+            return Err(invalid(
+                "video.nominal_fps",
+                format!("must be between 1 and 240, got {fps}"),
+            ));
+        }
+        if !(8_000..=192_000).contains(&self.audio.sample_rate_hz) {
+            return Err(invalid(
+                "audio.sample_rate_hz",
+                format!(
+                    "must be between 8000 and 192000, got {}",
+                    self.audio.sample_rate_hz
+                ),
+            ));
+        }
+        if !(1..=1000).contains(&self.audio.block_ms) {
+            return Err(invalid(
+                "audio.block_ms",
+                format!("must be between 1 and 1000, got {}", self.audio.block_ms),
+            ));
+        }
+        if self.windows.length_frames == 0 {
+            return Err(invalid("windows.length_frames", "must be at least 1".into()));
+        }
+        if self.windows.hop_frames == 0 || self.windows.hop_frames > self.windows.length_frames {
+            return Err(invalid(
+                "windows.hop_frames",
+                format!(
+                    "must be between 1 and windows.length_frames ({}), got {}",
+                    self.windows.length_frames, self.windows.hop_frames
+                ),
+            ));
+        }
+        if !(self.quality.clipping_level > 0.0 && self.quality.clipping_level <= 1.0) {
+            return Err(invalid(
+                "quality.clipping_level",
+                format!(
+                    "must be in (0, 1], got {}",
+                    self.quality.clipping_level
+                ),
+            ));
+        }
+        if !(self.quality.vad_floor_dbfs.is_finite() && self.quality.vad_floor_dbfs < 0.0) {
+            return Err(invalid(
+                "quality.vad_floor_dbfs",
+                format!("must be below 0 dBFS, got {}", self.quality.vad_floor_dbfs),
+            ));
+        }
+        if !(self.quality.vad_margin_db.is_finite() && self.quality.vad_margin_db >= 0.0) {
+            return Err(invalid(
+                "quality.vad_margin_db",
+                format!("must be 0 or more, got {}", self.quality.vad_margin_db),
+            ));
+        }
+        if self.runtime.video_queue_frames == 0 {
+            return Err(invalid("runtime.video_queue_frames", "must be at least 1".into()));
+        }
+        if self.runtime.audio_queue_blocks == 0 {
+            return Err(invalid("runtime.audio_queue_blocks", "must be at least 1".into()));
+        }
+        if self.store.batch_max_rows == 0 {
+            return Err(invalid("store.batch_max_rows", "must be at least 1".into()));
+        }
+        if self.store.batch_max_ms == 0 {
+            return Err(invalid("store.batch_max_ms", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn station_example_parses() {
+        let text = include_str!("../firmware-config/station.toml");
+        let config = parse(text).unwrap();
+        assert_eq!(config.windows.length_frames, 120);
+        assert_eq!(config.windows.hop_frames, 15);
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_with_its_name_and_file() {
+        let err = parse("[windows]\nlength_frame = 10\n").unwrap_err().to_string();
+        assert!(err.contains("length_frame"), "{err}");
+        assert!(err.contains("test.toml"), "{err}");
+    }
+
+    #[test]
+    fn invalid_value_names_field_and_file() {
+        let err = parse("[windows]\nlength_frames = 10\nhop_frames = 20\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("windows.hop_frames"), "{err}");
+        assert!(err.contains("test.toml"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_rejected() {
+        let err = parse("[audio]\nsample_rate_hz = \"fast\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sample_rate_hz"), "{err}");
+    }
+}

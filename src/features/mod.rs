@@ -1,0 +1,76 @@
+//! Feature stages: plain structs that turn captured data into per-frame feature vectors.
+//!
+//! Contract: a stage owns no thread, channel or clock; the runtime calls it in order.
+//! - A [`FrameStage`] gets each video frame and returns its vector, or `None` when its
+//!   modality is absent on that frame (no face, say).
+//! - An [`AudioStage`] gets audio blocks of any size and returns stamped rows at its own rate
+//!   (10 ms for the signal stage and for the ComParE LLDs); the output must not depend on
+//!   how the audio was split into blocks. [`AudioStage::pooling`] turns the rows that fall in
+//!   one video frame's interval into that frame's vector (or `None`: absent).
+//!
+//! Every stage names its modality and its columns ([`ModalitySpec`]); the window assembler
+//! and the store carry vectors per modality with a presence flag per frame. The facial,
+//! appearance, acoustic and text extractors implement these traits.
+
+pub mod signal;
+
+use crate::capture::{AudioBlock, VideoFrame};
+use crate::exit::{Classify, ExitKind};
+use crate::Nanos;
+
+/// A modality's name (as stored) and the names of its vector's columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModalitySpec {
+    pub name: &'static str,
+    pub columns: Vec<String>,
+}
+
+impl ModalitySpec {
+    pub fn dims(&self) -> usize {
+        self.columns.len()
+    }
+}
+
+/// A per-video-frame stage.
+pub trait FrameStage: Send {
+    fn spec(&self) -> &ModalitySpec;
+    /// The frame's vector (length `spec().dims()`), or `None` when the modality is absent.
+    fn process(&mut self, frame: &VideoFrame) -> Result<Option<Vec<f32>>, StageError>;
+}
+
+/// One stamped output row of an audio stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudioRow {
+    /// Time of the row's first sample on the session timeline.
+    pub t_ns: Nanos,
+    pub values: Vec<f32>,
+}
+
+/// A per-audio-block stage producing rows at its own rate.
+pub trait AudioStage: Send {
+    /// The spec of the pooled per-frame vector.
+    fn spec(&self) -> &ModalitySpec;
+    fn process(&mut self, block: &AudioBlock) -> Result<Vec<AudioRow>, StageError>;
+    /// Rows still held at the end of the stream.
+    fn finish(&mut self) -> Result<Vec<AudioRow>, StageError>;
+    /// How rows that fall in one video frame become that frame's vector. A plain function
+    /// (no stage state), so the aligner can pool on its own thread.
+    fn pooling(&self) -> PoolFn;
+}
+
+/// Pools the rows of one video frame into its vector; `None` when the modality is absent.
+pub type PoolFn = fn(&[&AudioRow]) -> Option<Vec<f32>>;
+
+/// A stage failed on data it was given.
+#[derive(Debug, thiserror::Error)]
+#[error("stage {stage} failed: {message}")]
+pub struct StageError {
+    pub stage: &'static str,
+    pub message: String,
+}
+
+impl Classify for StageError {
+    fn exit_kind(&self) -> ExitKind {
+        ExitKind::Runtime
+    }
+}

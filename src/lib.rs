@@ -1,0 +1,33 @@
+//! empathic: senses empathy on an in-home social robot.
+//!
+//! The pipeline, in the order data flows (see `ARCHITECTURE.md`):
+//!
+//! - [`session`]: the recorded-session folder format (version 1): `video.avi`, `audio.wav`,
+//!   `session.json`, `events.jsonl`.
+//! - [`capture`]: sources that stamp video frames and audio blocks on one session timeline
+//!   (recorded files now; live camera and microphone implement the same traits).
+//! - [`features`]: per-frame and per-audio-block stages (plain structs, no threads).
+//! - [`windows`]: aligns audio to video frames and assembles sliding windows with presence masks.
+//! - [`store`]: the SQLite session store (migrations, one batched writer thread).
+//! - [`runtime`]: the threads, bounded queues, pacing and graceful stop that tie it together.
+//! - [`config`], [`clock`], [`report`], [`doctor`]: configuration, the injected clock, the
+//!   end-of-run summary, and the installation check.
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod clock;
+pub mod config;
+pub mod doctor;
+pub mod exit;
+pub mod features;
+pub mod report;
+pub mod runtime;
+pub mod session;
+pub mod store;
+pub mod windows;
+
+/// Nanoseconds on a session timeline: 0 is the session start.
+pub type Nanos = u64;
+
+/// Nanoseconds per second, for stamp arithmetic.
+pub const NANOS_PER_SEC: u64 = 1_000_000_000;

@@ -1,0 +1,213 @@
+//! The `empathic` command: parses the command line, sets up logging, calls the library.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use empathic::clock::{MonotonicClock, Speed};
+use empathic::config::Config;
+use empathic::exit::{Classify, ExitKind};
+use empathic::runtime::replay::{replay, ReplayOptions};
+use empathic::runtime::{stop_flag, RunError};
+use empathic::store::Store;
+use empathic::{doctor, report};
+
+#[derive(Parser)]
+#[command(name = "empathic", version, about = "Senses empathy on an in-home social robot")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a recorded session folder through the pipeline into the session store.
+    Replay {
+        /// Folder with video.avi, audio.wav and optionally session.json and events.jsonl.
+        session_dir: PathBuf,
+        /// Session database (default: store.db_path from the config, else empathic.db).
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Configuration file (TOML; see firmware-config/station.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// `max`: as fast as possible; `realtime`: at the pace it was recorded.
+        #[arg(long, default_value = "max")]
+        speed: Speed,
+        /// Replace a session already stored complete under the same id.
+        #[arg(long)]
+        replace: bool,
+        /// Print the summary as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List or show stored sessions.
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
+    /// Check the installation and say what is missing.
+    Doctor {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Session database whose folder must be writable.
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Also require a camera and a microphone (a station).
+        #[arg(long)]
+        live: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionsCommand {
+    /// One line per session.
+    List {
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One session in detail.
+    Show {
+        id: String,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err((kind, message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(kind.code() as u8)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("EMPATHIC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ort=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+type Failure = (ExitKind, String);
+
+fn fail<E: Classify + std::fmt::Display>(e: E) -> Failure {
+    (e.exit_kind(), e.to_string())
+}
+
+fn db_path(db: Option<PathBuf>, config: &Config) -> PathBuf {
+    db.unwrap_or_else(|| config.store.db_path.clone())
+}
+
+fn open_existing_store(path: &Path) -> Result<Store, Failure> {
+    if !path.exists() {
+        return Err((
+            ExitKind::BadInput,
+            format!("no session database at {}", path.display()),
+        ));
+    }
+    Store::open(path).map_err(fail)
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| (ExitKind::Runtime, format!("cannot encode JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    match cli.command {
+        Command::Replay {
+            session_dir,
+            db,
+            config,
+            speed,
+            replace,
+            json,
+        } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let stop = stop_flag()
+                .map_err(|e| (ExitKind::Runtime, format!("cannot install signal handlers: {e}")))?;
+            let opts = ReplayOptions {
+                session_dir,
+                db_path: db_path(db, &config),
+                config,
+                speed,
+                replace,
+                progress: std::io::stderr().is_terminal(),
+            };
+            let summary = replay(&opts, Arc::new(MonotonicClock::new()), stop)
+                .map_err(|e: RunError| fail(e))?;
+            if json {
+                print_json(&summary)?;
+            } else {
+                print!("{}", summary.render());
+            }
+            // A replay stopped by a signal did not finish: say so in the exit code.
+            Ok(if summary.status == "complete" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(ExitKind::Runtime.code() as u8)
+            })
+        }
+        Command::Sessions { command } => {
+            match command {
+                SessionsCommand::List { db, config, json } => {
+                    let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+                    let store = open_existing_store(&db_path(db, &config))?;
+                    let sessions = store.list_sessions().map_err(fail)?;
+                    if json {
+                        print_json(&sessions)?;
+                    } else {
+                        print!("{}", report::render_session_list(&sessions));
+                    }
+                }
+                SessionsCommand::Show {
+                    id,
+                    db,
+                    config,
+                    json,
+                } => {
+                    let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+                    let store = open_existing_store(&db_path(db, &config))?;
+                    let detail = store.session_detail(&id).map_err(fail)?;
+                    if json {
+                        print_json(&detail)?;
+                    } else {
+                        print!("{}", report::render_session_detail(&detail));
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { config, db, live } => {
+            let checks = doctor::run_checks(config.as_deref(), db.as_deref());
+            let (text, ready) = doctor::render(&checks, live);
+            print!("{text}");
+            Ok(if ready {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(ExitKind::Runtime.code() as u8)
+            })
+        }
+    }
+}

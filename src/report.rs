@@ -1,0 +1,294 @@
+//! The session quality report and the one-screen summary at the end of a run.
+//!
+//! Contract: [`QualityReport`] is computed once at the end of a run from the timeline
+//! counters and the signal stages' totals, stored as JSON in `sessions.quality_json`
+//! (field names are part of the store format), and shown by `replay`, `sessions show` and
+//! `sessions list --json`. Signed offsets are audio minus video.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::capture::timeline::{AudioTimelineStats, VideoTimelineStats};
+use crate::features::signal::{AudioSignalTotals, VideoSignalTotals};
+use crate::session::events::PhaseSpan;
+use crate::session::Phase;
+use crate::Nanos;
+
+/// Time spent in one phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTime {
+    pub phase: String,
+    pub secs: f64,
+}
+
+/// What went right and wrong with a session's media.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QualityReport {
+    pub video: VideoTimelineStats,
+    pub audio: AudioTimelineStats,
+    /// Frame slots on the nominal grid times the frame period.
+    pub video_duration_secs: f64,
+    pub audio_duration_secs: f64,
+    /// First audio sample minus first video frame, on the session timeline.
+    pub av_offset_ms: f64,
+    /// Audio duration minus video duration.
+    pub av_duration_mismatch_ms: f64,
+    /// Clipped samples over all samples.
+    pub audio_clipping_ratio: f64,
+    /// 10 ms audio rows without voice activity, over all rows.
+    pub silence_ratio: f64,
+    pub mean_brightness: f64,
+    pub mean_sharpness: f64,
+    /// Frames the live video queue evicted (always 0 in replay, which never drops).
+    pub video_queue_drops: u64,
+    pub phases: Vec<PhaseTime>,
+}
+
+/// Inputs of [`QualityReport::build`].
+pub struct QualityInputs<'a> {
+    pub video: &'a VideoTimelineStats,
+    pub audio: &'a AudioTimelineStats,
+    pub video_signal: &'a VideoSignalTotals,
+    pub audio_signal: &'a AudioSignalTotals,
+    /// Slots on the frame grid (decoded plus missing frames).
+    pub frame_slots: u64,
+    pub frame_period_ns: f64,
+    pub phases: &'a [PhaseSpan],
+    pub video_queue_drops: u64,
+}
+
+impl QualityReport {
+    pub fn build(i: QualityInputs<'_>) -> Self {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let video_duration_secs = i.frame_slots as f64 * i.frame_period_ns / 1e9;
+        let audio_duration_secs = if i.audio.sample_rate_hz == 0 {
+            0.0
+        } else {
+            i.audio.samples as f64 / f64::from(i.audio.sample_rate_hz)
+        };
+        let av_offset_ms = match (i.audio.first_t_ns, i.video.first_t_ns) {
+            (Some(a), Some(v)) => (a as f64 - v as f64) / 1e6,
+            _ => 0.0,
+        };
+        let phases = Phase::ALL
+            .iter()
+            .filter_map(|&p| {
+                let ns: Nanos = i
+                    .phases
+                    .iter()
+                    .filter(|s| s.phase == p)
+                    .map(|s| s.end_ns.saturating_sub(s.start_ns))
+                    .sum();
+                i.phases.iter().any(|s| s.phase == p).then(|| PhaseTime {
+                    phase: p.as_str().to_string(),
+                    secs: ns as f64 / 1e9,
+                })
+            })
+            .collect();
+        let frames = i.video_signal.frames.max(1) as f64;
+        QualityReport {
+            video: i.video.clone(),
+            audio: i.audio.clone(),
+            video_duration_secs,
+            audio_duration_secs,
+            av_offset_ms,
+            av_duration_mismatch_ms: (audio_duration_secs - video_duration_secs) * 1e3,
+            audio_clipping_ratio: ratio(i.audio_signal.clipped_samples, i.audio_signal.samples),
+            silence_ratio: 1.0 - ratio(i.audio_signal.voiced_rows, i.audio_signal.rows),
+            mean_brightness: i.video_signal.brightness_sum / frames,
+            mean_sharpness: i.video_signal.sharpness_sum / frames,
+            video_queue_drops: i.video_queue_drops,
+            phases,
+        }
+    }
+}
+
+/// What `empathic replay` prints at the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplaySummary {
+    pub session_id: String,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub db_path: String,
+    pub frames: u64,
+    pub windows: u64,
+    pub duration_secs: f64,
+    pub elapsed_secs: f64,
+    pub speed: String,
+    pub quality: QualityReport,
+}
+
+impl ReplaySummary {
+    /// The one-screen text summary.
+    pub fn render(&self) -> String {
+        let q = &self.quality;
+        let mut s = String::new();
+        let _ = writeln!(s, "session   {}  ({})", self.session_id, self.status);
+        if let Some(r) = &self.status_reason {
+            let _ = writeln!(s, "          {r}");
+        }
+        let _ = writeln!(s, "stored in {}", self.db_path);
+        let _ = writeln!(
+            s,
+            "duration  {:.2} s of media in {:.2} s ({:.1}x real time, --speed {})",
+            self.duration_secs,
+            self.elapsed_secs,
+            if self.elapsed_secs > 0.0 {
+                self.duration_secs / self.elapsed_secs
+            } else {
+                0.0
+            },
+            self.speed
+        );
+        let _ = writeln!(
+            s,
+            "frames    {} slots, {} decoded; missing {} in {} gap(s), duplicated {}, repeated {}",
+            self.frames,
+            q.video.frames_decoded,
+            q.video.missing_frames,
+            q.video.gaps,
+            q.video.duplicated_frames,
+            q.video.repeated_frames
+        );
+        let _ = writeln!(s, "windows   {}", self.windows);
+        let _ = writeln!(
+            s,
+            "a/v       offset {:+.1} ms, audio minus video duration {:+.1} ms",
+            q.av_offset_ms, q.av_duration_mismatch_ms
+        );
+        let _ = writeln!(
+            s,
+            "audio     {:.2} s, clipping {:.4} %, silence {:.1} %, {} discontinuities",
+            q.audio_duration_secs,
+            q.audio_clipping_ratio * 100.0,
+            q.silence_ratio * 100.0,
+            q.audio.discontinuities
+        );
+        let _ = writeln!(
+            s,
+            "video     brightness {:.2}, sharpness {:.1}",
+            q.mean_brightness, q.mean_sharpness
+        );
+        if q.phases.is_empty() {
+            let _ = writeln!(s, "phases    none (no events.jsonl)");
+        } else {
+            let list: Vec<String> = q
+                .phases
+                .iter()
+                .map(|p| format!("{} {:.1} s", p.phase, p.secs))
+                .collect();
+            let _ = writeln!(s, "phases    {}", list.join(", "));
+        }
+        s
+    }
+}
+
+/// The text table of `empathic sessions list`.
+pub fn render_session_list(sessions: &[crate::store::SessionSummary]) -> String {
+    if sessions.is_empty() {
+        return "no sessions stored\n".into();
+    }
+    let mut s = format!(
+        "{:<28} {:<10} {:>7} {:>7} {:>9} {:>8} {:>8}  {}\n",
+        "id", "status", "frames", "windows", "duration", "clip %", "silence", "created"
+    );
+    for x in sessions {
+        let figure = |name: &str| {
+            x.quality
+                .as_ref()
+                .and_then(|q| q.get(name))
+                .and_then(serde_json::Value::as_f64)
+        };
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}", v * 100.0));
+        let _ = writeln!(
+            s,
+            "{:<28} {:<10} {:>7} {:>7} {:>8.1}s {:>8} {:>8}  {}",
+            x.id,
+            x.status,
+            x.frames,
+            x.windows,
+            x.duration_secs,
+            pct(figure("audio_clipping_ratio")),
+            pct(figure("silence_ratio")),
+            x.created_at
+        );
+    }
+    s
+}
+
+/// The text form of `empathic sessions show`.
+pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
+    let x = &d.summary;
+    let mut s = String::new();
+    let _ = writeln!(s, "session      {}", x.id);
+    let _ = writeln!(
+        s,
+        "status       {}{}",
+        x.status,
+        x.status_reason
+            .as_ref()
+            .map_or(String::new(), |r| format!(": {r}"))
+    );
+    let _ = writeln!(s, "station      {}", x.station_id);
+    let _ = writeln!(
+        s,
+        "participant  {}",
+        x.participant_id.as_deref().unwrap_or("-")
+    );
+    let _ = writeln!(
+        s,
+        "source       {} {}",
+        x.source,
+        x.source_path.as_deref().unwrap_or("")
+    );
+    let _ = writeln!(s, "created      {} (updated {})", x.created_at, x.updated_at);
+    let _ = writeln!(
+        s,
+        "content      {} frames, {} windows, {:.2} s, {} events, {} utterances",
+        x.frames, x.windows, x.duration_secs, d.events, d.utterances
+    );
+    for m in &d.modalities {
+        let _ = writeln!(
+            s,
+            "modality     {} ({}, {} dims): present on {} of {} frames",
+            m.name, m.stream, m.dims, m.present_frames, x.frames
+        );
+    }
+    for p in &d.phases {
+        let _ = writeln!(
+            s,
+            "phase        {:<14} {:>7.1} s .. {}",
+            p.phase,
+            p.start_secs,
+            p.end_secs.map_or("-".into(), |e| format!("{e:.1} s"))
+        );
+    }
+    for st in &d.stories {
+        let _ = writeln!(
+            s,
+            "story {}      {} \"{}\" shown at {:.1} s, rated {}",
+            st.position,
+            st.story_id,
+            st.title,
+            st.shown_secs,
+            st.rating.map_or("-".into(), |r| r.to_string())
+        );
+    }
+    if let Some(q) = &x.quality {
+        if let Ok(q) = serde_json::from_value::<QualityReport>(q.clone()) {
+            let _ = writeln!(
+                s,
+                "quality      missing {} / duplicated {} / repeated {} frames; a/v offset {:+.1} ms, mismatch {:+.1} ms; clipping {:.4} %, silence {:.1} %",
+                q.video.missing_frames,
+                q.video.duplicated_frames,
+                q.video.repeated_frames,
+                q.av_offset_ms,
+                q.av_duration_mismatch_ms,
+                q.audio_clipping_ratio * 100.0,
+                q.silence_ratio * 100.0
+            );
+        }
+    }
+    s
+}

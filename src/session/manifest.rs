@@ -1,0 +1,271 @@
+//! `session.json`: what a recorded session says about itself (format version 1).
+//!
+//! Contract: the file is optional; every field but `format_version` is optional and has a
+//! documented default; unknown fields are rejected (new fields mean a new format version);
+//! a `format_version` other than [`FORMAT_VERSION`] is rejected with a message naming it.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::SessionError;
+
+/// The recorded-session format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Pinhole camera intrinsics in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CameraIntrinsics {
+    pub fx: f64,
+    pub fy: f64,
+    pub cx: f64,
+    pub cy: f64,
+}
+
+impl CameraIntrinsics {
+    /// OpenFace's default for a camera without calibration: fx = fy = 500 * width / 640,
+    /// principal point at the image centre.
+    pub fn default_for(width: u32, height: u32) -> Self {
+        let f = 500.0 * f64::from(width) / 640.0;
+        Self {
+            fx: f,
+            fy: f,
+            cx: f64::from(width) / 2.0,
+            cy: f64::from(height) / 2.0,
+        }
+    }
+}
+
+/// `session.json` as written in the file. See the README's "Recorded-session format".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionManifestFile {
+    pub format_version: u32,
+    pub session_id: Option<String>,
+    pub station_id: Option<String>,
+    pub participant_id: Option<String>,
+    /// RFC 3339 wall-clock time of session time 0, e.g. `2026-11-01T18:30:00Z`.
+    pub start_time: Option<String>,
+    pub camera: Option<CameraIntrinsics>,
+    pub nominal_fps: Option<f64>,
+    /// Time of the first audio sample on the session timeline, relative to the first video
+    /// frame (positive: audio started later). Stations measure it on one clock.
+    pub audio_offset_ms: Option<i64>,
+}
+
+/// `session.json` with the defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionManifest {
+    pub format_version: u32,
+    /// Default: the session folder's name.
+    pub session_id: String,
+    /// Default: `station.id` from the config.
+    pub station_id: String,
+    /// Default: none (an anonymous session).
+    pub participant_id: Option<String>,
+    /// Default: none.
+    pub start_time: Option<String>,
+    /// Default: none, meaning OpenFace's default for the video's size.
+    pub camera: Option<CameraIntrinsics>,
+    /// Default: `video.nominal_fps` from the config (15).
+    pub nominal_fps: f64,
+    /// Default: 0.
+    pub audio_offset_ms: i64,
+    /// Whether a `session.json` was found.
+    pub from_file: bool,
+}
+
+impl SessionManifest {
+    /// Reads `session.json` from `dir` when present, else builds the defaults.
+    pub fn load(
+        dir: &Path,
+        default_station_id: &str,
+        default_fps: f64,
+    ) -> Result<Self, SessionError> {
+        let path = dir.join("session.json");
+        let folder_name = super::RecordedSession::fallback_id(dir);
+        let file = if path.exists() {
+            let text = std::fs::read_to_string(&path).map_err(|source| SessionError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            // Look at the version first, so a newer file is reported as such rather than as
+            // an unknown field.
+            let value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| SessionError::Manifest {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+            match value.get("format_version").and_then(|v| v.as_u64()) {
+                Some(v) if v == u64::from(FORMAT_VERSION) => {}
+                Some(v) => {
+                    return Err(SessionError::UnsupportedVersion {
+                        path,
+                        found: v.to_string(),
+                    })
+                }
+                None => {
+                    return Err(SessionError::UnsupportedVersion {
+                        path,
+                        found: value
+                            .get("format_version")
+                            .map_or("none".to_string(), |v| v.to_string()),
+                    })
+                }
+            }
+            let file: SessionManifestFile =
+                serde_json::from_value(value).map_err(|e| SessionError::Manifest {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+            Some(file)
+        } else {
+            None
+        };
+        let from_file = file.is_some();
+        let file = file.unwrap_or(SessionManifestFile {
+            format_version: FORMAT_VERSION,
+            session_id: None,
+            station_id: None,
+            participant_id: None,
+            start_time: None,
+            camera: None,
+            nominal_fps: None,
+            audio_offset_ms: None,
+        });
+        let manifest = SessionManifest {
+            format_version: file.format_version,
+            session_id: file.session_id.unwrap_or(folder_name),
+            station_id: file
+                .station_id
+                .unwrap_or_else(|| default_station_id.to_string()),
+            participant_id: file.participant_id,
+            start_time: file.start_time,
+            camera: file.camera,
+            nominal_fps: file.nominal_fps.unwrap_or(default_fps),
+            audio_offset_ms: file.audio_offset_ms.unwrap_or(0),
+            from_file,
+        };
+        manifest.validate(&path)?;
+        Ok(manifest)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), SessionError> {
+        let bad = |message: String| SessionError::Manifest {
+            path: path.to_path_buf(),
+            message,
+        };
+        if self.session_id.trim().is_empty() {
+            return Err(bad("session_id must not be empty".into()));
+        }
+        if !(self.nominal_fps.is_finite() && (1.0..=240.0).contains(&self.nominal_fps)) {
+            return Err(bad(format!(
+                "nominal_fps must be between 1 and 240, got {}",
+                self.nominal_fps
+            )));
+        }
+        if let Some(c) = &self.camera {
+            if ![c.fx, c.fy, c.cx, c.cy].iter().all(|v| v.is_finite())
+                || c.fx <= 0.0
+                || c.fy <= 0.0
+            {
+                return Err(bad(format!(
+                    "camera intrinsics must be finite with fx, fy > 0, got {c:?}"
+                )));
+            }
+        }
+        if let Some(t) = &self.start_time {
+            if !looks_like_rfc3339(t) {
+                return Err(bad(format!(
+                    "start_time must be RFC 3339 like 2026-11-01T18:30:00Z, got `{t}`"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A shape check of `YYYY-MM-DDTHH:MM:SS` followed by a fraction and/or zone.
+fn looks_like_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 20 {
+        return false;
+    }
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && (b[10] == b'T' || b[10] == b't' || b[10] == b' ')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && matches!(b[19], b'Z' | b'z' | b'+' | b'-' | b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) {
+        std::fs::write(dir.join("session.json"), text).unwrap();
+    }
+
+    #[test]
+    fn missing_file_gives_documented_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = SessionManifest::load(dir.path(), "st-9", 15.0).unwrap();
+        let name = dir.path().file_name().unwrap().to_string_lossy();
+        assert_eq!(m.session_id, name);
+        assert_eq!(m.station_id, "st-9");
+        assert_eq!(m.nominal_fps, 15.0);
+        assert_eq!(m.audio_offset_ms, 0);
+        assert!(!m.from_file);
+    }
+
+    #[test]
+    fn unknown_version_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), r#"{"format_version": 7}"#);
+        let err = SessionManifest::load(dir.path(), "s", 15.0).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("version 7"), "{msg}");
+        assert!(msg.contains("session.json"), "{msg}");
+    }
+
+    #[test]
+    fn full_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            r#"{"format_version":1,"session_id":"S1","station_id":"st","participant_id":"P1",
+               "start_time":"2026-11-01T18:30:00Z","camera":{"fx":600,"fy":600,"cx":320,"cy":240},
+               "nominal_fps":15,"audio_offset_ms":-20}"#,
+        );
+        let m = SessionManifest::load(dir.path(), "x", 15.0).unwrap();
+        assert_eq!(m.session_id, "S1");
+        assert_eq!(m.participant_id.as_deref(), Some("P1"));
+        assert_eq!(m.camera.unwrap().fx, 600.0);
+        assert_eq!(m.audio_offset_ms, -20);
+    }
+
+    #[test]
+    fn typo_field_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), r#"{"format_version":1,"sesion_id":"S1"}"#);
+        let msg = SessionManifest::load(dir.path(), "x", 15.0)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("sesion_id"), "{msg}");
+    }
+
+    #[test]
+    fn default_intrinsics_follow_openface() {
+        let c = CameraIntrinsics::default_for(640, 480);
+        assert_eq!((c.fx, c.fy, c.cx, c.cy), (500.0, 500.0, 320.0, 240.0));
+    }
+}

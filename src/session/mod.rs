@@ -1,0 +1,110 @@
+//! The recorded-session folder, format version 1.
+//!
+//! Contract: a folder holds `video.avi` and `audio.wav` (both required), and optionally
+//! `session.json` ([`manifest`]) and `events.jsonl` ([`events`]). [`RecordedSession::open`]
+//! checks the folder and parses the small files up front, so a malformed session is rejected
+//! before any media is decoded. The media files are opened by [`crate::capture`].
+
+pub mod events;
+pub mod manifest;
+
+use std::path::{Path, PathBuf};
+
+pub use events::{Event, EventKind, Phase, PhaseSpan, TimePoint};
+pub use manifest::{CameraIntrinsics, SessionManifest, FORMAT_VERSION};
+
+use crate::exit::{Classify, ExitKind};
+
+/// Errors in a recorded session's files. All are bad input (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("not a recorded-session folder: {path}")]
+    NotAFolder { path: PathBuf },
+    #[error("recorded session is missing its {what}: {path}")]
+    Missing { what: &'static str, path: PathBuf },
+    #[error("cannot read: {source}: {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "unsupported recorded-session format version {found} (this build reads version {}): {path}",
+        FORMAT_VERSION
+    )]
+    UnsupportedVersion { path: PathBuf, found: String },
+    #[error("invalid session.json: {message}: {path}")]
+    Manifest { path: PathBuf, message: String },
+    #[error("invalid event on line {line}: {message}: {path}")]
+    Events {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+impl Classify for SessionError {
+    fn exit_kind(&self) -> ExitKind {
+        ExitKind::BadInput
+    }
+}
+
+/// A recorded session whose small files have been read and checked.
+#[derive(Debug, Clone)]
+pub struct RecordedSession {
+    pub dir: PathBuf,
+    pub video_path: PathBuf,
+    pub audio_path: PathBuf,
+    pub manifest: SessionManifest,
+    /// Time-sorted events; empty when there is no `events.jsonl`.
+    pub events: Vec<Event>,
+}
+
+impl RecordedSession {
+    /// Opens a session folder. `default_station_id` and `default_fps` come from the config and
+    /// fill in what `session.json` leaves out.
+    pub fn open(
+        dir: &Path,
+        default_station_id: &str,
+        default_fps: f64,
+    ) -> Result<Self, SessionError> {
+        if !dir.is_dir() {
+            return Err(SessionError::NotAFolder {
+                path: dir.to_path_buf(),
+            });
+        }
+        let video_path = dir.join("video.avi");
+        let audio_path = dir.join("audio.wav");
+        for (what, path) in [("video", &video_path), ("audio", &audio_path)] {
+            if !path.is_file() {
+                return Err(SessionError::Missing {
+                    what,
+                    path: path.clone(),
+                });
+            }
+        }
+        let manifest = SessionManifest::load(dir, default_station_id, default_fps)?;
+        let events_path = events::events_path(dir);
+        let events = if events_path.exists() {
+            events::read_events(&events_path)?
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            video_path,
+            audio_path,
+            manifest,
+            events,
+        })
+    }
+
+    /// The session id from `session.json`, or the folder name when the file does not exist or
+    /// cannot be read. Used to mark a session failed even when its manifest is bad.
+    pub fn fallback_id(dir: &Path) -> String {
+        dir.canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "session".into())
+    }
+}

@@ -1,0 +1,500 @@
+//! The session store: one SQLite file per station (or per researcher's laptop).
+//!
+//! Contract:
+//! - [`Store::open`] creates or opens the file in WAL mode with `synchronous=FULL` and
+//!   foreign keys on, applies pending [`schema`] migrations, and marks every session left
+//!   `running` by a process that no longer exists as `incomplete` (killed or crashed).
+//! - All writes of a run go through one [`writer::StoreWriter`] thread in batched
+//!   transactions; a batch is all-or-nothing, so a kill at any moment leaves the file
+//!   consistent with every committed batch intact.
+//! - Reads ([`Store::list_sessions`], [`Store::session_detail`]) use their own connection and
+//!   never block the writer (WAL).
+
+pub mod rows;
+pub mod schema;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::exit::{Classify, ExitKind};
+
+pub use writer::StoreWriter;
+
+/// Errors of the session store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open session database: {source}: {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("session database error while {context}: {source}")]
+    Sqlite {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("session database has schema version {found}, newer than this build knows ({known}); upgrade empathic: {path}")]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("session `{id}` is already stored as complete; pass --replace to replace it: {path}")]
+    AlreadyStored { id: String, path: PathBuf },
+    #[error("no session `{id}` in {path}")]
+    NoSuchSession { id: String, path: PathBuf },
+    #[error("the session store writer stopped: {0}")]
+    WriterGone(String),
+}
+
+impl Classify for StoreError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            StoreError::AlreadyStored { .. } | StoreError::NoSuchSession { .. } => {
+                ExitKind::BadInput
+            }
+            _ => ExitKind::Runtime,
+        }
+    }
+}
+
+/// Wraps a rusqlite error with what was being done.
+pub(crate) fn sql(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// Opens a connection with the store's pragmas.
+pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let open = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open(path).map_err(open)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(open)?;
+    // WAL: readers never block the writer. FULL: a committed batch survives power loss too.
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(open)?;
+    conn.pragma_update(None, "synchronous", "FULL").map_err(open)?;
+    conn.pragma_update(None, "foreign_keys", "ON").map_err(open)?;
+    Ok(conn)
+}
+
+/// Who owns a running session: host, boot and process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owner {
+    pub host: String,
+    pub boot_id: String,
+    pub pid: u32,
+}
+
+impl Owner {
+    pub fn current() -> Self {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        Self {
+            host: read("/proc/sys/kernel/hostname"),
+            boot_id: read("/proc/sys/kernel/random/boot_id"),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Whether the process that owned a session could still be running.
+    fn is_alive(&self, current: &Owner) -> bool {
+        if !self.host.is_empty() && self.host != current.host {
+            // Another machine's session (a copied file): this machine cannot tell.
+            return true;
+        }
+        if self.host.is_empty() || self.boot_id != current.boot_id {
+            // No owner recorded, or this machine rebooted since: the writer is gone.
+            return false;
+        }
+        self.pid == current.pid || Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
+}
+
+/// A session as listed by `empathic sessions list`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SessionSummary {
+    pub id: String,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub station_id: String,
+    pub participant_id: Option<String>,
+    pub source: String,
+    pub source_path: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub frames: u64,
+    pub windows: u64,
+    pub duration_secs: f64,
+    /// The quality report stored at the end of the run (see `report::QualityReport`).
+    pub quality: Option<serde_json::Value>,
+}
+
+/// A session with what it contains, for `empathic sessions show`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SessionDetail {
+    #[serde(flatten)]
+    pub summary: SessionSummary,
+    pub phases: Vec<PhaseRow>,
+    pub events: u64,
+    pub utterances: u64,
+    pub stories: Vec<StoryExposureRow>,
+    pub modalities: Vec<ModalityRow>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PhaseRow {
+    pub phase: String,
+    pub start_secs: f64,
+    pub end_secs: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StoryExposureRow {
+    pub position: u32,
+    pub story_id: String,
+    pub title: String,
+    pub shown_secs: f64,
+    pub rating: Option<u8>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModalityRow {
+    pub name: String,
+    pub stream: String,
+    pub dims: u32,
+    /// Frames where the modality is present, out of `frames`.
+    pub present_frames: u64,
+}
+
+/// A handle for opening, migrating, recovering and reading the store.
+pub struct Store {
+    path: PathBuf,
+    conn: Connection,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store, then recovers abandoned sessions.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut conn = connect(path)?;
+        migrate(&mut conn, path)?;
+        let store = Store {
+            path: path.to_path_buf(),
+            conn,
+        };
+        store.recover_abandoned(&Owner::current())?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the file.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        current_version(&self.conn)
+    }
+
+    /// Marks sessions whose writer is gone as `incomplete`. Returns how many.
+    pub fn recover_abandoned(&self, current: &Owner) -> Result<usize, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, owner_host, owner_boot_id, owner_pid FROM sessions WHERE status = 'running'",
+            )
+            .map_err(sql("looking for abandoned sessions"))?;
+        let running: Vec<(String, Owner)> = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    Owner {
+                        host: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        boot_id: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                        pid: r.get::<_, Option<u32>>(3)?.unwrap_or(0),
+                    },
+                ))
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(sql("looking for abandoned sessions"))?;
+        let mut recovered = 0;
+        for (id, owner) in running {
+            if owner.is_alive(current) {
+                continue;
+            }
+            let reason = format!(
+                "process {} on {} ended without finishing the session (killed, crashed or power lost); data up to its last committed batch is kept",
+                owner.pid, owner.host
+            );
+            self.conn
+                .execute(
+                    "UPDATE sessions SET status = 'incomplete', status_reason = ?2,
+                     frames = (SELECT count(*) FROM frames WHERE session_id = ?1),
+                     windows = (SELECT count(*) FROM windows WHERE session_id = ?1),
+                     updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                     WHERE id = ?1 AND status = 'running'",
+                    params![id, reason],
+                )
+                .map_err(sql("marking an abandoned session incomplete"))?;
+            tracing::warn!(session = %id, "{reason}");
+            recovered += 1;
+        }
+        Ok(recovered)
+    }
+
+    /// Every session, newest first.
+    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{SUMMARY_SELECT} ORDER BY created_at DESC, id"))
+            .map_err(sql("listing sessions"))?;
+        let rows = stmt
+            .query_map([], summary_from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sql("listing sessions"))?;
+        Ok(rows)
+    }
+
+    /// One session with its phases, stories, ratings and modalities.
+    pub fn session_detail(&self, id: &str) -> Result<SessionDetail, StoreError> {
+        let summary = self
+            .conn
+            .query_row(&format!("{SUMMARY_SELECT} WHERE id = ?1"), [id], summary_from_row)
+            .optional()
+            .map_err(sql("reading a session"))?
+            .ok_or_else(|| StoreError::NoSuchSession {
+                id: id.to_string(),
+                path: self.path.clone(),
+            })?;
+        let ctx = sql("reading a session");
+        let phases = self
+            .conn
+            .prepare("SELECT phase, start_ns, end_ns FROM phases WHERE session_id = ?1 ORDER BY seq")
+            .and_then(|mut s| {
+                s.query_map([id], |r| {
+                    Ok(PhaseRow {
+                        phase: r.get(0)?,
+                        start_secs: ns_to_secs(r.get(1)?),
+                        end_secs: r.get::<_, Option<i64>>(2)?.map(ns_to_secs),
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(ctx)?;
+        let count = |table: &str| -> Result<u64, StoreError> {
+            self.conn
+                .query_row(
+                    &format!("SELECT count(*) FROM {table} WHERE session_id = ?1"),
+                    [id],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| n.max(0) as u64)
+                .map_err(sql("counting session rows"))
+        };
+        let stories = self
+            .conn
+            .prepare(
+                "SELECT e.position, e.story_id, s.title, e.shown_ns, r.value
+                 FROM story_exposures e JOIN stories s ON s.id = e.story_id
+                 LEFT JOIN self_ratings r ON r.session_id = e.session_id AND r.story_id = e.story_id
+                 WHERE e.session_id = ?1 ORDER BY e.position",
+            )
+            .and_then(|mut s| {
+                s.query_map([id], |r| {
+                    Ok(StoryExposureRow {
+                        position: r.get(0)?,
+                        story_id: r.get(1)?,
+                        title: r.get(2)?,
+                        shown_secs: ns_to_secs(r.get(3)?),
+                        rating: r.get(4)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql("reading story exposures"))?;
+        let modalities = self
+            .conn
+            .prepare(
+                "SELECT m.name, m.stream, m.dims,
+                   (SELECT count(*) FROM frame_features f
+                    WHERE f.session_id = m.session_id AND f.modality = m.name AND f.present = 1)
+                 FROM modalities m WHERE m.session_id = ?1 ORDER BY m.stream DESC, m.name",
+            )
+            .and_then(|mut s| {
+                s.query_map([id], |r| {
+                    Ok(ModalityRow {
+                        name: r.get(0)?,
+                        stream: r.get(1)?,
+                        dims: r.get(2)?,
+                        present_frames: get_u64(r, 3)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql("reading modalities"))?;
+        Ok(SessionDetail {
+            summary,
+            phases,
+            events: count("events")?,
+            utterances: count("utterances")?,
+            stories,
+            modalities,
+        })
+    }
+
+    /// The read connection, for tests and tools that query directly.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+const SUMMARY_SELECT: &str = "SELECT id, status, status_reason, station_id, participant_id, source, source_path,
+        created_at, updated_at, frames, windows, duration_ns, quality_json FROM sessions";
+
+fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionSummary> {
+    let quality: Option<String> = r.get(12)?;
+    Ok(SessionSummary {
+        id: r.get(0)?,
+        status: r.get(1)?,
+        status_reason: r.get(2)?,
+        station_id: r.get(3)?,
+        participant_id: r.get(4)?,
+        source: r.get(5)?,
+        source_path: r.get(6)?,
+        created_at: r.get(7)?,
+        updated_at: r.get(8)?,
+        frames: get_u64(r, 9)?,
+        windows: get_u64(r, 10)?,
+        duration_secs: ns_to_secs(r.get(11)?),
+        quality: quality.and_then(|q| serde_json::from_str(&q).ok()),
+    })
+}
+
+/// SQLite integers are i64; counts are never negative.
+fn get_u64(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    Ok(r.get::<_, i64>(i)?.max(0) as u64)
+}
+
+fn ns_to_secs(ns: i64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn current_version(conn: &Connection) -> Result<i64, StoreError> {
+    conn.query_row(
+        "SELECT coalesce(max(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(sql("reading the schema version"))
+}
+
+/// Applies the migrations the file lacks, each in its own transaction.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version    INTEGER PRIMARY KEY,
+             name       TEXT NOT NULL,
+             applied_at TEXT NOT NULL
+         )",
+    )
+    .map_err(sql("creating the migrations table"))?;
+    let found = current_version(conn)?;
+    let known = schema::MIGRATIONS.last().map_or(0, |m| m.0);
+    if found > known {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    for &(version, name, sql_text) in schema::MIGRATIONS.iter().filter(|m| m.0 > found) {
+        let tx = conn.transaction().map_err(sql("starting a migration"))?;
+        tx.execute_batch(sql_text)
+            .map_err(sql(&format!("applying migration {version} ({name})")))?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at)
+             VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            params![version, name],
+        )
+        .map_err(sql("recording a migration"))?;
+        tx.commit().map_err(sql("committing a migration"))?;
+        tracing::info!(version, name, "applied session-store migration");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_twice_migrates_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 1);
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        let n: i64 = store
+            .connection()
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+        let mode: String = store
+            .connection()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (99, 'future', 'x')",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let msg = Store::open(&path).err().unwrap().to_string();
+        assert!(msg.contains("99") && msg.contains("s.db"), "{msg}");
+    }
+
+    #[test]
+    fn dead_owner_makes_session_incomplete_and_live_one_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path).unwrap();
+        let me = Owner::current();
+        let conn = store.connection();
+        conn.execute("INSERT INTO stations VALUES ('st', 'now')", []).unwrap();
+        for (id, pid) in [("dead", 0x7fff_fff0u32), ("alive", me.pid)] {
+            conn.execute(
+                "INSERT INTO sessions (id, station_id, source, nominal_fps, status, owner_host,
+                 owner_pid, owner_boot_id, created_at, updated_at)
+                 VALUES (?1, 'st', 'live', 15, 'running', ?2, ?3, ?4, 'now', 'now')",
+                params![id, me.host, pid, me.boot_id],
+            )
+            .unwrap();
+        }
+        assert_eq!(store.recover_abandoned(&me).unwrap(), 1);
+        let list = store.list_sessions().unwrap();
+        let status = |id: &str| list.iter().find(|s| s.id == id).unwrap().status.clone();
+        assert_eq!(status("dead"), "incomplete");
+        assert_eq!(status("alive"), "running");
+    }
+}

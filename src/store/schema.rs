@@ -1,0 +1,196 @@
+//! Schema migrations of the session store.
+//!
+//! Contract: migrations are numbered from 1 and applied in order, each in its own
+//! transaction together with its row in `schema_migrations`; a database newer than this
+//! build (a higher version than [`MIGRATIONS`] knows) is refused rather than written to.
+//! Never edit a migration that has shipped: add the next one.
+
+/// (version, name, SQL) of every migration, in order.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "session store", V1)];
+
+const V1: &str = r#"
+CREATE TABLE stations (
+    id            TEXT PRIMARY KEY,
+    first_seen_at TEXT NOT NULL
+);
+
+-- Pseudonymous participants; consent is recorded by study staff.
+CREATE TABLE participants (
+    id                TEXT PRIMARY KEY,
+    consent           TEXT NOT NULL DEFAULT 'unknown'
+                      CHECK (consent IN ('unknown', 'given', 'withdrawn')),
+    consent_at        TEXT,
+    -- Raw video/audio may leave the station only when this is 1.
+    raw_media_consent INTEGER NOT NULL DEFAULT 0 CHECK (raw_media_consent IN (0, 1)),
+    first_seen_at     TEXT NOT NULL
+);
+
+CREATE TABLE sessions (
+    id             TEXT PRIMARY KEY,
+    station_id     TEXT NOT NULL REFERENCES stations(id),
+    participant_id TEXT REFERENCES participants(id),
+    source         TEXT NOT NULL CHECK (source IN ('replay', 'live')),
+    source_path    TEXT,
+    format_version INTEGER,
+    start_time     TEXT,
+    nominal_fps    REAL NOT NULL,
+    status         TEXT NOT NULL
+                   CHECK (status IN ('running', 'complete', 'failed', 'incomplete')),
+    status_reason  TEXT,
+    -- Who is writing a running session, to tell a live writer from a dead one.
+    owner_host     TEXT,
+    owner_pid      INTEGER,
+    owner_boot_id  TEXT,
+    created_at     TEXT NOT NULL,
+    updated_at     TEXT NOT NULL,
+    frames         INTEGER NOT NULL DEFAULT 0,
+    windows        INTEGER NOT NULL DEFAULT 0,
+    duration_ns    INTEGER NOT NULL DEFAULT 0,
+    quality_json   TEXT
+);
+CREATE INDEX sessions_by_participant ON sessions(participant_id);
+
+CREATE TABLE phases (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq        INTEGER NOT NULL,
+    phase      TEXT NOT NULL CHECK (phase IN
+               ('warm_up', 'story_share', 'story_receive', 'reflection', 'cool_down')),
+    start_ns   INTEGER NOT NULL,
+    end_ns     INTEGER,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+-- Every event line as read, in time order, with its JSON payload.
+CREATE TABLE events (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq        INTEGER NOT NULL,
+    t_ns       INTEGER NOT NULL,
+    type       TEXT NOT NULL,
+    payload    TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE utterances (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    seq        INTEGER NOT NULL,
+    speaker    TEXT NOT NULL,
+    start_ns   INTEGER NOT NULL,
+    end_ns     INTEGER NOT NULL,
+    text       TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE stories (
+    id         TEXT PRIMARY KEY,
+    title      TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    source     TEXT,
+    licence    TEXT,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE story_exposures (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    story_id   TEXT NOT NULL REFERENCES stories(id),
+    position   INTEGER NOT NULL,
+    shown_ns   INTEGER NOT NULL,
+    PRIMARY KEY (session_id, story_id)
+) WITHOUT ROWID;
+
+CREATE TABLE self_ratings (
+    session_id TEXT NOT NULL,
+    story_id   TEXT NOT NULL,
+    value      INTEGER NOT NULL CHECK (value BETWEEN 1 AND 5),
+    t_ns       INTEGER NOT NULL,
+    PRIMARY KEY (session_id, story_id),
+    FOREIGN KEY (session_id, story_id)
+        REFERENCES story_exposures(session_id, story_id) ON DELETE CASCADE
+) WITHOUT ROWID;
+
+-- Big Five, MPQ absorption, trait empathy, compassionate love, UBC state social connection...
+CREATE TABLE survey_responses (
+    participant_id TEXT NOT NULL REFERENCES participants(id),
+    instrument     TEXT NOT NULL,
+    item           TEXT NOT NULL,
+    time_point     TEXT NOT NULL CHECK (time_point IN ('pre_study', 'mid_study', 'post_study')),
+    value          REAL NOT NULL,
+    session_id     TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+    t_ns           INTEGER,
+    PRIMARY KEY (participant_id, instrument, item, time_point)
+) WITHOUT ROWID;
+
+-- The feature modalities a session carries and their column names (JSON array).
+CREATE TABLE modalities (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    name       TEXT NOT NULL,
+    stream     TEXT NOT NULL CHECK (stream IN ('video', 'audio')),
+    dims       INTEGER NOT NULL,
+    columns    TEXT NOT NULL,
+    PRIMARY KEY (session_id, name)
+) WITHOUT ROWID;
+
+-- One row per frame slot of the nominal grid; decoded = 0 for a dropped frame.
+CREATE TABLE frames (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    frame_index INTEGER NOT NULL,
+    t_ns        INTEGER NOT NULL,
+    decoded     INTEGER NOT NULL CHECK (decoded IN (0, 1)),
+    PRIMARY KEY (session_id, frame_index)
+) WITHOUT ROWID;
+
+-- Per-frame feature vectors, stored once per frame (windows refer to frame ranges).
+-- vec: little-endian f32 x dims; NULL when the modality is absent on that frame.
+CREATE TABLE frame_features (
+    session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    modality    TEXT NOT NULL,
+    frame_index INTEGER NOT NULL,
+    present     INTEGER NOT NULL CHECK (present IN (0, 1)),
+    vec         BLOB,
+    PRIMARY KEY (session_id, modality, frame_index)
+) WITHOUT ROWID;
+
+CREATE TABLE windows (
+    session_id       TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    window_index     INTEGER NOT NULL,
+    start_frame      INTEGER NOT NULL,
+    end_frame        INTEGER NOT NULL,
+    start_ns         INTEGER NOT NULL,
+    end_ns           INTEGER NOT NULL,
+    phase            TEXT,
+    video_presence   REAL NOT NULL,
+    audio_presence   REAL NOT NULL,
+    brightness       REAL,
+    sharpness        REAL,
+    level_dbfs       REAL,
+    voice_activity   REAL,
+    clipped_fraction REAL,
+    PRIMARY KEY (session_id, window_index)
+) WITHOUT ROWID;
+
+-- Per window and modality: the presence mask (one byte 0/1 per frame) and the mean vector
+-- over present frames (little-endian f32, NULL when never present).
+CREATE TABLE window_features (
+    session_id     TEXT NOT NULL,
+    window_index   INTEGER NOT NULL,
+    modality       TEXT NOT NULL,
+    present_frames INTEGER NOT NULL,
+    presence       BLOB NOT NULL,
+    mean           BLOB,
+    PRIMARY KEY (session_id, window_index, modality),
+    FOREIGN KEY (session_id, window_index)
+        REFERENCES windows(session_id, window_index) ON DELETE CASCADE
+) WITHOUT ROWID;
+
+-- Fusion-model outputs: predicted empathy of the window toward a story.
+CREATE TABLE predictions (
+    session_id   TEXT NOT NULL,
+    window_index INTEGER NOT NULL,
+    model        TEXT NOT NULL,
+    story_id     TEXT NOT NULL,
+    value        REAL NOT NULL,
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (session_id, window_index, model, story_id),
+    FOREIGN KEY (session_id, window_index)
+        REFERENCES windows(session_id, window_index) ON DELETE CASCADE
+) WITHOUT ROWID;
+"#;
