@@ -271,7 +271,10 @@ impl Config {
             ));
         }
         if self.windows.length_frames == 0 {
-            return Err(invalid("windows.length_frames", "must be at least 1".into()));
+            return Err(invalid(
+                "windows.length_frames",
+                "must be at least 1".into(),
+            ));
         }
         if self.windows.hop_frames == 0 || self.windows.hop_frames > self.windows.length_frames {
             return Err(invalid(
@@ -285,10 +288,7 @@ impl Config {
         if !(self.quality.clipping_level > 0.0 && self.quality.clipping_level <= 1.0) {
             return Err(invalid(
                 "quality.clipping_level",
-                format!(
-                    "must be in (0, 1], got {}",
-                    self.quality.clipping_level
-                ),
+                format!("must be in (0, 1], got {}", self.quality.clipping_level),
             ));
         }
         if !(self.quality.vad_floor_dbfs.is_finite() && self.quality.vad_floor_dbfs < 0.0) {
@@ -304,10 +304,16 @@ impl Config {
             ));
         }
         if self.runtime.video_queue_frames == 0 {
-            return Err(invalid("runtime.video_queue_frames", "must be at least 1".into()));
+            return Err(invalid(
+                "runtime.video_queue_frames",
+                "must be at least 1".into(),
+            ));
         }
         if self.runtime.audio_queue_blocks == 0 {
-            return Err(invalid("runtime.audio_queue_blocks", "must be at least 1".into()));
+            return Err(invalid(
+                "runtime.audio_queue_blocks",
+                "must be at least 1".into(),
+            ));
         }
         if self.store.batch_max_rows == 0 {
             return Err(invalid("store.batch_max_rows", "must be at least 1".into()));
@@ -342,7 +348,9 @@ mod tests {
 
     #[test]
     fn unknown_field_is_rejected_with_its_name_and_file() {
-        let err = parse("[windows]\nlength_frame = 10\n").unwrap_err().to_string();
+        let err = parse("[windows]\nlength_frame = 10\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("length_frame"), "{err}");
         assert!(err.contains("test.toml"), "{err}");
     }

@@ -79,10 +79,7 @@ fn check_store(db: &Path) -> Check {
                 let _ = std::fs::remove_file(&probe);
                 (true, format!("{} is writable", dir.display()))
             }
-            Err(e) => (
-                false,
-                format!("cannot write in {}: {e}", dir.display()),
-            ),
+            Err(e) => (false, format!("cannot write in {}: {e}", dir.display())),
         }
     };
     Check {
@@ -102,7 +99,10 @@ pub fn onnxruntime_candidates(config: &Config) -> Vec<PathBuf> {
     if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
         c.push(PathBuf::from(p));
     }
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
         c.push(dir.join("libonnxruntime.so.1"));
     }
     c
@@ -125,7 +125,11 @@ fn check_onnxruntime(config: &Config) -> Check {
     // Loading checks the file is a usable ONNX Runtime of a compatible version.
     let loaded = ort::init_from(found)
         .map_err(|e| e.to_string())
-        .and_then(|b| b.with_name("empathic-doctor").build().map_err(|e| e.to_string()));
+        .and_then(|b| {
+            b.with_name("empathic-doctor")
+                .build()
+                .map_err(|e| e.to_string())
+        });
     match loaded {
         Ok(_env) => {
             let info = ort::info();
@@ -213,7 +217,11 @@ fn check_microphone(device: &str) -> Check {
         detail: if ok {
             format!(
                 "audio input available for device `{device}` ({})",
-                if alsa_cards { "ALSA sound card" } else { "PulseAudio server" }
+                if alsa_cards {
+                    "ALSA sound card"
+                } else {
+                    "PulseAudio server"
+                }
             )
         } else {
             format!("no sound card in /proc/asound/cards and no PulseAudio server: device `{device}` cannot be opened (live capture needs a microphone; replay does not)")

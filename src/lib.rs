@@ -13,6 +13,7 @@
 //! - [`config`], [`clock`], [`report`], [`doctor`]: configuration, the injected clock, the
 //!   end-of-run summary, and the installation check.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod capture;
 pub mod clock;

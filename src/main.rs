@@ -1,4 +1,5 @@
 //! The `empathic` command: parses the command line, sets up logging, calls the library.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,11 @@ use empathic::store::Store;
 use empathic::{doctor, report};
 
 #[derive(Parser)]
-#[command(name = "empathic", version, about = "Senses empathy on an in-home social robot")]
+#[command(
+    name = "empathic",
+    version,
+    about = "Senses empathy on an in-home social robot"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -145,8 +150,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             json,
         } => {
             let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let stop = stop_flag()
-                .map_err(|e| (ExitKind::Runtime, format!("cannot install signal handlers: {e}")))?;
+            let stop = stop_flag().map_err(|e| {
+                (
+                    ExitKind::Runtime,
+                    format!("cannot install signal handlers: {e}"),
+                )
+            })?;
             let opts = ReplayOptions {
                 session_dir,
                 db_path: db_path(db, &config),

@@ -242,7 +242,11 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
         x.source,
         x.source_path.as_deref().unwrap_or("")
     );
-    let _ = writeln!(s, "created      {} (updated {})", x.created_at, x.updated_at);
+    let _ = writeln!(
+        s,
+        "created      {} (updated {})",
+        x.created_at, x.updated_at
+    );
     let _ = writeln!(
         s,
         "content      {} frames, {} windows, {:.2} s, {} events, {} utterances",

@@ -91,10 +91,9 @@ impl WavAudioSource {
             let skip = audio_offset_ms.unsigned_abs() * u64::from(sample_rate_hz) / 1000;
             (skip, 0)
         };
-        let block_samples =
-            usize::try_from(u64::from(sample_rate_hz) * u64::from(block_ms) / 1000)
-                .unwrap_or(1)
-                .max(1);
+        let block_samples = usize::try_from(u64::from(sample_rate_hz) * u64::from(block_ms) / 1000)
+            .unwrap_or(1)
+            .max(1);
         let info = AudioInfo {
             input_rate_hz: spec.sample_rate,
             input_channels: spec.channels,
@@ -243,7 +242,9 @@ fn check_not_truncated(path: &Path) -> Result<(), CaptureError> {
     let mut file = File::open(path).map_err(|e| open_err(e.to_string()))?;
     let file_len = file.metadata().map_err(|e| open_err(e.to_string()))?.len();
     let mut header = [0u8; 12];
-    if file.read_exact(&mut header).is_err() || &header[0..4] != b"RIFF" || &header[8..12] != b"WAVE"
+    if file.read_exact(&mut header).is_err()
+        || &header[0..4] != b"RIFF"
+        || &header[8..12] != b"WAVE"
     {
         return Err(open_err("not a RIFF/WAVE file".into()));
     }
@@ -383,7 +384,8 @@ mod tests {
         };
         let mut w = hound::WavWriter::create(&fpath, spec).unwrap();
         for i in 0..1000 {
-            w.write_sample(if i == 500 { f32::NAN } else { 0.1 }).unwrap();
+            w.write_sample(if i == 500 { f32::NAN } else { 0.1 })
+                .unwrap();
         }
         w.finalize().unwrap();
         let mut src = WavAudioSource::open(&fpath, 16_000, 20, 0).unwrap();

@@ -210,7 +210,12 @@ mod tests {
         );
         let s = tl.stats();
         assert_eq!(
-            (s.gaps, s.missing_frames, s.duplicated_frames, s.repeated_frames),
+            (
+                s.gaps,
+                s.missing_frames,
+                s.duplicated_frames,
+                s.repeated_frames
+            ),
             (1, 2, 1, 1)
         );
         assert_eq!(s.frames_decoded, 5);

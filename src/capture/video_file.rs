@@ -55,7 +55,11 @@ impl FileVideoSource {
         let info = VideoInfo {
             width: width.max(0.0) as u32,
             height: height.max(0.0) as u32,
-            declared_fps: if fps.is_finite() && fps > 0.0 { fps } else { 0.0 },
+            declared_fps: if fps.is_finite() && fps > 0.0 {
+                fps
+            } else {
+                0.0
+            },
             declared_frames: (frames.is_finite() && frames > 0.0).then_some(frames as u64),
             origin: path.display().to_string(),
         };

@@ -81,9 +81,11 @@ impl FrameStage for VideoSignalStage {
             });
         }
         self.luma.clear();
-        self.luma.extend(img.data.chunks_exact(3).map(|p| {
-            0.114 * f32::from(p[0]) + 0.587 * f32::from(p[1]) + 0.299 * f32::from(p[2])
-        }));
+        self.luma.extend(
+            img.data.chunks_exact(3).map(|p| {
+                0.114 * f32::from(p[0]) + 0.587 * f32::from(p[1]) + 0.299 * f32::from(p[2])
+            }),
+        );
         let n = self.luma.len() as f64;
         let mean = self.luma.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
         let var = self
@@ -198,8 +200,8 @@ impl AudioSignalStage {
         } else {
             (self.noise_floor_dbfs + 0.02).min(level)
         };
-        let voiced = level > self.vad_floor_dbfs
-            && level >= self.noise_floor_dbfs + self.vad_margin_db;
+        let voiced =
+            level > self.vad_floor_dbfs && level >= self.noise_floor_dbfs + self.vad_margin_db;
         self.totals.samples += samples.len() as u64;
         self.totals.clipped_samples += clipped as u64;
         self.totals.rows += 1;
@@ -233,7 +235,10 @@ impl AudioStage for AudioSignalStage {
         let mut rows = Vec::new();
         // A block that does not follow on from the last one starts a new row grid; the
         // partial row before the break is emitted as it is rather than mixed across it.
-        if self.expected_t_ns.is_some_and(|e| e.abs_diff(block.t_ns) > 1_000) {
+        if self
+            .expected_t_ns
+            .is_some_and(|e| e.abs_diff(block.t_ns) > 1_000)
+        {
             let partial = std::mem::take(&mut self.pending);
             if !partial.is_empty() {
                 rows.push(self.row(self.pending_t_ns, &partial));
@@ -328,14 +333,21 @@ mod tests {
     fn checkerboard_is_sharper_than_smooth_ramp() {
         let mut stage = VideoSignalStage::new();
         let sharp = stage
-            .process(&frame(32, 32, |x, y| if (x + y) % 2 == 0 { 0 } else { 255 }))
+            .process(&frame(
+                32,
+                32,
+                |x, y| if (x + y) % 2 == 0 { 0 } else { 255 },
+            ))
             .unwrap()
             .unwrap();
         let smooth = stage
             .process(&frame(32, 32, |x, _| (x * 8) as u8))
             .unwrap()
             .unwrap();
-        assert!(sharp[2] > 100.0 * smooth[2].max(1.0), "{sharp:?} {smooth:?}");
+        assert!(
+            sharp[2] > 100.0 * smooth[2].max(1.0),
+            "{sharp:?} {smooth:?}"
+        );
         assert_eq!(stage.totals().frames, 2);
     }
 
@@ -349,9 +361,7 @@ mod tests {
     }
 
     fn tone(len: usize, amp: f32) -> Vec<f32> {
-        (0..len)
-            .map(|i| amp * (i as f32 * 0.1).sin())
-            .collect()
+        (0..len).map(|i| amp * (i as f32 * 0.1).sin()).collect()
     }
 
     #[test]
@@ -390,7 +400,9 @@ mod tests {
 
     #[test]
     fn rows_do_not_depend_on_block_sizes() {
-        let signal: Vec<f32> = (0..8000).map(|i| ((i * 7919) % 200) as f32 / 200.0 - 0.5).collect();
+        let signal: Vec<f32> = (0..8000)
+            .map(|i| ((i * 7919) % 200) as f32 / 200.0 - 0.5)
+            .collect();
         let run = |sizes: &[usize]| {
             let mut stage = AudioSignalStage::new(&QualityConfig::default(), 16_000);
             let mut rows = Vec::new();
@@ -398,7 +410,11 @@ mod tests {
             while pos < signal.len() {
                 let n = sizes[k % sizes.len()].min(signal.len() - pos);
                 let t = samples_to_ns(pos as u64, 16_000);
-                rows.extend(stage.process(&block(t, signal[pos..pos + n].to_vec())).unwrap());
+                rows.extend(
+                    stage
+                        .process(&block(t, signal[pos..pos + n].to_vec()))
+                        .unwrap(),
+                );
                 pos += n;
                 k += 1;
             }

@@ -134,6 +134,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods)]
     fn block_loses_nothing() {
         let (tx, rx) = policy_queue(1, Overflow::Block);
         let producer = std::thread::spawn(move || {

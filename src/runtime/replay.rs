@@ -19,19 +19,25 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::queues::{policy_queue, Overflow, PolicyReceiver, PolicySender};
 use super::RunError;
 use crate::capture::audio_file::WavAudioSource;
-use crate::capture::timeline::{AudioTimelineStats, SlotDecision, VideoTimeline, VideoTimelineStats};
+use crate::capture::timeline::{
+    AudioTimelineStats, SlotDecision, VideoTimeline, VideoTimelineStats,
+};
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{AudioBlock, AudioSource, VideoFrame, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
-use crate::features::signal::{AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals};
+use crate::features::signal::{
+    AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
+};
 use crate::features::{AudioRow, AudioStage, FrameStage, PoolFn};
 use crate::report::{QualityInputs, QualityReport, ReplaySummary};
 use crate::session::events::{phase_at, phase_spans, PhaseSpan};
 use crate::session::RecordedSession;
 use crate::store::rows::{EndStatus, SessionEnd, SessionStart, WindowRow};
 use crate::store::{Store, StoreWriter};
-use crate::windows::{FrameAligner, FrameRecord, ModalityLayout, Stream, VideoSlot, WindowAssembler};
+use crate::windows::{
+    FrameAligner, FrameRecord, ModalityLayout, Stream, VideoSlot, WindowAssembler,
+};
 use crate::Nanos;
 
 /// Slots the aligner may hold while waiting for audio before it stops taking video.
@@ -249,8 +255,10 @@ fn run(
     };
     let progress = progress_bar(opts.progress, video.info().declared_frames);
     // Replay never drops: every queue blocks (see `queues`).
-    let (frame_tx, frame_rx) = policy_queue::<VideoFrame>(config.runtime.video_queue_frames, Overflow::Block);
-    let (block_tx, block_rx) = policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
+    let (frame_tx, frame_rx) =
+        policy_queue::<VideoFrame>(config.runtime.video_queue_frames, Overflow::Block);
+    let (block_tx, block_rx) =
+        policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
     let (slot_tx, slot_rx) = policy_queue::<VideoSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
     let (rows_tx, rows_rx) = policy_queue::<Vec<Vec<AudioRow>>>(AUDIO_OUT_QUEUE, Overflow::Block);
     let stopped_early = AtomicBool::new(false);
@@ -259,7 +267,15 @@ fn run(
         let clock_v = clock.clone();
         let stopped_v = &stopped_early;
         let video_capture = spawn(scope, "video-capture", move || {
-            capture_video(video, first_frame, frame_tx, &pacer, clock_v.as_ref(), stop, stopped_v)
+            capture_video(
+                video,
+                first_frame,
+                frame_tx,
+                &pacer,
+                clock_v.as_ref(),
+                stop,
+                stopped_v,
+            )
         })?;
         let video_features = spawn(scope, "video-features", move || {
             video_features(frame_rx, slot_tx, video_signal, period_ns, video_modalities)
@@ -303,10 +319,9 @@ fn run(
     let (video_done, audio_done, align_done) = result?;
 
     let frame_slots = align_done.frames;
-    let video_end_ns = video_done
-        .timeline
-        .first_t_ns
-        .map_or(0, |first| first + (frame_slots as f64 * period_ns).round() as Nanos);
+    let video_end_ns = video_done.timeline.first_t_ns.map_or(0, |first| {
+        first + (frame_slots as f64 * period_ns).round() as Nanos
+    });
     let duration_ns = video_end_ns.max(audio_done.timeline.end_t_ns.unwrap_or(0));
     let spans: Vec<PhaseSpan> = phase_spans(&session.events, duration_ns);
     let quality = QualityReport::build(QualityInputs {
@@ -521,8 +536,16 @@ fn align_windows(
     while !(video_done && audio_done) {
         // Hold back video while slots wait for audio, so memory stays bounded.
         let take_video = !video_done && (audio_done || aligner.pending_slots() < MAX_PENDING_SLOTS);
-        let slot_rx = if take_video { slots.receiver() } else { &none_slots };
-        let rows_rx = if audio_done { &none_rows } else { rows.receiver() };
+        let slot_rx = if take_video {
+            slots.receiver()
+        } else {
+            &none_slots
+        };
+        let rows_rx = if audio_done {
+            &none_rows
+        } else {
+            rows.receiver()
+        };
         select! {
             recv(slot_rx) -> msg => match msg {
                 Ok(slot) => aligner.push_video(slot),

@@ -1,10 +1,10 @@
 //! `events.jsonl`: what happened during a session, one JSON object a line (format version 1).
 //!
-//! Contract: every line is an object with `t_ms` (milliseconds from session start, integer
-//! >= 0) and `type`, one of `phase`, `utterance`, `story_shown`, `rating`, `survey`, `note`,
-//! with that type's fields and no others. Blank lines are skipped. The first malformed line
-//! stops parsing with an error that names the file and the 1-based line number. Events are
-//! returned sorted by time (stable: equal times keep file order).
+//! Contract: every line is an object with `t_ms` (milliseconds from session start, a
+//! non-negative integer) and `type`, one of `phase`, `utterance`, `story_shown`, `rating`,
+//! `survey`, `note`, with that type's fields and no others. Blank lines are skipped. The
+//! first malformed line stops parsing with an error that names the file and the 1-based line
+//! number. Events are returned sorted by time (stable: equal times keep file order).
 
 use std::path::{Path, PathBuf};
 
@@ -311,7 +311,12 @@ mod tests {
 "#;
         let events = parse(text).unwrap();
         assert_eq!(events.len(), 6);
-        assert_eq!(events[0].kind, EventKind::Phase { phase: Phase::WarmUp });
+        assert_eq!(
+            events[0].kind,
+            EventKind::Phase {
+                phase: Phase::WarmUp
+            }
+        );
         assert_eq!(events[0].line, 3);
         assert!(events.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
     }

@@ -166,9 +166,7 @@ impl SessionManifest {
             )));
         }
         if let Some(c) = &self.camera {
-            if ![c.fx, c.fy, c.cx, c.cy].iter().all(|v| v.is_finite())
-                || c.fx <= 0.0
-                || c.fy <= 0.0
+            if ![c.fx, c.fy, c.cx, c.cy].iter().all(|v| v.is_finite()) || c.fx <= 0.0 || c.fy <= 0.0
             {
                 return Err(bad(format!(
                     "camera intrinsics must be finite with fx, fy > 0, got {c:?}"

@@ -81,9 +81,12 @@ pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(open)?;
     // WAL: readers never block the writer. FULL: a committed batch survives power loss too.
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(open)?;
-    conn.pragma_update(None, "synchronous", "FULL").map_err(open)?;
-    conn.pragma_update(None, "foreign_keys", "ON").map_err(open)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(open)?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(open)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open)?;
     Ok(conn)
 }
 
@@ -270,7 +273,11 @@ impl Store {
     pub fn session_detail(&self, id: &str) -> Result<SessionDetail, StoreError> {
         let summary = self
             .conn
-            .query_row(&format!("{SUMMARY_SELECT} WHERE id = ?1"), [id], summary_from_row)
+            .query_row(
+                &format!("{SUMMARY_SELECT} WHERE id = ?1"),
+                [id],
+                summary_from_row,
+            )
             .optional()
             .map_err(sql("reading a session"))?
             .ok_or_else(|| StoreError::NoSuchSession {
@@ -280,7 +287,9 @@ impl Store {
         let ctx = sql("reading a session");
         let phases = self
             .conn
-            .prepare("SELECT phase, start_ns, end_ns FROM phases WHERE session_id = ?1 ORDER BY seq")
+            .prepare(
+                "SELECT phase, start_ns, end_ns FROM phases WHERE session_id = ?1 ORDER BY seq",
+            )
             .and_then(|mut s| {
                 s.query_map([id], |r| {
                     Ok(PhaseRow {
@@ -359,7 +368,8 @@ impl Store {
     }
 }
 
-const SUMMARY_SELECT: &str = "SELECT id, status, status_reason, station_id, participant_id, source, source_path,
+const SUMMARY_SELECT: &str =
+    "SELECT id, status, status_reason, station_id, participant_id, source, source_path,
         created_at, updated_at, frames, windows, duration_ns, quality_json FROM sessions";
 
 fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionSummary> {
@@ -481,7 +491,8 @@ mod tests {
         let store = Store::open(&path).unwrap();
         let me = Owner::current();
         let conn = store.connection();
-        conn.execute("INSERT INTO stations VALUES ('st', 'now')", []).unwrap();
+        conn.execute("INSERT INTO stations VALUES ('st', 'now')", [])
+            .unwrap();
         for (id, pid) in [("dead", 0x7fff_fff0u32), ("alive", me.pid)] {
             conn.execute(
                 "INSERT INTO sessions (id, station_id, source, nominal_fps, status, owner_host,

@@ -240,14 +240,12 @@ impl Actor {
         let mut session = self.session.take();
         for cmd in batch {
             let step = match cmd {
-                Command::Begin(start, _) => {
-                    begin(&tx, start, &self.owner).map(|names| {
-                        session = Some(ActiveSession {
-                            id: start.id.clone(),
-                            modality_names: names,
-                        });
-                    })
-                }
+                Command::Begin(start, _) => begin(&tx, start, &self.owner).map(|names| {
+                    session = Some(ActiveSession {
+                        id: start.id.clone(),
+                        modality_names: names,
+                    });
+                }),
                 Command::Frame(record) => match &session {
                     Some(s) => write_frame(&tx, s, record),
                     None => Err("a frame arrived with no session started".into()),
@@ -308,8 +306,11 @@ fn begin(
         if status == "complete" && !s.replace {
             return Err(ALREADY_STORED.into());
         }
-        tx.execute("DELETE FROM survey_responses WHERE session_id = ?1", [&s.id])
-            .map_err(err("removing the earlier run's surveys"))?;
+        tx.execute(
+            "DELETE FROM survey_responses WHERE session_id = ?1",
+            [&s.id],
+        )
+        .map_err(err("removing the earlier run's surveys"))?;
         tx.execute("DELETE FROM sessions WHERE id = ?1", [&s.id])
             .map_err(err("removing the earlier run of this session"))?;
     }
@@ -432,7 +433,15 @@ fn begin(
                     "INSERT OR REPLACE INTO survey_responses
                      (participant_id, instrument, item, time_point, value, session_id, t_ns)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![participant, instrument, item, time_point.as_str(), value, s.id, t_ns],
+                    params![
+                        participant,
+                        instrument,
+                        item,
+                        time_point.as_str(),
+                        value,
+                        s.id,
+                        t_ns
+                    ],
                 )
                 .map_err(err("writing survey responses"))?;
             }
@@ -576,7 +585,9 @@ fn fail(
     owner: &Owner,
 ) -> Result<(), String> {
     let status: Option<String> = tx
-        .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| r.get(0))
+        .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
         .map(Some)
         .or_else(|e| match e {
             rusqlite::Error::QueryReturnedNoRows => Ok(None),
@@ -585,11 +596,20 @@ fn fail(
         .map_err(err("looking up the failed session"))?;
     match status.as_deref() {
         Some("complete") => {
-            tracing::warn!(session = id, "not marking a complete session failed: {reason}");
+            tracing::warn!(
+                session = id,
+                "not marking a complete session failed: {reason}"
+            );
             return Ok(());
         }
         Some(_) => {
-            for table in ["predictions", "window_features", "windows", "frame_features", "frames"] {
+            for table in [
+                "predictions",
+                "window_features",
+                "windows",
+                "frame_features",
+                "frames",
+            ] {
                 tx.execute(&format!("DELETE FROM {table} WHERE session_id = ?1"), [id])
                     .map_err(err("removing a failed session's partial rows"))?;
             }

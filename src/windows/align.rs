@@ -89,10 +89,8 @@ impl FrameAligner {
                 while queue.front().is_some_and(|r| r.t_ns < slot.start_ns) {
                     queue.pop_front();
                 }
-                let inside: Vec<&AudioRow> = queue
-                    .iter()
-                    .take_while(|r| r.t_ns < slot.end_ns)
-                    .collect();
+                let inside: Vec<&AudioRow> =
+                    queue.iter().take_while(|r| r.t_ns < slot.end_ns).collect();
                 features.push(pool(&inside));
             }
             out.push(FrameRecord {

@@ -24,7 +24,10 @@ impl WindowAssembler {
     /// `length` and `hop` in frames (1 <= hop <= length); `period_ns` is the frame period,
     /// used for the end time of a window's last frame.
     pub fn new(length: usize, hop: usize, period_ns: f64) -> Self {
-        assert!(length >= 1 && hop >= 1 && hop <= length, "validated by config");
+        assert!(
+            length >= 1 && hop >= 1 && hop <= length,
+            "validated by config"
+        );
         Self {
             length,
             hop,

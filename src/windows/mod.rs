@@ -98,7 +98,11 @@ impl Window {
     pub fn mean(&self, m: usize) -> Option<Vec<f32>> {
         let mut sum: Option<Vec<f64>> = None;
         let mut n = 0usize;
-        for v in self.frames.iter().filter_map(|f| f.features.get(m)?.as_ref()) {
+        for v in self
+            .frames
+            .iter()
+            .filter_map(|f| f.features.get(m)?.as_ref())
+        {
             let s = sum.get_or_insert_with(|| vec![0.0; v.len()]);
             for (a, b) in s.iter_mut().zip(v) {
                 *a += f64::from(*b);

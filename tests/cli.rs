@@ -1,0 +1,58 @@
+//! The command line: doctor, sessions on a missing database.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn doctor_finds_onnxruntime_and_reports_devices() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("d.db");
+    let out = empathic(&["doctor", "--db", path_str(&db)]);
+    let text = stdout(&out);
+    assert!(text.contains("ONNX Runtime"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok") && l.contains("ONNX Runtime")),
+        "ONNX Runtime must load (run scripts/setup.sh): {text}"
+    );
+    assert!(
+        text.contains("camera") && text.contains("microphone"),
+        "{text}"
+    );
+    assert!(text.contains("ready for replay: yes"), "{text}");
+    assert!(out.status.success());
+}
+
+#[test]
+fn doctor_names_a_bad_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("c.toml");
+    std::fs::write(&config, "[audio]\nsample_rate = 16000\n").unwrap();
+    let out = empathic(&["doctor", "--config", path_str(&config)]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("MISSING config") && text.contains("sample_rate"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn sessions_on_a_missing_database_is_a_usage_error() {
+    let out = empathic(&["sessions", "list", "--db", "/nonexistent/x.db"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent/x.db"));
+}
+
+#[test]
+fn station_example_config_is_accepted() {
+    let out = empathic(&[
+        "doctor",
+        "--config",
+        path_str(&root().join("firmware-config/station.toml")),
+        "--db",
+        "/tmp/empathic-doctor-test.db",
+    ]);
+    assert!(stdout(&out).contains("ok      config"), "{}", stdout(&out));
+}

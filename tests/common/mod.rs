@@ -1,0 +1,56 @@
+//! Helpers shared by the end-to-end tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The bundled demo session.
+pub fn demo_session() -> PathBuf {
+    root().join("demo/session")
+}
+
+/// The shared fixtures (`EMPATHIC_FIXTURES` or `../shared/fixtures`), when present.
+pub fn fixtures() -> Option<PathBuf> {
+    let dir = std::env::var_os("EMPATHIC_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/fixtures"));
+    dir.is_dir().then_some(dir)
+}
+
+/// Copies a session folder into `dest` (a fresh folder) and returns it.
+pub fn copy_session(from: &Path, dest: &Path) -> PathBuf {
+    std::fs::create_dir_all(dest).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dest.join(entry.file_name())).unwrap();
+        }
+    }
+    dest.to_path_buf()
+}
+
+/// Runs the `empathic` binary.
+pub fn empathic(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(args)
+        .env("EMPATHIC_LOG", "error")
+        .output()
+        .expect("run empathic")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
