@@ -42,8 +42,11 @@ fn frames(layout: &ModalityLayout, n: u64) -> Vec<Arc<FrameRecord>> {
                     .enumerate()
                     .map(|(m, (_, spec))| {
                         // Every 7th frame lacks the first modality (no face, say).
-                        (m != 0 || i % 7 != 0)
-                            .then(|| (0..spec.dims()).map(|k| (k as f32 + i as f32) * 1e-3).collect())
+                        (m != 0 || i % 7 != 0).then(|| {
+                            (0..spec.dims())
+                                .map(|k| (k as f32 + i as f32) * 1e-3)
+                                .collect()
+                        })
                     })
                     .collect(),
             })
@@ -55,7 +58,10 @@ fn bench(c: &mut Criterion) {
     let layouts = [
         (
             "signal",
-            layout(&[("video_signal", Stream::Video, 3), ("audio_signal", Stream::Audio, 3)]),
+            layout(&[
+                ("video_signal", Stream::Video, 3),
+                ("audio_signal", Stream::Audio, 3),
+            ]),
         ),
         (
             "paper",
@@ -84,19 +90,23 @@ fn bench(c: &mut Criterion) {
                 black_box(n)
             })
         });
-        group.bench_with_input(BenchmarkId::new("assemble_and_rows", name), &input, |b, input| {
-            b.iter(|| {
-                let mut asm = WindowAssembler::new(120, 15, 1e9 / 15.0);
-                let mut rows = 0;
-                for f in input {
-                    if let Some(w) = asm.push(f.clone()) {
-                        black_box(WindowRow::from_window(&w, layout, None));
-                        rows += 1;
+        group.bench_with_input(
+            BenchmarkId::new("assemble_and_rows", name),
+            &input,
+            |b, input| {
+                b.iter(|| {
+                    let mut asm = WindowAssembler::new(120, 15, 1e9 / 15.0);
+                    let mut rows = 0;
+                    for f in input {
+                        if let Some(w) = asm.push(f.clone()) {
+                            black_box(WindowRow::from_window(&w, layout, None));
+                            rows += 1;
+                        }
                     }
-                }
-                black_box(rows)
-            })
-        });
+                    black_box(rows)
+                })
+            },
+        );
     }
     group.finish();
 }

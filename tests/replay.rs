@@ -200,10 +200,7 @@ fn stop_flag_closes_the_session_incomplete_with_what_was_computed() {
 
 #[test]
 fn shared_real_sessions_replay() {
-    let Some(fixtures) = fixtures() else {
-        eprintln!(
-            "skipped: shared fixtures not found at ../shared/fixtures (set EMPATHIC_FIXTURES)"
-        );
+    let Some(fixtures) = fixtures_or_skip("shared_real_sessions_replay") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@
 //! and the store carry vectors per modality with a presence flag per frame. The facial,
 //! appearance, acoustic and text extractors implement these traits.
 
+pub mod acoustic;
 pub mod signal;
 
 use crate::capture::{AudioBlock, VideoFrame};

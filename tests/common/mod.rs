@@ -14,12 +14,23 @@ pub fn demo_session() -> PathBuf {
     root().join("demo/session")
 }
 
-/// The shared fixtures (`EMPATHIC_FIXTURES` or `../shared/fixtures`), when present.
-pub fn fixtures() -> Option<PathBuf> {
+/// The shared fixtures (`EMPATHIC_FIXTURES` or `../shared/fixtures`), when present; when
+/// absent, says so in one line that shows even though test output is captured.
+pub fn fixtures_or_skip(test: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("EMPATHIC_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("../shared/fixtures"));
-    dir.is_dir().then_some(dir)
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    // Written to the stream directly: libtest captures only the print macros.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped {test}: shared fixtures not found at {} (set EMPATHIC_FIXTURES)",
+        dir.display()
+    );
+    None
 }
 
 /// Copies a session folder into `dest` (a fresh folder) and returns it.

@@ -1,0 +1,569 @@
+//! openSMILE-compatible ComParE-2016 low-level descriptors (65 per 10 ms), streaming.
+//!
+//! Contract: a clean implementation of `specs/compare-2016-llds.md` (no openSMILE code).
+//! [`CompareLld`] takes mono audio in blocks of any size and emits one row per 10 ms frame
+//! `t` (frame t starts at sample `160 t` at 16 kHz), stamped with the frame's start on the
+//! session timeline, with openSMILE's 65 columns in its order ([`column_names`]). The rows do not
+//! depend on how the audio was split into blocks. Rows are emitted once final:
+//!
+//! | columns | latency after the frame's start |
+//! |---|---|
+//! | spectral, MFCC, loudness, RASTA, RMS (20 ms frames), ZCR (60 ms) | 60 ms frame + 10 ms smoothing look-ahead = 70 ms |
+//! | F0, voicing, jitter, shimmer, HNR | the above plus the Viterbi decision lag: 0-300 ms (30 frames at most) |
+//!
+//! A row is released only when all its columns are final, so the row latency is the larger
+//! one: between 70 and 370 ms.
+//!
+//! Samples are scaled by 32768/32767 first: the pipeline reads int16 as s/32768, openSMILE
+//! as s/32767, and the values here follow openSMILE. Non-finite input samples are replaced by
+//! 0 (and counted); the WAV reader already rejects them. Only complete 60 ms frames give
+//! rows: a stream of N samples gives `floor((N - 960) / 160) + 1` rows at 16 kHz
+//! (openSMILE adds one end-of-input row, which is not reproduced).
+//!
+//! Pooling into a video frame ([`pool_compare_rows`]): the mean of the rows; for F0, jitter,
+//! shimmer and log HNR only over voiced rows (F0 > 0), and when a frame has no voiced row
+//! those take their unvoiced values (F0 0, jitter 0, shimmer 0, log HNR -100).
+
+pub mod jitter;
+pub mod pitch;
+pub mod spectral;
+
+use std::collections::VecDeque;
+
+use self::jitter::PitchJitter;
+use self::pitch::{ShsPitch, Viterbi};
+use self::spectral::{
+    mfcc, rms, zcr, Auditory, MagnitudeSpectrum, MelFilterbank, SpectralDescriptors, WindowKind,
+    MEL_BANDS,
+};
+use super::{AudioRow, AudioStage, ModalitySpec, PoolFn, StageError};
+use crate::capture::AudioBlock;
+use crate::Nanos;
+
+/// Number of ComParE-2016 LLDs.
+pub const DIMS: usize = 65;
+
+/// Columns 0..6 (F0, voicing, jitter x2, shimmer, HNR) are smoothed ignoring zeros.
+const NZ_COLUMNS: usize = 6;
+
+/// openSMILE's column names, in its order.
+pub fn column_names() -> Vec<String> {
+    let mut c: Vec<String> = [
+        "F0final_sma",
+        "voicingFinalUnclipped_sma",
+        "jitterLocal_sma",
+        "jitterDDP_sma",
+        "shimmerLocal_sma",
+        "logHNR_sma",
+        "audspec_lengthL1norm_sma",
+        "audspecRasta_lengthL1norm_sma",
+        "pcm_RMSenergy_sma",
+        "pcm_zcr_sma",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    c.extend((0..26).map(|i| format!("audSpec_Rfilt_sma[{i}]")));
+    c.extend(
+        [
+            "pcm_fftMag_fband250-650_sma",
+            "pcm_fftMag_fband1000-4000_sma",
+            "pcm_fftMag_spectralRollOff25.0_sma",
+            "pcm_fftMag_spectralRollOff50.0_sma",
+            "pcm_fftMag_spectralRollOff75.0_sma",
+            "pcm_fftMag_spectralRollOff90.0_sma",
+            "pcm_fftMag_spectralFlux_sma",
+            "pcm_fftMag_spectralCentroid_sma",
+            "pcm_fftMag_spectralEntropy_sma",
+            "pcm_fftMag_spectralVariance_sma",
+            "pcm_fftMag_spectralSkewness_sma",
+            "pcm_fftMag_spectralKurtosis_sma",
+            "pcm_fftMag_spectralSlope_sma",
+            "pcm_fftMag_psySharpness_sma",
+            "pcm_fftMag_spectralHarmonicity_sma",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    c.extend((1..=14).map(|i| format!("mfcc_sma[{i}]")));
+    c
+}
+
+/// A frame whose spectral columns are known and whose pitch columns may still be pending.
+struct PendingRow {
+    raw: [f32; DIMS],
+    e60: f32,
+}
+
+/// The streaming ComParE-2016 LLD extractor.
+pub struct CompareLld {
+    spec: ModalitySpec,
+    rate: u32,
+    hop: usize,
+    len20: usize,
+    len60: usize,
+    gain: f32,
+    /// Samples from absolute index `buf_start`.
+    buf: Vec<f32>,
+    buf_start: usize,
+    total: usize,
+    first_t_ns: Option<Nanos>,
+    next_frame: u64,
+    next_decided: u64,
+    fft20: MagnitudeSpectrum,
+    fft60: MagnitudeSpectrum,
+    mel: MelFilterbank,
+    auditory: Auditory,
+    spectral: SpectralDescriptors,
+    shs: ShsPitch,
+    viterbi: Viterbi,
+    jitter: PitchJitter,
+    pending: VecDeque<PendingRow>,
+    smoother: Smoother,
+    sanitised: u64,
+    // scratch
+    mag: Vec<f32>,
+    pow: Vec<f32>,
+}
+
+impl CompareLld {
+    pub fn new(sample_rate_hz: u32) -> Self {
+        let sr = f64::from(sample_rate_hz);
+        let len20 = (0.020 * sr).round() as usize;
+        let len60 = (0.060 * sr).round() as usize;
+        let fft20 = MagnitudeSpectrum::new(len20, WindowKind::Hamming);
+        let fft60 = MagnitudeSpectrum::new(len60, WindowKind::Gauss);
+        let mel = MelFilterbank::new(sample_rate_hz, fft20.nfft());
+        let auditory = Auditory::new(&mel);
+        let spectral = SpectralDescriptors::new(sample_rate_hz, fft20.nfft());
+        let shs = ShsPitch::new(sample_rate_hz, fft60.nfft(), 52.0, 620.0);
+        Self {
+            spec: ModalitySpec {
+                name: "acoustic_compare",
+                columns: column_names(),
+            },
+            rate: sample_rate_hz,
+            hop: (0.010 * sr).round() as usize,
+            len20,
+            len60,
+            gain: 32768.0 / 32767.0,
+            buf: Vec::new(),
+            buf_start: 0,
+            total: 0,
+            first_t_ns: None,
+            next_frame: 0,
+            next_decided: 0,
+            fft20,
+            fft60,
+            mel,
+            auditory,
+            spectral,
+            shs,
+            viterbi: Viterbi::new(30),
+            jitter: PitchJitter::new(sample_rate_hz, 0.25),
+            pending: VecDeque::new(),
+            smoother: Smoother::default(),
+            sanitised: 0,
+            mag: Vec::new(),
+            pow: Vec::new(),
+        }
+    }
+
+    /// Input samples replaced by 0 because they were NaN or infinite.
+    pub fn sanitised_samples(&self) -> u64 {
+        self.sanitised
+    }
+
+    fn row_time(&self, t: u64) -> Nanos {
+        self.first_t_ns.unwrap_or(0) + crate::capture::samples_to_ns(t * self.hop as u64, self.rate)
+    }
+
+    /// Feeds samples (already at this stage's rate); returns the rows that became final.
+    pub fn push_samples(&mut self, t_ns: Nanos, samples: &[f32]) -> Vec<AudioRow> {
+        self.first_t_ns.get_or_insert(t_ns);
+        self.buf.reserve(samples.len());
+        for &s in samples {
+            let v = if s.is_finite() {
+                s * self.gain
+            } else {
+                self.sanitised += 1;
+                0.0
+            };
+            self.buf.push(v);
+        }
+        self.total += samples.len();
+        let mut rows = Vec::new();
+        while self.total >= self.next_frame as usize * self.hop + self.len60 {
+            let t = self.next_frame;
+            let cands = self.analyse(t);
+            self.next_frame += 1;
+            for d in self.viterbi.push(cands) {
+                self.decide(d);
+            }
+            self.release(&mut rows);
+        }
+        self.trim();
+        rows
+    }
+
+    /// Ends the stream: flushes the pitch decisions and the smoother.
+    pub fn finish_rows(&mut self) -> Vec<AudioRow> {
+        for d in self.viterbi.flush() {
+            self.decide(d);
+        }
+        let mut rows = Vec::new();
+        self.release(&mut rows);
+        // The 20 ms columns of the last row look ahead at the next 20 ms frame when the
+        // audio holds one (as openSMILE's 20 ms levels do); the others repeat the last row.
+        let t = self.next_frame;
+        let lookahead = if self.total >= t as usize * self.hop + self.len20 {
+            self.smoother.last().map(|last| {
+                let mut raw = last;
+                let start = t as usize * self.hop - self.buf_start;
+                let frame20: Vec<f32> = self.buf[start..start + self.len20].to_vec();
+                self.spectral_columns(&frame20, &mut raw);
+                raw
+            })
+        } else {
+            None
+        };
+        if let Some(row) = self.smoother.finish(lookahead) {
+            let t = self.smoother.emitted;
+            rows.push(AudioRow {
+                t_ns: self.row_time(t - 1),
+                values: row.to_vec(),
+            });
+        }
+        rows
+    }
+
+    /// Computes frame `t`'s spectral columns into a pending row; returns its SHS candidates.
+    fn analyse(&mut self, t: u64) -> pitch::Candidates {
+        let start = t as usize * self.hop - self.buf_start;
+        let frame60: Vec<f32> = self.buf[start..start + self.len60].to_vec();
+        let mut raw = [0f32; DIMS];
+        raw[9] = zcr(&frame60);
+        self.spectral_columns(&frame60[..self.len20], &mut raw);
+        // 60 ms Gaussian frame: energy gate and pitch.
+        let win60 = self.fft60.windowed(&frame60);
+        let e60 = rms(&win60);
+        let mut mag = std::mem::take(&mut self.mag);
+        self.fft60.magnitudes(&win60, &mut mag);
+        let cands = self.shs.candidates(&mag);
+        self.mag = mag;
+        self.pending.push_back(PendingRow { raw, e60 });
+        cands
+    }
+
+    /// The 20 ms columns (energy, auditory, RASTA, spectral, MFCC) of one frame.
+    fn spectral_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
+        raw[8] = rms(frame20);
+        let win20 = self.fft20.windowed(frame20);
+        let mut mag = std::mem::take(&mut self.mag);
+        self.fft20.magnitudes(&win20, &mut mag);
+        self.pow.clear();
+        self.pow.extend(mag.iter().map(|m| m * m));
+        let mut bands = [0f64; MEL_BANDS];
+        self.mel.apply(&self.pow, &mut bands);
+        let (mut plain, mut rasta) = ([0f32; MEL_BANDS], [0f32; MEL_BANDS]);
+        let (loud, loud_rasta) = self.auditory.process(&bands, &mut plain, &mut rasta);
+        raw[6] = loud;
+        raw[7] = loud_rasta;
+        raw[10..36].copy_from_slice(&rasta);
+        let mut sp = [0f32; 15];
+        self.spectral.process(&mag, &self.pow, &mut sp);
+        raw[36..51].copy_from_slice(&sp);
+        let mut cep = [0f32; 14];
+        mfcc(&bands, &mut cep);
+        raw[51..65].copy_from_slice(&cep);
+        self.mag = mag;
+    }
+
+    /// Applies the next pitch decision: energy gate, then voice quality from the waveform.
+    fn decide(&mut self, d: pitch::PitchDecision) {
+        let t = self.next_decided;
+        let index = (t - (self.next_frame - self.pending.len() as u64)) as usize;
+        let Some(row) = self.pending.get(index) else {
+            return;
+        };
+        let gated = row.e60 > 0.001;
+        let (f0, voicing) = if gated { (d.f0, d.voicing) } else { (0.0, 0.0) };
+        let (buf, buf_start, total) = (&self.buf, self.buf_start, self.total);
+        let vq = self.jitter.process(t, f0, |start, len| {
+            let s = start.max(buf_start).min(total);
+            let e = (start + len).min(total);
+            &buf[s - buf_start..e.max(s) - buf_start]
+        });
+        if let Some(row) = self.pending.get_mut(index) {
+            row.raw[0] = f0;
+            row.raw[1] = voicing;
+            row.raw[2] = vq.jitter_local;
+            row.raw[3] = vq.jitter_ddp;
+            row.raw[4] = vq.shimmer_local;
+            row.raw[5] = vq.log_hnr;
+        }
+        self.next_decided += 1;
+    }
+
+    /// Moves decided rows through the smoother.
+    fn release(&mut self, out: &mut Vec<AudioRow>) {
+        let decided_rows = self.pending.len() - (self.next_frame - self.next_decided) as usize;
+        for _ in 0..decided_rows {
+            let Some(row) = self.pending.pop_front() else {
+                break;
+            };
+            if let Some(y) = self.smoother.push(row.raw) {
+                let t = self.smoother.emitted - 1;
+                out.push(AudioRow {
+                    t_ns: self.row_time(t),
+                    values: y.to_vec(),
+                });
+            }
+        }
+    }
+
+    /// Drops samples no later frame or voice-quality window can read.
+    fn trim(&mut self) {
+        let keep_from = (self.next_frame as usize * self.hop)
+            .min(self.jitter.first_needed_sample(self.next_decided))
+            .min(self.total);
+        if keep_from > self.buf_start + 8192 {
+            self.buf.drain(..keep_from - self.buf_start);
+            self.buf_start = keep_from;
+        }
+    }
+}
+
+/// `cContourSmoother smaWin=3`: columns 0..6 ignore zeros, the others average three rows;
+/// the row before the first is the first (edge replication).
+#[derive(Default)]
+struct Smoother {
+    prev: Option<[f32; DIMS]>,
+    cur: Option<[f32; DIMS]>,
+    emitted: u64,
+}
+
+impl Smoother {
+    fn smooth(prev: &[f32; DIMS], cur: &[f32; DIMS], next: &[f32; DIMS]) -> [f32; DIMS] {
+        let mut y = [0f32; DIMS];
+        for c in 0..DIMS {
+            y[c] = if c < NZ_COLUMNS {
+                if cur[c] == 0.0 {
+                    0.0
+                } else {
+                    let (mut s, mut n) = (cur[c], 1.0f32);
+                    for v in [prev[c], next[c]] {
+                        if v != 0.0 {
+                            s += v;
+                            n += 1.0;
+                        }
+                    }
+                    s / n
+                }
+            } else {
+                (prev[c] + cur[c] + next[c]) / 3.0
+            };
+        }
+        y
+    }
+
+    fn push(&mut self, next: [f32; DIMS]) -> Option<[f32; DIMS]> {
+        let Some(cur) = self.cur else {
+            self.cur = Some(next);
+            self.prev = Some(next);
+            return None;
+        };
+        let prev = self.prev.unwrap_or(cur);
+        let y = Self::smooth(&prev, &cur, &next);
+        self.prev = Some(cur);
+        self.cur = Some(next);
+        self.emitted += 1;
+        Some(y)
+    }
+
+    fn last(&self) -> Option<[f32; DIMS]> {
+        self.cur
+    }
+
+    fn finish(&mut self, lookahead: Option<[f32; DIMS]>) -> Option<[f32; DIMS]> {
+        let cur = self.cur.take()?;
+        let prev = self.prev.unwrap_or(cur);
+        let next = lookahead.unwrap_or(cur);
+        self.emitted += 1;
+        Some(Self::smooth(&prev, &cur, &next))
+    }
+}
+
+impl AudioStage for CompareLld {
+    fn spec(&self) -> &ModalitySpec {
+        &self.spec
+    }
+
+    fn process(&mut self, block: &AudioBlock) -> Result<Vec<AudioRow>, StageError> {
+        if block.sample_rate_hz != self.rate {
+            return Err(StageError {
+                stage: "acoustic_compare",
+                message: format!(
+                    "block at {} Hz, stage set up for {} Hz",
+                    block.sample_rate_hz, self.rate
+                ),
+            });
+        }
+        Ok(self.push_samples(block.t_ns, &block.samples))
+    }
+
+    fn finish(&mut self) -> Result<Vec<AudioRow>, StageError> {
+        Ok(self.finish_rows())
+    }
+
+    fn pooling(&self) -> PoolFn {
+        pool_compare_rows
+    }
+}
+
+/// Pools ComParE rows into one video frame's 65-d vector (see the module header).
+pub fn pool_compare_rows(rows: &[&AudioRow]) -> Option<Vec<f32>> {
+    if rows.is_empty() {
+        return None;
+    }
+    let n = rows.len() as f64;
+    let voiced: Vec<&&AudioRow> = rows.iter().filter(|r| r.values[0] > 0.0).collect();
+    let mut out = vec![0f32; DIMS];
+    for (c, o) in out.iter_mut().enumerate() {
+        let voiced_only = c == 0 || (2..NZ_COLUMNS).contains(&c);
+        *o = if voiced_only {
+            if voiced.is_empty() {
+                if c == 5 {
+                    -100.0
+                } else {
+                    0.0
+                }
+            } else {
+                (voiced.iter().map(|r| f64::from(r.values[c])).sum::<f64>() / voiced.len() as f64)
+                    as f32
+            }
+        } else {
+            (rows.iter().map(|r| f64::from(r.values[c])).sum::<f64>() / n) as f32
+        };
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(signal: &[f32], sizes: &[usize]) -> Vec<AudioRow> {
+        let mut s = CompareLld::new(16_000);
+        let mut rows = Vec::new();
+        let (mut pos, mut k) = (0usize, 0usize);
+        while pos < signal.len() {
+            let n = sizes[k % sizes.len()].min(signal.len() - pos);
+            let t = crate::capture::samples_to_ns(pos as u64, 16_000);
+            rows.extend(s.push_samples(t, &signal[pos..pos + n]));
+            pos += n;
+            k += 1;
+        }
+        rows.extend(s.finish_rows());
+        rows
+    }
+
+    fn tone(hz: f32, secs: f32, amp: f32) -> Vec<f32> {
+        (0..(secs * 16_000.0) as usize)
+            .map(|i| amp * (2.0 * std::f32::consts::PI * hz * i as f32 / 16_000.0).sin())
+            .collect()
+    }
+
+    #[test]
+    fn names_are_65_in_opensmile_order() {
+        let c = column_names();
+        assert_eq!(c.len(), 65);
+        assert_eq!(c[0], "F0final_sma");
+        assert_eq!(c[10], "audSpec_Rfilt_sma[0]");
+        assert_eq!(c[64], "mfcc_sma[14]");
+    }
+
+    #[test]
+    fn row_count_and_stamps() {
+        let rows = run(&vec![0.0; 16_000], &[16_000]);
+        // floor((16000 - 960) / 160) + 1
+        assert_eq!(rows.len(), 95);
+        assert_eq!(rows[3].t_ns, 30_000_000);
+    }
+
+    #[test]
+    fn silence_gives_the_reference_edge_values() {
+        let rows = run(&vec![0.0; 16_000], &[4000]);
+        let r = &rows[50].values;
+        assert_eq!(r[0], 0.0); // F0
+        assert_eq!(r[5], -100.0); // logHNR
+        assert!((r[6] - 0.001_033_97).abs() < 1e-7); // loudness
+        assert!((r[7] - 0.988_341).abs() < 1e-5); // RASTA loudness
+        assert_eq!(r[8], 0.0); // RMS
+        assert!((r[9] - 0.997_92).abs() < 1e-5); // zcr quirk
+        assert_eq!(r[38], 31.25); // roll-off 25 %
+        assert!(r[51..].iter().all(|&v| v == 0.0)); // MFCC
+    }
+
+    #[test]
+    fn tone_220_hz_has_its_pitch() {
+        let rows = run(&tone(220.0, 1.0, 0.5), &[320]);
+        let f0 = rows[50].values[0];
+        assert!((f0 - 219.73).abs() < 1.0, "{f0}");
+        assert!(
+            (rows[50].values[9] - 0.0271).abs() < 0.002,
+            "zcr {}",
+            rows[50].values[9]
+        );
+    }
+
+    #[test]
+    fn rows_do_not_depend_on_block_sizes() {
+        let mut signal = tone(180.0, 1.2, 0.3);
+        for (i, v) in signal.iter_mut().enumerate() {
+            *v += ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.05;
+        }
+        let whole = run(&signal, &[signal.len()]);
+        assert_eq!(whole, run(&signal, &[1, 333, 160, 2048, 17]));
+        assert_eq!(whole, run(&signal, &[320]));
+        assert!(whole.iter().all(|r| r.values.iter().all(|v| v.is_finite())));
+    }
+
+    #[test]
+    fn hostile_input_gives_finite_rows_or_none() {
+        assert!(run(&[], &[1]).is_empty());
+        assert!(run(&vec![0.1; 160], &[160]).is_empty()); // 10 ms: no complete 60 ms frame
+        let mut s = tone(300.0, 0.5, 1.0);
+        s[100] = f32::NAN;
+        s[200] = f32::INFINITY;
+        s[300] = 1e-40; // denormal
+        for v in s.iter_mut().skip(4000).take(2000) {
+            *v = v.signum(); // hard clipping
+        }
+        for v in s.iter_mut().skip(6000) {
+            *v += 0.5; // DC offset
+        }
+        let rows = run(&s, &[512]);
+        assert!(!rows.is_empty());
+        assert!(rows.iter().all(|r| r.values.iter().all(|v| v.is_finite())));
+    }
+
+    #[test]
+    fn pooling_uses_voiced_rows_for_pitch_columns() {
+        let mut a = vec![0f32; DIMS];
+        let mut b = vec![0f32; DIMS];
+        a[0] = 200.0;
+        a[5] = 10.0;
+        a[6] = 1.0;
+        b[5] = -100.0;
+        b[6] = 3.0;
+        let (ra, rb) = (
+            AudioRow { t_ns: 0, values: a },
+            AudioRow { t_ns: 0, values: b },
+        );
+        let v = pool_compare_rows(&[&ra, &rb]).unwrap();
+        assert_eq!((v[0], v[5], v[6]), (200.0, 10.0, 2.0));
+        let v = pool_compare_rows(&[&rb]).unwrap();
+        assert_eq!((v[0], v[5]), (0.0, -100.0));
+    }
+}
