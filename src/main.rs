@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use empathic::clock::{MonotonicClock, Speed};
 use empathic::config::Config;
 use empathic::exit::{Classify, ExitKind};
+use empathic::features::acoustic::extract::extract_audio_csv;
 use empathic::runtime::replay::{replay, ReplayOptions};
 use empathic::runtime::{stop_flag, RunError};
 use empathic::store::Store;
@@ -54,6 +55,11 @@ enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Extract features from a media file.
+    Extract {
+        #[command(subcommand)]
+        command: ExtractCommand,
+    },
     /// Check the installation and say what is missing.
     Doctor {
         #[arg(long)]
@@ -65,6 +71,26 @@ enum Command {
         #[arg(long)]
         live: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ExtractCommand {
+    /// ComParE-2016 low-level descriptors (65 per 10 ms, openSMILE's names and order) as CSV.
+    Audio {
+        /// A PCM WAV file, mono or stereo (averaged), any sample rate.
+        input: PathBuf,
+        /// The CSV to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Feature set (`compare`: ComParE-2016, 65 LLDs).
+        #[arg(long, default_value = "compare")]
+        set: FeatureSet,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FeatureSet {
+    Compare,
 }
 
 #[derive(Subcommand)]
@@ -206,6 +232,22 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     }
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Extract {
+            command: ExtractCommand::Audio { input, out, set },
+        } => {
+            let FeatureSet::Compare = set;
+            let summary =
+                extract_audio_csv(&input, &out, std::io::stderr().is_terminal()).map_err(fail)?;
+            eprintln!(
+                "wrote {} rows of 65 ComParE-2016 LLDs ({:.2} s at {} Hz, {} channel(s)) to {}",
+                summary.rows,
+                summary.duration_secs,
+                summary.sample_rate_hz,
+                summary.input_channels,
+                out.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { config, db, live } => {

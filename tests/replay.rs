@@ -84,7 +84,7 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(masks.len(), 21 * 2);
+    assert_eq!(masks.len(), 21 * 3);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
@@ -149,7 +149,7 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    assert_eq!(ra.len(), 420 + 420 * 2 + 21 + 21 * 2);
+    assert_eq!(ra.len(), 420 + 420 * 3 + 21 + 21 * 3);
     assert_eq!(ra, rb);
 }
 

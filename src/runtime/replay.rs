@@ -26,6 +26,7 @@ use crate::capture::video_file::FileVideoSource;
 use crate::capture::{AudioBlock, AudioSource, VideoFrame, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
+use crate::features::acoustic::CompareLld;
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
@@ -173,6 +174,7 @@ fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str
 struct Pipeline {
     video_signal: VideoSignalStage,
     audio_signal: AudioSignalStage,
+    acoustic: CompareLld,
     layout: ModalityLayout,
     period_ns: f64,
 }
@@ -181,15 +183,19 @@ impl Pipeline {
     fn new(config: &Config, nominal_fps: f64) -> Self {
         let video_signal = VideoSignalStage::new();
         let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
+        let acoustic = CompareLld::new(config.audio.sample_rate_hz);
+        // Audio modalities in the order `audio_features` sends their rows.
         let layout = ModalityLayout {
             modalities: vec![
                 (Stream::Video, video_signal.spec().clone()),
                 (Stream::Audio, audio_signal.spec().clone()),
+                (Stream::Audio, acoustic.spec().clone()),
             ],
         };
         Self {
             video_signal,
             audio_signal,
+            acoustic,
             layout,
             period_ns: 1e9 / nominal_fps,
         }
@@ -243,10 +249,11 @@ fn run(
     let Pipeline {
         video_signal,
         audio_signal,
+        acoustic,
         layout,
         period_ns,
     } = pipeline;
-    let pools: Vec<PoolFn> = vec![audio_signal.pooling()];
+    let pools: Vec<PoolFn> = vec![audio_signal.pooling(), acoustic.pooling()];
     let video_modalities = layout.video_count();
     let spans = phase_spans(&session.events, Nanos::MAX);
     let pacer = Pacer {
@@ -286,7 +293,7 @@ fn run(
             capture_audio(audio, block_tx, &pacer, clock_a.as_ref(), stop, stopped_a)
         })?;
         let audio_features = spawn(scope, "audio-features", move || {
-            audio_features(block_rx, rows_tx, audio_signal)
+            audio_features(block_rx, rows_tx, audio_signal, acoustic)
         })?;
         let layout_ref = &layout;
         let spans_ref = &spans;
@@ -484,6 +491,7 @@ fn audio_features(
     rx: PolicyReceiver<AudioBlock>,
     tx: PolicySender<Vec<Vec<AudioRow>>>,
     mut signal: AudioSignalStage,
+    mut acoustic: CompareLld,
 ) -> Result<AudioFeaturesDone, RunError> {
     let mut timeline = AudioTimelineStats::default();
     let send = |rows| {
@@ -494,9 +502,15 @@ fn audio_features(
     };
     for block in &rx {
         timeline.observe(block.t_ns, block.samples.len(), block.sample_rate_hz);
-        send(vec![signal.process(&block)?])?;
+        send(vec![signal.process(&block)?, acoustic.process(&block)?])?;
     }
-    send(vec![signal.finish()?])?;
+    send(vec![signal.finish()?, acoustic.finish()?])?;
+    if acoustic.sanitised_samples() > 0 {
+        tracing::warn!(
+            samples = acoustic.sanitised_samples(),
+            "non-finite audio samples were replaced by 0 for the acoustic features"
+        );
+    }
     Ok(AudioFeaturesDone {
         timeline,
         totals: signal.totals().clone(),

@@ -24,6 +24,7 @@
 //! shimmer and log HNR only over voiced rows (F0 > 0), and when a frame has no voiced row
 //! those take their unvoiced values (F0 0, jitter 0, shimmer 0, log HNR -100).
 
+pub mod extract;
 pub mod jitter;
 pub mod pitch;
 pub mod spectral;

@@ -248,19 +248,33 @@ fn spline(x: &[f64], y: &[f64], y2: &mut [f64], u: &mut [f64]) {
     }
 }
 
-/// Peak of the parabola through three points; the largest point when degenerate.
+/// Peak of the parabola through three points, by Cramer's rule on the 3x3 Vandermonde system
+/// (the form `smileMath_quadFrom3pts` uses, so near-degenerate cases round the same way);
+/// the largest point when degenerate.
 pub fn quad_peak(x: [f64; 3], y: [f64; 3]) -> (f64, f64) {
-    let d1 = (y[1] - y[0]) / (x[1] - x[0]);
-    let d2 = (y[2] - y[1]) / (x[2] - x[1]);
-    let a = (d2 - d1) / (x[2] - x[0]);
-    if a == 0.0 || !a.is_finite() {
-        let k = (0..3).fold(0, |b, k| if y[k] > y[b] { k } else { b });
-        return (x[k], y[k]);
+    let [x1, x2, x3] = x;
+    let [y1, y2, y3] = y;
+    let den =
+        x1 * x1 * x2 + x2 * x2 * x3 + x3 * x3 * x1 - x3 * x3 * x2 - x2 * x2 * x1 - x1 * x1 * x3;
+    if den != 0.0 {
+        let a = (y1 * x2 + y2 * x3 + y3 * x1 - y3 * x2 - y2 * x1 - y1 * x3) / den;
+        let b = (x1 * x1 * y2 + x2 * x2 * y3 + x3 * x3 * y1
+            - x3 * x3 * y2
+            - x2 * x2 * y1
+            - x1 * x1 * y3)
+            / den;
+        let c = (x1 * x1 * x2 * y3 + x2 * x2 * x3 * y1 + x3 * x3 * x1 * y2
+            - x3 * x3 * x2 * y1
+            - x2 * x2 * x1 * y3
+            - x1 * x1 * x3 * y2)
+            / den;
+        if a != 0.0 {
+            let xp = -b / (2.0 * a);
+            return (xp, c - a * xp * xp);
+        }
     }
-    let b = d1 - a * (x[0] + x[1]);
-    let c = y[0] - a * x[0] * x[0] - b * x[0];
-    let xp = -b / (2.0 * a);
-    (xp, c - b * b / (4.0 * a))
+    let k = (0..3).fold(0, |b, k| if y[k] > y[b] { k } else { b });
+    (x[k], y[k])
 }
 
 const STATES: usize = N_CANDIDATES + 1;

@@ -1,0 +1,130 @@
+//! `empathic extract audio`: ComParE-2016 LLDs of a WAV file as CSV.
+//!
+//! Contract: the WAV is read at its own sample rate (openSMILE's values depend on the rate,
+//! and this is how openSMILE reads a file), mixed to mono by averaging. The CSV has a header
+//! `frameTime` then the 65 names, comma-separated, one row per 10 ms frame, `frameTime` the
+//! frame's start in seconds, every value in Rust's shortest round-trip float form (full
+//! precision). The file is written beside the target and renamed into place at the end, so
+//! a failure never leaves a partial CSV under the requested name.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::{column_names, CompareLld};
+use crate::capture::audio_file::WavAudioSource;
+use crate::capture::{AudioSource, CaptureError};
+use crate::exit::{Classify, ExitKind};
+use crate::features::AudioRow;
+
+/// Errors of an extraction.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtractError {
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error("cannot write the CSV: {source}: {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Classify for ExtractError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            ExtractError::Capture(e) => e.exit_kind(),
+            ExtractError::Write { .. } => ExitKind::Runtime,
+        }
+    }
+}
+
+/// What an extraction produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtractSummary {
+    pub rows: u64,
+    pub sample_rate_hz: u32,
+    pub input_channels: u16,
+    pub duration_secs: f64,
+}
+
+/// Extracts the LLDs of `input` into `output`.
+pub fn extract_audio_csv(
+    input: &Path,
+    output: &Path,
+    progress: bool,
+) -> Result<ExtractSummary, ExtractError> {
+    let rate = hound::WavReader::open(input)
+        .map(|r| r.spec().sample_rate)
+        .map_err(|e| CaptureError::Open {
+            what: "audio",
+            path: input.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let mut source = WavAudioSource::open(input, rate, 100, 0)?;
+    let info = source.info().clone();
+    let mut stage = CompareLld::new(rate);
+    let partial = output.with_extension("csv.partial");
+    let write_err = |source: std::io::Error| ExtractError::Write {
+        path: output.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::create(&partial).map_err(write_err)?;
+    let mut w = BufWriter::new(file);
+    let result = (|| -> Result<u64, ExtractError> {
+        let mut header = String::from("frameTime");
+        for name in column_names() {
+            header.push(',');
+            header.push_str(&name);
+        }
+        writeln!(w, "{header}").map_err(write_err)?;
+        let bar = if progress {
+            let bar =
+                ProgressBar::with_draw_target(info.expected_samples, ProgressDrawTarget::stderr());
+            if let Ok(style) =
+                ProgressStyle::with_template("{spinner} extract [{bar:40}] {percent}%  eta {eta}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        let mut rows = 0u64;
+        let mut write_rows = |out: Vec<AudioRow>, w: &mut BufWriter<std::fs::File>| {
+            for r in out {
+                let mut line = format!("{}", r.t_ns as f64 / 1e9);
+                for v in &r.values {
+                    line.push(',');
+                    line.push_str(&v.to_string());
+                }
+                writeln!(w, "{line}").map_err(write_err)?;
+                rows += 1;
+            }
+            Ok::<(), ExtractError>(())
+        };
+        while let Some(block) = source.next_block()? {
+            bar.inc(block.samples.len() as u64);
+            write_rows(stage.push_samples(block.t_ns, &block.samples), &mut w)?;
+        }
+        write_rows(stage.finish_rows(), &mut w)?;
+        bar.finish_and_clear();
+        w.flush().map_err(write_err)?;
+        Ok(rows)
+    })();
+    let rows = match result {
+        Ok(rows) => rows,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&partial, output).map_err(write_err)?;
+    Ok(ExtractSummary {
+        rows,
+        sample_rate_hz: rate,
+        input_channels: info.input_channels,
+        duration_secs: info.expected_samples.unwrap_or(0) as f64 / f64::from(rate),
+    })
+}

@@ -1,0 +1,272 @@
+//! ComParE-2016 LLDs: agreement with openSMILE 3.0 references, block-size invariance, the
+//! `extract audio` command, and the acoustic vectors replay stores.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use empathic::features::acoustic::extract::extract_audio_csv;
+use empathic::features::acoustic::{column_names, CompareLld};
+use proptest::prelude::*;
+
+/// (header, rows) of a CSV of numbers.
+fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let rows = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.split(',')
+                .map(|v| v.trim().parse::<f64>().unwrap())
+                .collect()
+        })
+        .collect();
+    (header, rows)
+}
+
+/// Per column, the share of rows with |err| <= 1e-4 + 1e-3 |ref| (the reference's last 4
+/// rows excluded). Panics naming every column below 99 %.
+fn assert_agrees(ours: &Path, reference: &Path) {
+    let (oh, o) = read_csv(ours);
+    let (rh, r) = read_csv(reference);
+    assert_eq!(&oh[1..], &rh[2..], "column names and order");
+    let n = o.len().min(r.len() - 4);
+    assert!(
+        n + 5 >= r.len(),
+        "{} rows vs reference {}",
+        o.len(),
+        r.len()
+    );
+    let mut failures = Vec::new();
+    for (c, name) in oh.iter().enumerate().skip(1) {
+        let agree = (0..n)
+            .filter(|&t| {
+                let (a, b) = (o[t][c], r[t][c + 1]);
+                (a - b).abs() <= 1e-4 + 1e-3 * b.abs()
+            })
+            .count();
+        let share = agree as f64 / n as f64;
+        if share < 0.99 {
+            failures.push(format!("{name}: {:.2} %", share * 100.0));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}: below 99 % agreement: {failures:?}",
+        ours.display()
+    );
+}
+
+#[test]
+fn agrees_with_opensmile_on_committed_references() {
+    let dir = root().join("tests/data/acoustic");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wav") {
+            let reference = path.with_extension("compare.csv");
+            let out = tmp.path().join("out.csv");
+            extract_audio_csv(&path, &out, false).unwrap();
+            assert_agrees(&out, &reference);
+            checked += 1;
+        }
+    }
+    assert_eq!(
+        checked, 2,
+        "LibriVox 16 kHz and espeak-ng 22.05 kHz references"
+    );
+}
+
+#[test]
+fn agrees_with_opensmile_on_shared_sessions() {
+    let Some(fixtures) = fixtures_or_skip("agrees_with_opensmile_on_shared_sessions") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["grid", "selfie", "still"] {
+        let out = tmp.path().join(format!("{name}.csv"));
+        extract_audio_csv(
+            &fixtures.join(format!("sessions/{name}/audio.wav")),
+            &out,
+            false,
+        )
+        .unwrap();
+        assert_agrees(
+            &out,
+            &fixtures.join(format!("references/opensmile/{name}.compare.csv")),
+        );
+    }
+}
+
+fn librivox_samples(secs: f32) -> Vec<f32> {
+    let mut r =
+        hound::WavReader::open(root().join("tests/data/acoustic/librivox-0880-16k.wav")).unwrap();
+    r.samples::<i16>()
+        .take((secs * 16_000.0) as usize)
+        .map(|s| f32::from(s.unwrap()) / 32768.0)
+        .collect()
+}
+
+fn rows_in_blocks(signal: &[f32], sizes: &[usize]) -> Vec<empathic::features::AudioRow> {
+    let mut stage = CompareLld::new(16_000);
+    let mut rows = Vec::new();
+    let (mut pos, mut k) = (0, 0);
+    while pos < signal.len() {
+        let n = sizes[k % sizes.len()].clamp(1, signal.len() - pos);
+        let t = empathic::capture::samples_to_ns(pos as u64, 16_000);
+        rows.extend(stage.push_samples(t, &signal[pos..pos + n]));
+        pos += n;
+        k += 1;
+    }
+    rows.extend(stage.finish_rows());
+    rows
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    #[test]
+    fn output_does_not_depend_on_block_sizes(sizes in proptest::collection::vec(1usize..3000, 1..8)) {
+        let signal = librivox_samples(1.0);
+        let whole = rows_in_blocks(&signal, &[signal.len()]);
+        prop_assert_eq!(whole.len(), 95);
+        prop_assert_eq!(whole, rows_in_blocks(&signal, &sizes));
+    }
+}
+
+fn write_wav(path: &Path, samples: &[i16]) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for &s in samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+#[test]
+fn extract_cli_writes_the_columns_and_handles_bad_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x.csv");
+    let wav = root().join("tests/data/acoustic/librivox-0880-16k.wav");
+    let o = empathic(&["extract", "audio", path_str(&wav), "--out", path_str(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (header, rows) = read_csv(&out);
+    assert_eq!(header.len(), 66);
+    assert_eq!(header[0], "frameTime");
+    assert_eq!(&header[1..], column_names().as_slice());
+    assert_eq!(rows.len(), 294);
+    assert_eq!(rows[1][0], 0.01);
+    assert!(rows.iter().flatten().all(|v| v.is_finite()));
+
+    // Empty and 10 ms files: a header and no rows.
+    for (name, len) in [("empty.wav", 0usize), ("ten_ms.wav", 160)] {
+        let p = tmp.path().join(name);
+        write_wav(&p, &vec![1000; len]);
+        let o = empathic(&["extract", "audio", path_str(&p), "--out", path_str(&out)]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let (h, r) = read_csv(&out);
+        assert_eq!((h.len(), r.len()), (66, 0), "{name}");
+    }
+    // Digital silence and a DC offset: finite values everywhere.
+    let p = tmp.path().join("dc.wav");
+    write_wav(&p, &vec![8000; 16_000]);
+    let o = empathic(&["extract", "audio", path_str(&p), "--out", path_str(&out)]);
+    assert!(o.status.success());
+    assert!(read_csv(&out).1.iter().flatten().all(|v| v.is_finite()));
+
+    // A truncated file: exit 2, the file named, no CSV left behind.
+    let bytes = std::fs::read(&wav).unwrap();
+    let cut = tmp.path().join("cut.wav");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let target = tmp.path().join("cut.csv");
+    let o = empathic(&[
+        "extract",
+        "audio",
+        path_str(&cut),
+        "--out",
+        path_str(&target),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cut.wav") && stderr(&o).contains("truncated"));
+    assert!(!target.exists());
+    // Not a WAV at all.
+    let junk = tmp.path().join("junk.wav");
+    std::fs::write(&junk, b"RIFF....not really").unwrap();
+    let o = empathic(&[
+        "extract",
+        "audio",
+        path_str(&junk),
+        "--out",
+        path_str(&target),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("junk.wav"));
+}
+
+#[test]
+fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("a.db");
+    let o = empathic(&["replay", path_str(&demo_session()), "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = tmp.path().join("demo.csv");
+    extract_audio_csv(&demo_session().join("audio.wav"), &csv, false).unwrap();
+    let (_, rows) = read_csv(&csv);
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let present: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM frame_features WHERE modality = 'acoustic_compare' AND present = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    // The last frame (27.933-28.0 s) has no complete 60 ms analysis frame.
+    assert!(present >= 419, "{present}");
+    let masks: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM window_features WHERE modality = 'acoustic_compare' AND length(presence) = 120",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(masks, 21);
+    for frame in [30u32, 200, 333] {
+        let blob: Vec<u8> = conn
+            .query_row(
+                "SELECT vec FROM frame_features WHERE modality = 'acoustic_compare' AND frame_index = ?1",
+                [frame],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let stored = empathic::store::rows::blob_to_vec(&blob);
+        assert_eq!(stored.len(), 65);
+        // Rows whose start falls in the frame's 66.7 ms, averaged (non-pitch columns).
+        let (lo, hi) = (f64::from(frame) / 15.0, f64::from(frame + 1) / 15.0);
+        let inside: Vec<&Vec<f64>> = rows
+            .iter()
+            .filter(|r| r[0] >= lo - 1e-9 && r[0] < hi - 1e-9)
+            .collect();
+        assert!(inside.len() == 6 || inside.len() == 7);
+        for c in [6usize, 8, 20, 40, 60] {
+            let mean = inside.iter().map(|r| r[c + 1]).sum::<f64>() / inside.len() as f64;
+            assert!(
+                (f64::from(stored[c]) - mean).abs() <= 1e-5 + 1e-5 * mean.abs(),
+                "frame {frame} column {c}: {} vs {mean}",
+                stored[c]
+            );
+        }
+    }
+}
