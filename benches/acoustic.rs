@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use empathic::features::acoustic::CompareLld;
+use empathic::features::acoustic::{LldExtractor, LldSet};
 
 fn speech() -> Vec<f32> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/demo/session/audio.wav");
@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(signal.len() as u64));
     group.bench_function("10s_speech_16k_blocks_20ms", |b| {
         b.iter(|| {
-            let mut stage = CompareLld::new(16_000);
+            let mut stage = LldExtractor::new(LldSet::Compare, 16_000);
             let mut n = 0;
             for (k, block) in signal.chunks(320).enumerate() {
                 n += stage.push_samples(k as u64 * 20_000_000, block).len();

@@ -95,6 +95,9 @@ pub struct AudioConfig {
     pub sample_rate_hz: u32,
     /// Size of the audio blocks handed to the audio stages.
     pub block_ms: u32,
+    /// openSMILE-compatible LLD set stored per frame: `compare` (ComParE-2016, 65) or
+    /// `egemaps` (eGeMAPSv02, 25).
+    pub lld_set: crate::features::acoustic::LldSet,
 }
 
 impl Default for AudioConfig {
@@ -103,6 +106,7 @@ impl Default for AudioConfig {
             device: "default".into(),
             sample_rate_hz: 16_000,
             block_ms: 20,
+            lld_set: crate::features::acoustic::LldSet::Compare,
         }
     }
 }

@@ -12,6 +12,7 @@ use empathic::clock::{MonotonicClock, Speed};
 use empathic::config::Config;
 use empathic::exit::{Classify, ExitKind};
 use empathic::features::acoustic::extract::extract_audio_csv;
+use empathic::features::acoustic::LldSet;
 use empathic::runtime::replay::{replay, ReplayOptions};
 use empathic::runtime::{stop_flag, RunError};
 use empathic::store::Store;
@@ -75,14 +76,14 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ExtractCommand {
-    /// ComParE-2016 low-level descriptors (65 per 10 ms, openSMILE's names and order) as CSV.
+    /// openSMILE-compatible low-level descriptors per 10 ms (its names and order) as CSV.
     Audio {
         /// A PCM WAV file, mono or stereo (averaged), any sample rate.
         input: PathBuf,
         /// The CSV to write.
         #[arg(long)]
         out: PathBuf,
-        /// Feature set (`compare`: ComParE-2016, 65 LLDs).
+        /// Feature set: `compare` (ComParE-2016, 65 LLDs) or `egemaps` (eGeMAPSv02, 25 LLDs).
         #[arg(long, default_value = "compare")]
         set: FeatureSet,
     },
@@ -91,6 +92,7 @@ enum ExtractCommand {
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum FeatureSet {
     Compare,
+    Egemaps,
 }
 
 #[derive(Subcommand)]
@@ -237,12 +239,20 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Extract {
             command: ExtractCommand::Audio { input, out, set },
         } => {
-            let FeatureSet::Compare = set;
-            let summary =
-                extract_audio_csv(&input, &out, std::io::stderr().is_terminal()).map_err(fail)?;
+            let set = match set {
+                FeatureSet::Compare => LldSet::Compare,
+                FeatureSet::Egemaps => LldSet::Egemaps,
+            };
+            let summary = extract_audio_csv(&input, &out, set, std::io::stderr().is_terminal())
+                .map_err(fail)?;
             eprintln!(
-                "wrote {} rows of 65 ComParE-2016 LLDs ({:.2} s at {} Hz, {} channel(s)) to {}",
+                "wrote {} rows of {} {} LLDs ({:.2} s at {} Hz, {} channel(s)) to {}",
                 summary.rows,
+                set.dims(),
+                match set {
+                    LldSet::Compare => "ComParE-2016",
+                    LldSet::Egemaps => "eGeMAPSv02",
+                },
                 summary.duration_secs,
                 summary.sample_rate_hz,
                 summary.input_channels,

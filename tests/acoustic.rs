@@ -7,7 +7,7 @@ use std::path::Path;
 
 use common::*;
 use empathic::features::acoustic::extract::extract_audio_csv;
-use empathic::features::acoustic::{column_names, CompareLld};
+use empathic::features::acoustic::{column_names, LldExtractor, LldSet};
 use proptest::prelude::*;
 
 /// (header, rows) of a CSV of numbers.
@@ -32,8 +32,8 @@ fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
 }
 
 /// Per column, the share of rows with |err| <= 1e-4 + 1e-3 |ref| (the reference's last 4
-/// rows excluded). Panics naming every column below 99 %.
-fn assert_agrees(ours: &Path, reference: &Path) {
+/// rows excluded).
+fn agreement(ours: &Path, reference: &Path) -> Vec<(String, f64)> {
     let (oh, o) = read_csv(ours);
     let (rh, r) = read_csv(reference);
     assert_eq!(&oh[1..], &rh[2..], "column names and order");
@@ -44,24 +44,48 @@ fn assert_agrees(ours: &Path, reference: &Path) {
         o.len(),
         r.len()
     );
-    let mut failures = Vec::new();
-    for (c, name) in oh.iter().enumerate().skip(1) {
-        let agree = (0..n)
-            .filter(|&t| {
-                let (a, b) = (o[t][c], r[t][c + 1]);
-                (a - b).abs() <= 1e-4 + 1e-3 * b.abs()
-            })
-            .count();
-        let share = agree as f64 / n as f64;
-        if share < 0.99 {
-            failures.push(format!("{name}: {:.2} %", share * 100.0));
-        }
-    }
+    oh.iter()
+        .enumerate()
+        .skip(1)
+        .map(|(c, name)| {
+            let agree = (0..n)
+                .filter(|&t| {
+                    let (a, b) = (o[t][c], r[t][c + 1]);
+                    (a - b).abs() <= 1e-4 + 1e-3 * b.abs()
+                })
+                .count();
+            (name.clone(), agree as f64 / n as f64)
+        })
+        .collect()
+}
+
+/// Panics naming every column below 99 % agreement.
+fn assert_agrees(ours: &Path, reference: &Path) {
+    let failures: Vec<String> = agreement(ours, reference)
+        .into_iter()
+        .filter(|(_, share)| *share < 0.99)
+        .map(|(name, share)| format!("{name}: {:.2} %", share * 100.0))
+        .collect();
     assert!(
         failures.is_empty(),
         "{}: below 99 % agreement: {failures:?}",
         ours.display()
     );
+}
+
+/// eGeMAPS: the first 13 columns (loudness, alpha ratio, Hammarberg, slopes, flux, MFCC 1-4,
+/// F0 semitones, jitter, shimmer dB) must agree like ComParE (>= 99 %). The HNR, harmonic
+/// and formant columns (specified but not prototyped in the specification) measure 85-100 %
+/// (README, "Acoustic features"); the 80 % floor guards that level against regressions and
+/// is not a target.
+fn assert_egemaps_agrees(ours: &Path, reference: &Path) {
+    let failures: Vec<String> = agreement(ours, reference)
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, share))| *share < if *i < 13 { 0.99 } else { 0.80 })
+        .map(|(_, (name, share))| format!("{name}: {:.2} %", share * 100.0))
+        .collect();
+    assert!(failures.is_empty(), "{}: {failures:?}", ours.display());
 }
 
 #[test]
@@ -72,10 +96,11 @@ fn agrees_with_opensmile_on_committed_references() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "wav") {
-            let reference = path.with_extension("compare.csv");
             let out = tmp.path().join("out.csv");
-            extract_audio_csv(&path, &out, false).unwrap();
-            assert_agrees(&out, &reference);
+            extract_audio_csv(&path, &out, LldSet::Compare, false).unwrap();
+            assert_agrees(&out, &path.with_extension("compare.csv"));
+            extract_audio_csv(&path, &out, LldSet::Egemaps, false).unwrap();
+            assert_egemaps_agrees(&out, &path.with_extension("egemaps.csv"));
             checked += 1;
         }
     }
@@ -96,12 +121,24 @@ fn agrees_with_opensmile_on_shared_sessions() {
         extract_audio_csv(
             &fixtures.join(format!("sessions/{name}/audio.wav")),
             &out,
+            LldSet::Compare,
             false,
         )
         .unwrap();
         assert_agrees(
             &out,
             &fixtures.join(format!("references/opensmile/{name}.compare.csv")),
+        );
+        extract_audio_csv(
+            &fixtures.join(format!("sessions/{name}/audio.wav")),
+            &out,
+            LldSet::Egemaps,
+            false,
+        )
+        .unwrap();
+        assert_egemaps_agrees(
+            &out,
+            &fixtures.join(format!("references/opensmile/{name}.egemaps.csv")),
         );
     }
 }
@@ -116,7 +153,7 @@ fn librivox_samples(secs: f32) -> Vec<f32> {
 }
 
 fn rows_in_blocks(signal: &[f32], sizes: &[usize]) -> Vec<empathic::features::AudioRow> {
-    let mut stage = CompareLld::new(16_000);
+    let mut stage = LldExtractor::new(LldSet::Compare, 16_000);
     let mut rows = Vec::new();
     let (mut pos, mut k) = (0, 0);
     while pos < signal.len() {
@@ -168,6 +205,22 @@ fn extract_cli_writes_the_columns_and_handles_bad_files() {
     assert_eq!(&header[1..], column_names().as_slice());
     assert_eq!(rows.len(), 294);
     assert_eq!(rows[1][0], 0.01);
+    assert!(rows.iter().flatten().all(|v| v.is_finite()));
+    let o = empathic(&[
+        "extract",
+        "audio",
+        path_str(&wav),
+        "--out",
+        path_str(&out),
+        "--set",
+        "egemaps",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (header, rows) = read_csv(&out);
+    assert_eq!(header.len(), 26);
+    assert_eq!(header[1], "Loudness_sma3");
+    assert_eq!(header[25], "F3amplitudeLogRelF0_sma3nz");
+    assert_eq!(rows.len(), 294);
     assert!(rows.iter().flatten().all(|v| v.is_finite()));
 
     // Empty and 10 ms files: a header and no rows.
@@ -222,7 +275,13 @@ fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
     let o = empathic(&["replay", path_str(&demo_session()), "--db", path_str(&db)]);
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = tmp.path().join("demo.csv");
-    extract_audio_csv(&demo_session().join("audio.wav"), &csv, false).unwrap();
+    extract_audio_csv(
+        &demo_session().join("audio.wav"),
+        &csv,
+        LldSet::Compare,
+        false,
+    )
+    .unwrap();
     let (_, rows) = read_csv(&csv);
 
     let conn = rusqlite::Connection::open(&db).unwrap();
@@ -269,4 +328,71 @@ fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
             );
         }
     }
+}
+
+#[test]
+fn egemaps_is_block_size_invariant_and_finite_on_hostile_input() {
+    let signal = librivox_samples(1.5);
+    let run = |sizes: &[usize]| {
+        let mut stage = LldExtractor::new(LldSet::Egemaps, 16_000);
+        let mut rows = Vec::new();
+        let (mut pos, mut k) = (0, 0);
+        while pos < signal.len() {
+            let n = sizes[k % sizes.len()].clamp(1, signal.len() - pos);
+            let t = empathic::capture::samples_to_ns(pos as u64, 16_000);
+            rows.extend(stage.push_samples(t, &signal[pos..pos + n]));
+            pos += n;
+            k += 1;
+        }
+        rows.extend(stage.finish_rows());
+        rows
+    };
+    let whole = run(&[signal.len()]);
+    assert_eq!(whole.len(), 145);
+    assert_eq!(whole, run(&[7, 1000, 321]));
+    assert!(whole.iter().all(|r| r.values.len() == 25));
+
+    let mut stage = LldExtractor::new(LldSet::Egemaps, 16_000);
+    let mut hostile: Vec<f32> = vec![0.0; 8000];
+    hostile.extend((0..8000).map(|i| if i % 50 < 25 { 1.0 } else { -1.0 }));
+    hostile.extend(std::iter::repeat_n(0.3, 8000));
+    let mut rows = stage.push_samples(0, &hostile);
+    rows.extend(stage.finish_rows());
+    assert!(rows.iter().all(|r| r.values.iter().all(|v| v.is_finite())));
+}
+
+#[test]
+fn replay_with_the_egemaps_set_stores_25_values_a_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("c.toml");
+    std::fs::write(&config, "[audio]\nlld_set = \"egemaps\"\n").unwrap();
+    let db = tmp.path().join("e.db");
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&config),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (dims, present): (i64, i64) = conn
+        .query_row(
+            "SELECT m.dims, (SELECT count(*) FROM frame_features f WHERE f.modality = m.name AND f.present = 1)
+             FROM modalities m WHERE m.name = 'acoustic_egemaps'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(dims, 25);
+    assert!(present >= 419, "{present}");
+    // A typo in the set is named.
+    std::fs::write(&config, "[audio]\nlld_set = \"gemaps\"\n").unwrap();
+    let o = empathic(&["doctor", "--config", path_str(&config)]);
+    assert!(
+        stdout(&o).contains("lld_set") || stdout(&o).contains("gemaps"),
+        "{}",
+        stdout(&o)
+    );
 }

@@ -26,7 +26,7 @@ use crate::capture::video_file::FileVideoSource;
 use crate::capture::{AudioBlock, AudioSource, VideoFrame, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
-use crate::features::acoustic::CompareLld;
+use crate::features::acoustic::LldExtractor;
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
@@ -174,7 +174,7 @@ fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str
 struct Pipeline {
     video_signal: VideoSignalStage,
     audio_signal: AudioSignalStage,
-    acoustic: CompareLld,
+    acoustic: LldExtractor,
     layout: ModalityLayout,
     period_ns: f64,
 }
@@ -183,7 +183,7 @@ impl Pipeline {
     fn new(config: &Config, nominal_fps: f64) -> Self {
         let video_signal = VideoSignalStage::new();
         let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
-        let acoustic = CompareLld::new(config.audio.sample_rate_hz);
+        let acoustic = LldExtractor::new(config.audio.lld_set, config.audio.sample_rate_hz);
         // Audio modalities in the order `audio_features` sends their rows.
         let layout = ModalityLayout {
             modalities: vec![
@@ -491,7 +491,7 @@ fn audio_features(
     rx: PolicyReceiver<AudioBlock>,
     tx: PolicySender<Vec<Vec<AudioRow>>>,
     mut signal: AudioSignalStage,
-    mut acoustic: CompareLld,
+    mut acoustic: LldExtractor,
 ) -> Result<AudioFeaturesDone, RunError> {
     let mut timeline = AudioTimelineStats::default();
     let send = |rows| {

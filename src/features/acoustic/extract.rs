@@ -1,8 +1,8 @@
-//! `empathic extract audio`: ComParE-2016 LLDs of a WAV file as CSV.
+//! `empathic extract audio`: ComParE-2016 or eGeMAPSv02 LLDs of a WAV file as CSV.
 //!
 //! Contract: the WAV is read at its own sample rate (openSMILE's values depend on the rate,
 //! and this is how openSMILE reads a file), mixed to mono by averaging. The CSV has a header
-//! `frameTime` then the 65 names, comma-separated, one row per 10 ms frame, `frameTime` the
+//! `frameTime` then the set's names, comma-separated, one row per 10 ms frame, `frameTime` the
 //! frame's start in seconds, every value in Rust's shortest round-trip float form (full
 //! precision). The file is written beside the target and renamed into place at the end, so
 //! a failure never leaves a partial CSV under the requested name.
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::{column_names, CompareLld};
+use super::{LldExtractor, LldSet};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::{AudioSource, CaptureError};
 use crate::exit::{Classify, ExitKind};
@@ -53,6 +53,7 @@ pub struct ExtractSummary {
 pub fn extract_audio_csv(
     input: &Path,
     output: &Path,
+    set: LldSet,
     progress: bool,
 ) -> Result<ExtractSummary, ExtractError> {
     let rate = hound::WavReader::open(input)
@@ -64,7 +65,7 @@ pub fn extract_audio_csv(
         })?;
     let mut source = WavAudioSource::open(input, rate, 100, 0)?;
     let info = source.info().clone();
-    let mut stage = CompareLld::new(rate);
+    let mut stage = LldExtractor::new(set, rate);
     let partial = output.with_extension("csv.partial");
     let write_err = |source: std::io::Error| ExtractError::Write {
         path: output.to_path_buf(),
@@ -74,7 +75,7 @@ pub fn extract_audio_csv(
     let mut w = BufWriter::new(file);
     let result = (|| -> Result<u64, ExtractError> {
         let mut header = String::from("frameTime");
-        for name in column_names() {
+        for name in set.columns() {
             header.push(',');
             header.push_str(&name);
         }

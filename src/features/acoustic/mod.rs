@@ -1,10 +1,12 @@
-//! openSMILE-compatible ComParE-2016 low-level descriptors (65 per 10 ms), streaming.
+//! openSMILE-compatible low-level descriptors, streaming: ComParE-2016 (65 per 10 ms) and
+//! eGeMAPSv02 (25 per 10 ms).
 //!
 //! Contract: a clean implementation of `specs/compare-2016-llds.md` (no openSMILE code).
-//! [`CompareLld`] takes mono audio in blocks of any size and emits one row per 10 ms frame
+//! [`LldExtractor`] takes mono audio in blocks of any size and emits one row per 10 ms frame
 //! `t` (frame t starts at sample `160 t` at 16 kHz), stamped with the frame's start on the
-//! session timeline, with openSMILE's 65 columns in its order ([`column_names`]). The rows do not
-//! depend on how the audio was split into blocks. Rows are emitted once final:
+//! session timeline, with openSMILE's columns in its order ([`LldSet::columns`]). The rows do
+//! not depend on how the audio was split into blocks. Rows are emitted once final (ComParE;
+//! eGeMAPS alike with a Viterbi lag of up to 40 frames):
 //!
 //! | columns | latency after the frame's start |
 //! |---|---|
@@ -24,6 +26,7 @@
 //! shimmer and log HNR only over voiced rows (F0 > 0), and when a frame has no voiced row
 //! those take their unvoiced values (F0 0, jitter 0, shimmer 0, log HNR -100).
 
+pub mod egemaps;
 pub mod extract;
 pub mod jitter;
 pub mod pitch;
@@ -31,6 +34,9 @@ pub mod spectral;
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
+use self::egemaps::{harmonic_levels, semitones, AcfHnr, EgemapsSpectral, Formants};
 use self::jitter::PitchJitter;
 use self::pitch::{ShsPitch, Viterbi};
 use self::spectral::{
@@ -41,13 +47,82 @@ use super::{AudioRow, AudioStage, ModalitySpec, PoolFn, StageError};
 use crate::capture::AudioBlock;
 use crate::Nanos;
 
-/// Number of ComParE-2016 LLDs.
+/// Number of ComParE-2016 LLDs (the widest set).
 pub const DIMS: usize = 65;
 
-/// Columns 0..6 (F0, voicing, jitter x2, shimmer, HNR) are smoothed ignoring zeros.
-const NZ_COLUMNS: usize = 6;
+/// Which openSMILE LLD set to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LldSet {
+    /// ComParE-2016: 65 LLDs (the paper's audio features).
+    #[default]
+    Compare,
+    /// eGeMAPSv02: 25 LLDs (loudness, alpha ratio, Hammarberg index, slopes, formants...).
+    Egemaps,
+}
 
-/// openSMILE's column names, in its order.
+impl LldSet {
+    pub fn dims(self) -> usize {
+        match self {
+            LldSet::Compare => DIMS,
+            LldSet::Egemaps => 25,
+        }
+    }
+
+    /// openSMILE's column names, in its order.
+    pub fn columns(self) -> Vec<String> {
+        match self {
+            LldSet::Compare => column_names(),
+            LldSet::Egemaps => EGEMAPS_COLUMNS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The modality name the stage stores its vectors under.
+    pub fn modality(self) -> &'static str {
+        match self {
+            LldSet::Compare => "acoustic_compare",
+            LldSet::Egemaps => "acoustic_egemaps",
+        }
+    }
+
+    /// Columns smoothed ignoring zeros (the pitch, voice-quality and formant group).
+    fn nz(self) -> std::ops::Range<usize> {
+        match self {
+            LldSet::Compare => 0..6,
+            LldSet::Egemaps => 10..25,
+        }
+    }
+}
+
+const EGEMAPS_COLUMNS: [&str; 25] = [
+    "Loudness_sma3",
+    "alphaRatio_sma3",
+    "hammarbergIndex_sma3",
+    "slope0-500_sma3",
+    "slope500-1500_sma3",
+    "spectralFlux_sma3",
+    "mfcc1_sma3",
+    "mfcc2_sma3",
+    "mfcc3_sma3",
+    "mfcc4_sma3",
+    "F0semitoneFrom27.5Hz_sma3nz",
+    "jitterLocal_sma3nz",
+    "shimmerLocaldB_sma3nz",
+    "HNRdBACF_sma3nz",
+    "logRelF0-H1-H2_sma3nz",
+    "logRelF0-H1-A3_sma3nz",
+    "F1frequency_sma3nz",
+    "F1bandwidth_sma3nz",
+    "F1amplitudeLogRelF0_sma3nz",
+    "F2frequency_sma3nz",
+    "F2bandwidth_sma3nz",
+    "F2amplitudeLogRelF0_sma3nz",
+    "F3frequency_sma3nz",
+    "F3bandwidth_sma3nz",
+    "F3amplitudeLogRelF0_sma3nz",
+];
+
+/// openSMILE's ComParE-2016 column names, in its order.
 pub fn column_names() -> Vec<String> {
     let mut c: Vec<String> = [
         "F0final_sma",
@@ -94,11 +169,23 @@ pub fn column_names() -> Vec<String> {
 struct PendingRow {
     raw: [f32; DIMS],
     e60: f32,
+    /// eGeMAPS: the 60 ms magnitudes (harmonics, HNR need the decided F0).
+    mag60: Vec<f32>,
 }
 
-/// The streaming ComParE-2016 LLD extractor.
-pub struct CompareLld {
+/// The eGeMAPS-only parts.
+struct EgemapsParts {
+    spectral: EgemapsSpectral,
+    hnr: AcfHnr,
+    formants: Formants,
+    df60: f64,
+}
+
+/// The streaming LLD extractor.
+pub struct LldExtractor {
+    set: LldSet,
     spec: ModalitySpec,
+    egemaps: Option<EgemapsParts>,
     rate: u32,
     hop: usize,
     len20: usize,
@@ -127,8 +214,8 @@ pub struct CompareLld {
     pow: Vec<f32>,
 }
 
-impl CompareLld {
-    pub fn new(sample_rate_hz: u32) -> Self {
+impl LldExtractor {
+    pub fn new(set: LldSet, sample_rate_hz: u32) -> Self {
         let sr = f64::from(sample_rate_hz);
         let len20 = (0.020 * sr).round() as usize;
         let len60 = (0.060 * sr).round() as usize;
@@ -137,11 +224,23 @@ impl CompareLld {
         let mel = MelFilterbank::new(sample_rate_hz, fft20.nfft());
         let auditory = Auditory::new(&mel);
         let spectral = SpectralDescriptors::new(sample_rate_hz, fft20.nfft());
-        let shs = ShsPitch::new(sample_rate_hz, fft60.nfft(), 52.0, 620.0);
+        let (min_pitch, max_pitch, viterbi_len, search_range) = match set {
+            LldSet::Compare => (52.0, 620.0, 30, 0.25),
+            LldSet::Egemaps => (55.0, 1000.0, 40, 0.1),
+        };
+        let shs = ShsPitch::new(sample_rate_hz, fft60.nfft(), min_pitch, max_pitch);
+        let egemaps = (set == LldSet::Egemaps).then(|| EgemapsParts {
+            spectral: EgemapsSpectral::new(sample_rate_hz, fft20.nfft()),
+            hnr: AcfHnr::new(sample_rate_hz, fft60.nfft()),
+            formants: Formants::new(sample_rate_hz, fft20.nfft()),
+            df60: sr / fft60.nfft() as f64,
+        });
         Self {
+            set,
+            egemaps,
             spec: ModalitySpec {
-                name: "acoustic_compare",
-                columns: column_names(),
+                name: set.modality(),
+                columns: set.columns(),
             },
             rate: sample_rate_hz,
             hop: (0.010 * sr).round() as usize,
@@ -160,10 +259,10 @@ impl CompareLld {
             auditory,
             spectral,
             shs,
-            viterbi: Viterbi::new(30),
-            jitter: PitchJitter::new(sample_rate_hz, 0.25),
+            viterbi: Viterbi::new(viterbi_len),
+            jitter: PitchJitter::new(sample_rate_hz, search_range),
             pending: VecDeque::new(),
-            smoother: Smoother::default(),
+            smoother: Smoother::new(set),
             sanitised: 0,
             mag: Vec::new(),
             pow: Vec::new(),
@@ -222,7 +321,7 @@ impl CompareLld {
                 let mut raw = last;
                 let start = t as usize * self.hop - self.buf_start;
                 let frame20: Vec<f32> = self.buf[start..start + self.len20].to_vec();
-                self.spectral_columns(&frame20, &mut raw);
+                self.twenty_ms_columns(&frame20, &mut raw);
                 raw
             })
         } else {
@@ -232,7 +331,7 @@ impl CompareLld {
             let t = self.smoother.emitted;
             rows.push(AudioRow {
                 t_ns: self.row_time(t - 1),
-                values: row.to_vec(),
+                values: row[..self.set.dims()].to_vec(),
             });
         }
         rows
@@ -243,21 +342,65 @@ impl CompareLld {
         let start = t as usize * self.hop - self.buf_start;
         let frame60: Vec<f32> = self.buf[start..start + self.len60].to_vec();
         let mut raw = [0f32; DIMS];
-        raw[9] = zcr(&frame60);
-        self.spectral_columns(&frame60[..self.len20], &mut raw);
+        if self.set == LldSet::Compare {
+            raw[9] = zcr(&frame60);
+        }
+        self.twenty_ms_columns(&frame60[..self.len20], &mut raw);
         // 60 ms Gaussian frame: energy gate and pitch.
         let win60 = self.fft60.windowed(&frame60);
         let e60 = rms(&win60);
         let mut mag = std::mem::take(&mut self.mag);
         self.fft60.magnitudes(&win60, &mut mag);
         let cands = self.shs.candidates(&mag);
+        let mag60 = if self.egemaps.is_some() {
+            mag.clone()
+        } else {
+            Vec::new()
+        };
         self.mag = mag;
-        self.pending.push_back(PendingRow { raw, e60 });
+        self.pending.push_back(PendingRow { raw, e60, mag60 });
         cands
     }
 
-    /// The 20 ms columns (energy, auditory, RASTA, spectral, MFCC) of one frame.
-    fn spectral_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
+    /// The columns computed from the 20 ms frame, in the set's layout.
+    fn twenty_ms_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
+        match self.set {
+            LldSet::Compare => self.compare_columns(frame20, raw),
+            LldSet::Egemaps => self.egemaps_columns(frame20, raw),
+        }
+    }
+
+    /// eGeMAPS 20 ms columns: loudness, alpha ratio, Hammarberg, slopes, flux, MFCC 1-4,
+    /// and the formant frequencies and bandwidths.
+    fn egemaps_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
+        let win20 = self.fft20.windowed(frame20);
+        let mut mag = std::mem::take(&mut self.mag);
+        self.fft20.magnitudes(&win20, &mut mag);
+        self.pow.clear();
+        self.pow.extend(mag.iter().map(|m| m * m));
+        let mut bands = [0f64; MEL_BANDS];
+        self.mel.apply(&self.pow, &mut bands);
+        let (mut plain, mut rasta) = ([0f32; MEL_BANDS], [0f32; MEL_BANDS]);
+        raw[0] = self.auditory.process(&bands, &mut plain, &mut rasta).0;
+        if let Some(e) = &mut self.egemaps {
+            let v = e.spectral.process(&mag, &self.pow);
+            raw[1..6].copy_from_slice(&v);
+            let f = e.formants.process(self.fft20.spectrum());
+            raw[16] = f[0];
+            raw[17] = f[1];
+            raw[19] = f[2];
+            raw[20] = f[3];
+            raw[22] = f[4];
+            raw[23] = f[5];
+        }
+        let mut cep = [0f32; 14];
+        mfcc(&bands, &mut cep);
+        raw[6..10].copy_from_slice(&cep[..4]);
+        self.mag = mag;
+    }
+
+    /// ComParE 20 ms columns (energy, auditory, RASTA, spectral, MFCC).
+    fn compare_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
         raw[8] = rms(frame20);
         let win20 = self.fft20.windowed(frame20);
         let mut mag = std::mem::take(&mut self.mag);
@@ -295,13 +438,32 @@ impl CompareLld {
             let e = (start + len).min(total);
             &buf[s - buf_start..e.max(s) - buf_start]
         });
+        let egemaps = &mut self.egemaps;
         if let Some(row) = self.pending.get_mut(index) {
-            row.raw[0] = f0;
-            row.raw[1] = voicing;
-            row.raw[2] = vq.jitter_local;
-            row.raw[3] = vq.jitter_ddp;
-            row.raw[4] = vq.shimmer_local;
-            row.raw[5] = vq.log_hnr;
+            match egemaps {
+                None => {
+                    row.raw[0] = f0;
+                    row.raw[1] = voicing;
+                    row.raw[2] = vq.jitter_local;
+                    row.raw[3] = vq.jitter_ddp;
+                    row.raw[4] = vq.shimmer_local;
+                    row.raw[5] = vq.log_hnr;
+                }
+                Some(e) => {
+                    row.raw[10] = semitones(f0);
+                    row.raw[11] = vq.jitter_local;
+                    row.raw[12] = (20.0 * (1.0 + f64::from(vq.shimmer_local)).log10()) as f32;
+                    row.raw[13] = e.hnr.hnr_db(&row.mag60, f0);
+                    let formants = [row.raw[16], row.raw[19], row.raw[22]];
+                    let (h1h2, h1a3, amps) = harmonic_levels(&row.mag60, e.df60, f0, formants);
+                    row.raw[14] = h1h2;
+                    row.raw[15] = h1a3;
+                    row.raw[18] = amps[0];
+                    row.raw[21] = amps[1];
+                    row.raw[24] = amps[2];
+                    row.mag60 = Vec::new();
+                }
+            }
         }
         self.next_decided += 1;
     }
@@ -317,7 +479,7 @@ impl CompareLld {
                 let t = self.smoother.emitted - 1;
                 out.push(AudioRow {
                     t_ns: self.row_time(t),
-                    values: y.to_vec(),
+                    values: y[..self.set.dims()].to_vec(),
                 });
             }
         }
@@ -335,20 +497,29 @@ impl CompareLld {
     }
 }
 
-/// `cContourSmoother smaWin=3`: columns 0..6 ignore zeros, the others average three rows;
-/// the row before the first is the first (edge replication).
-#[derive(Default)]
+/// `cContourSmoother smaWin=3`: the set's pitch group ignores zeros, the others average
+/// three rows; the row before the first is the first (edge replication).
 struct Smoother {
+    nz: std::ops::Range<usize>,
     prev: Option<[f32; DIMS]>,
     cur: Option<[f32; DIMS]>,
     emitted: u64,
 }
 
 impl Smoother {
-    fn smooth(prev: &[f32; DIMS], cur: &[f32; DIMS], next: &[f32; DIMS]) -> [f32; DIMS] {
+    fn new(set: LldSet) -> Self {
+        Self {
+            nz: set.nz(),
+            prev: None,
+            cur: None,
+            emitted: 0,
+        }
+    }
+
+    fn smooth(&self, prev: &[f32; DIMS], cur: &[f32; DIMS], next: &[f32; DIMS]) -> [f32; DIMS] {
         let mut y = [0f32; DIMS];
         for c in 0..DIMS {
-            y[c] = if c < NZ_COLUMNS {
+            y[c] = if self.nz.contains(&c) {
                 if cur[c] == 0.0 {
                     0.0
                 } else {
@@ -375,7 +546,7 @@ impl Smoother {
             return None;
         };
         let prev = self.prev.unwrap_or(cur);
-        let y = Self::smooth(&prev, &cur, &next);
+        let y = self.smooth(&prev, &cur, &next);
         self.prev = Some(cur);
         self.cur = Some(next);
         self.emitted += 1;
@@ -391,11 +562,11 @@ impl Smoother {
         let prev = self.prev.unwrap_or(cur);
         let next = lookahead.unwrap_or(cur);
         self.emitted += 1;
-        Some(Self::smooth(&prev, &cur, &next))
+        Some(self.smooth(&prev, &cur, &next))
     }
 }
 
-impl AudioStage for CompareLld {
+impl AudioStage for LldExtractor {
     fn spec(&self) -> &ModalitySpec {
         &self.spec
     }
@@ -403,7 +574,7 @@ impl AudioStage for CompareLld {
     fn process(&mut self, block: &AudioBlock) -> Result<Vec<AudioRow>, StageError> {
         if block.sample_rate_hz != self.rate {
             return Err(StageError {
-                stage: "acoustic_compare",
+                stage: "acoustic",
                 message: format!(
                     "block at {} Hz, stage set up for {} Hz",
                     block.sample_rate_hz, self.rate
@@ -418,7 +589,10 @@ impl AudioStage for CompareLld {
     }
 
     fn pooling(&self) -> PoolFn {
-        pool_compare_rows
+        match self.set {
+            LldSet::Compare => pool_compare_rows,
+            LldSet::Egemaps => pool_egemaps_rows,
+        }
     }
 }
 
@@ -431,7 +605,7 @@ pub fn pool_compare_rows(rows: &[&AudioRow]) -> Option<Vec<f32>> {
     let voiced: Vec<&&AudioRow> = rows.iter().filter(|r| r.values[0] > 0.0).collect();
     let mut out = vec![0f32; DIMS];
     for (c, o) in out.iter_mut().enumerate() {
-        let voiced_only = c == 0 || (2..NZ_COLUMNS).contains(&c);
+        let voiced_only = c == 0 || (2..6).contains(&c);
         *o = if voiced_only {
             if voiced.is_empty() {
                 if c == 5 {
@@ -450,12 +624,39 @@ pub fn pool_compare_rows(rows: &[&AudioRow]) -> Option<Vec<f32>> {
     Some(out)
 }
 
+/// Pools eGeMAPS rows into one video frame's 25-d vector (see the module header).
+pub fn pool_egemaps_rows(rows: &[&AudioRow]) -> Option<Vec<f32>> {
+    if rows.is_empty() {
+        return None;
+    }
+    let voiced: Vec<&&AudioRow> = rows.iter().filter(|r| r.values[10] > 0.0).collect();
+    let mean = |set: &[&&AudioRow], c: usize| {
+        (set.iter().map(|r| f64::from(r.values[c])).sum::<f64>() / set.len() as f64) as f32
+    };
+    let all: Vec<&&AudioRow> = rows.iter().collect();
+    Some(
+        (0..25)
+            .map(|c| match c {
+                10..=15 | 18 | 21 | 24 if voiced.is_empty() => {
+                    if matches!(c, 18 | 21 | 24) {
+                        -201.0
+                    } else {
+                        0.0
+                    }
+                }
+                10..=15 | 18 | 21 | 24 => mean(&voiced, c),
+                _ => mean(&all, c),
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn run(signal: &[f32], sizes: &[usize]) -> Vec<AudioRow> {
-        let mut s = CompareLld::new(16_000);
+        let mut s = LldExtractor::new(LldSet::Compare, 16_000);
         let mut rows = Vec::new();
         let (mut pos, mut k) = (0usize, 0usize);
         while pos < signal.len() {

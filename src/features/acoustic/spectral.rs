@@ -69,6 +69,11 @@ impl MagnitudeSpectrum {
         self.nfft
     }
 
+    /// The complex spectrum of the last [`Self::magnitudes`] call.
+    pub fn spectrum(&self) -> &[realfft::num_complex::Complex<f64>] {
+        &self.output
+    }
+
     /// The windowed frame (float32, as openSMILE's windower stores it).
     pub fn windowed(&self, frame: &[f32]) -> Vec<f32> {
         frame.iter().zip(&self.window).map(|(x, w)| x * w).collect()
