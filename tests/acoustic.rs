@@ -152,8 +152,12 @@ fn librivox_samples(secs: f32) -> Vec<f32> {
         .collect()
 }
 
-fn rows_in_blocks(signal: &[f32], sizes: &[usize]) -> Vec<empathic::features::AudioRow> {
-    let mut stage = LldExtractor::new(LldSet::Compare, 16_000);
+fn rows_in_blocks(
+    set: LldSet,
+    signal: &[f32],
+    sizes: &[usize],
+) -> Vec<empathic::features::AudioRow> {
+    let mut stage = LldExtractor::new(set, 16_000);
     let mut rows = Vec::new();
     let (mut pos, mut k) = (0, 0);
     while pos < signal.len() {
@@ -172,9 +176,9 @@ proptest! {
     #[test]
     fn output_does_not_depend_on_block_sizes(sizes in proptest::collection::vec(1usize..3000, 1..8)) {
         let signal = librivox_samples(1.0);
-        let whole = rows_in_blocks(&signal, &[signal.len()]);
+        let whole = rows_in_blocks(LldSet::Compare, &signal, &[signal.len()]);
         prop_assert_eq!(whole.len(), 95);
-        prop_assert_eq!(whole, rows_in_blocks(&signal, &sizes));
+        prop_assert_eq!(whole, rows_in_blocks(LldSet::Compare, &signal, &sizes));
     }
 }
 
@@ -333,20 +337,7 @@ fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
 #[test]
 fn egemaps_is_block_size_invariant_and_finite_on_hostile_input() {
     let signal = librivox_samples(1.5);
-    let run = |sizes: &[usize]| {
-        let mut stage = LldExtractor::new(LldSet::Egemaps, 16_000);
-        let mut rows = Vec::new();
-        let (mut pos, mut k) = (0, 0);
-        while pos < signal.len() {
-            let n = sizes[k % sizes.len()].clamp(1, signal.len() - pos);
-            let t = empathic::capture::samples_to_ns(pos as u64, 16_000);
-            rows.extend(stage.push_samples(t, &signal[pos..pos + n]));
-            pos += n;
-            k += 1;
-        }
-        rows.extend(stage.finish_rows());
-        rows
-    };
+    let run = |sizes: &[usize]| rows_in_blocks(LldSet::Egemaps, &signal, sizes);
     let whole = run(&[signal.len()]);
     assert_eq!(whole.len(), 145);
     assert_eq!(whole, run(&[7, 1000, 321]));

@@ -136,11 +136,21 @@ impl WavAudioSource {
         };
         let wanted = READ_FRAMES * channels;
         let mut taken = 0;
+        // Averages `channels` consecutive samples into one mono frame.
+        let mut push = |v: f64, frames_read: &mut u64| {
+            frame_sum += v;
+            taken += 1;
+            in_frame += 1;
+            if in_frame == channels {
+                mono.push((frame_sum / channels as f64) as f32);
+                frame_sum = 0.0;
+                in_frame = 0;
+                *frames_read += 1;
+            }
+        };
         match self.spec.sample_format {
             hound::SampleFormat::Float => {
-                let mut samples = self.reader.samples::<f32>();
-                while taken < wanted {
-                    let Some(s) = samples.next() else { break };
+                for s in self.reader.samples::<f32>().take(wanted) {
                     let s = s.map_err(|e| corrupt(self.frames_read, e.to_string(), &self.path))?;
                     if !s.is_finite() {
                         return Err(corrupt(
@@ -149,31 +159,13 @@ impl WavAudioSource {
                             &self.path,
                         ));
                     }
-                    frame_sum += f64::from(s);
-                    taken += 1;
-                    in_frame += 1;
-                    if in_frame == channels {
-                        mono.push((frame_sum / channels as f64) as f32);
-                        frame_sum = 0.0;
-                        in_frame = 0;
-                        self.frames_read += 1;
-                    }
+                    push(f64::from(s), &mut self.frames_read);
                 }
             }
             hound::SampleFormat::Int => {
-                let mut samples = self.reader.samples::<i32>();
-                while taken < wanted {
-                    let Some(s) = samples.next() else { break };
+                for s in self.reader.samples::<i32>().take(wanted) {
                     let s = s.map_err(|e| corrupt(self.frames_read, e.to_string(), &self.path))?;
-                    frame_sum += f64::from(s) * scale;
-                    taken += 1;
-                    in_frame += 1;
-                    if in_frame == channels {
-                        mono.push((frame_sum / channels as f64) as f32);
-                        frame_sum = 0.0;
-                        in_frame = 0;
-                        self.frames_read += 1;
-                    }
+                    push(f64::from(s) * scale, &mut self.frames_read);
                 }
             }
         }

@@ -287,21 +287,25 @@ fn err(context: &str) -> impl FnOnce(rusqlite::Error) -> String + '_ {
     move |e| format!("{context}: {e}")
 }
 
+/// The stored status of session `id`, if it exists.
+fn session_status(tx: &Transaction<'_>, id: &str) -> Result<Option<String>, String> {
+    tx.query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
+        r.get(0)
+    })
+    .map(Some)
+    .or_else(|e| match e {
+        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+        e => Err(e),
+    })
+    .map_err(err("looking up the session"))
+}
+
 fn begin(
     tx: &Transaction<'_>,
     s: &SessionStart,
     owner: &Owner,
 ) -> Result<Vec<&'static str>, String> {
-    let existing: Option<String> = tx
-        .query_row("SELECT status FROM sessions WHERE id = ?1", [&s.id], |r| {
-            r.get(0)
-        })
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })
-        .map_err(err("looking up the session"))?;
+    let existing = session_status(tx, &s.id)?;
     if let Some(status) = existing {
         if status == "complete" && !s.replace {
             return Err(ALREADY_STORED.into());
@@ -584,16 +588,7 @@ fn fail(
     reason: &str,
     owner: &Owner,
 ) -> Result<(), String> {
-    let status: Option<String> = tx
-        .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
-            r.get(0)
-        })
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })
-        .map_err(err("looking up the failed session"))?;
+    let status = session_status(tx, id)?;
     match status.as_deref() {
         Some("complete") => {
             tracing::warn!(

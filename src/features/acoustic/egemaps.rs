@@ -13,24 +13,7 @@ use realfft::num_complex::Complex;
 use realfft::{ComplexToReal, RealFftPlanner};
 
 use super::pitch::quad_peak;
-
-/// Bin edges and weights of a band, as for `cSpectral` fbands.
-fn band_edges(l: f64, h: f64, df: f64, nmag: usize) -> (usize, f64, usize, f64) {
-    let f = |k: usize| k as f64 * df;
-    let ii = (0..nmag).find(|&k| f(k) > l).unwrap_or(nmag - 1);
-    let mut wl = if ii == 0 { 1.0 } else { (f(ii) - l) / df };
-    let il = ii.saturating_sub(1);
-    let jj = (0..nmag).find(|&k| f(k) >= h).unwrap_or(nmag - 1);
-    let mut wr = (h - f(jj.saturating_sub(1))) / df;
-    let ir = if f(jj) == h { jj } else { jj.saturating_sub(1) };
-    if wl == 0.0 {
-        wl = 1.0;
-    }
-    if wr == 0.0 {
-        wr = 1.0;
-    }
-    (il, wl, ir, wr)
-}
+use super::spectral::band_edges;
 
 /// The 20 ms spectral descriptors of eGeMAPS.
 pub struct EgemapsSpectral {

@@ -173,6 +173,9 @@ struct PendingRow {
     mag60: Vec<f32>,
 }
 
+/// Loudness, RASTA loudness and the 26 RASTA auditory bands of one 20 ms frame.
+type Loudness = (f32, f32, [f32; MEL_BANDS]);
+
 /// The eGeMAPS-only parts.
 struct EgemapsParts {
     spectral: EgemapsSpectral,
@@ -370,9 +373,10 @@ impl LldExtractor {
         }
     }
 
-    /// eGeMAPS 20 ms columns: loudness, alpha ratio, Hammarberg, slopes, flux, MFCC 1-4,
-    /// and the formant frequencies and bandwidths.
-    fn egemaps_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
+    /// The 20 ms Hamming spectrum (magnitudes; powers left in `self.pow`), its 26 mel band
+    /// energies, and the loudness figures. The caller hands the magnitudes back to
+    /// `self.mag` when done.
+    fn auditory_spectrum(&mut self, frame20: &[f32]) -> (Vec<f32>, [f64; MEL_BANDS], Loudness) {
         let win20 = self.fft20.windowed(frame20);
         let mut mag = std::mem::take(&mut self.mag);
         self.fft20.magnitudes(&win20, &mut mag);
@@ -381,7 +385,15 @@ impl LldExtractor {
         let mut bands = [0f64; MEL_BANDS];
         self.mel.apply(&self.pow, &mut bands);
         let (mut plain, mut rasta) = ([0f32; MEL_BANDS], [0f32; MEL_BANDS]);
-        raw[0] = self.auditory.process(&bands, &mut plain, &mut rasta).0;
+        let (loud, loud_rasta) = self.auditory.process(&bands, &mut plain, &mut rasta);
+        (mag, bands, (loud, loud_rasta, rasta))
+    }
+
+    /// eGeMAPS 20 ms columns: loudness, alpha ratio, Hammarberg, slopes, flux, MFCC 1-4,
+    /// and the formant frequencies and bandwidths.
+    fn egemaps_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
+        let (mag, bands, loudness) = self.auditory_spectrum(frame20);
+        raw[0] = loudness.0;
         if let Some(e) = &mut self.egemaps {
             let v = e.spectral.process(&mag, &self.pow);
             raw[1..6].copy_from_slice(&v);
@@ -402,15 +414,7 @@ impl LldExtractor {
     /// ComParE 20 ms columns (energy, auditory, RASTA, spectral, MFCC).
     fn compare_columns(&mut self, frame20: &[f32], raw: &mut [f32; DIMS]) {
         raw[8] = rms(frame20);
-        let win20 = self.fft20.windowed(frame20);
-        let mut mag = std::mem::take(&mut self.mag);
-        self.fft20.magnitudes(&win20, &mut mag);
-        self.pow.clear();
-        self.pow.extend(mag.iter().map(|m| m * m));
-        let mut bands = [0f64; MEL_BANDS];
-        self.mel.apply(&self.pow, &mut bands);
-        let (mut plain, mut rasta) = ([0f32; MEL_BANDS], [0f32; MEL_BANDS]);
-        let (loud, loud_rasta) = self.auditory.process(&bands, &mut plain, &mut rasta);
+        let (mag, bands, (loud, loud_rasta, rasta)) = self.auditory_spectrum(frame20);
         raw[6] = loud;
         raw[7] = loud_rasta;
         raw[10..36].copy_from_slice(&rasta);

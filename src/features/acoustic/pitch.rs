@@ -295,6 +295,24 @@ pub struct PitchDecision {
     pub voicing: f32,
 }
 
+impl PitchDecision {
+    /// The output for `state` of a frame: its candidate's F0 and voicing, or F0 0 with the
+    /// first candidate's voicing when unvoiced.
+    fn of(c: &Candidates, state: usize) -> Self {
+        if state == UNVOICED {
+            Self {
+                f0: 0.0,
+                voicing: c.voicing[0],
+            }
+        } else {
+            Self {
+                f0: c.f0[state],
+                voicing: c.voicing[state],
+            }
+        }
+    }
+}
+
 /// `cPitchSmootherViterbi`.
 pub struct Viterbi {
     buffer_len: usize,
@@ -433,17 +451,7 @@ impl Viterbi {
             p.pop_front();
         }
         let c = self.frames.pop_front().unwrap_or_default();
-        if state == UNVOICED {
-            PitchDecision {
-                f0: 0.0,
-                voicing: c.voicing[0],
-            }
-        } else {
-            PitchDecision {
-                f0: c.f0[state],
-                voicing: c.voicing[state],
-            }
-        }
+        PitchDecision::of(&c, state)
     }
 
     /// Releases every remaining frame along the best current path.
@@ -453,18 +461,7 @@ impl Viterbi {
         let mut out = Vec::new();
         for state in path {
             let c = self.frames.pop_front().unwrap_or_default();
-            let state = state as usize;
-            out.push(if state == UNVOICED {
-                PitchDecision {
-                    f0: 0.0,
-                    voicing: c.voicing[0],
-                }
-            } else {
-                PitchDecision {
-                    f0: c.f0[state],
-                    voicing: c.voicing[state],
-                }
-            });
+            out.push(PitchDecision::of(&c, state as usize));
         }
         self.paths.iter_mut().for_each(VecDeque::clear);
         out

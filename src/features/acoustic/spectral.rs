@@ -295,7 +295,9 @@ pub struct SpectralDescriptors {
     prev: Vec<f32>,
 }
 
-fn band_edges(l: f64, h: f64, df: f64, nmag: usize) -> (usize, f64, usize, f64) {
+/// Bin edges and weights (iL, wL, iR, wR) of the band `l`-`h` Hz, as `cSpectral` computes
+/// them for fbands (also used by eGeMAPS slopes).
+pub(crate) fn band_edges(l: f64, h: f64, df: f64, nmag: usize) -> (usize, f64, usize, f64) {
     let f = |k: usize| k as f64 * df;
     let ii = (0..nmag).find(|&k| f(k) > l).unwrap_or(nmag - 1);
     let mut wl = if ii == 0 { 1.0 } else { (f(ii) - l) / df };
