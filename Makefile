@@ -9,6 +9,8 @@ setup:
 
 build: setup
 	$(CARGO) build --release --locked
+	@# The binary finds ONNX Runtime next to itself, as on a station.
+	ln -sf ../../third_party/onnxruntime/libonnxruntime.so.1 target/release/libonnxruntime.so.1
 
 # Replays the bundled demo session into $(DEMO_DB) (replacing an earlier demo run).
 demo: build

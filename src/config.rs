@@ -202,6 +202,8 @@ pub struct ModelsConfig {
     /// The ONNX Runtime shared library. Empty: `ORT_DYLIB_PATH`, then
     /// `libonnxruntime.so.1` next to the executable.
     pub onnxruntime_library: Option<PathBuf>,
+    /// Manifest name of the sentence encoder (`empathic embed`, stories, text per frame).
+    pub sentence_encoder: String,
 }
 
 impl Default for ModelsConfig {
@@ -209,6 +211,7 @@ impl Default for ModelsConfig {
         Self {
             dir: PathBuf::from("models"),
             onnxruntime_library: None,
+            sentence_encoder: "all-MiniLM-L6-v2-int8".into(),
         }
     }
 }

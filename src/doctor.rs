@@ -90,65 +90,31 @@ fn check_store(db: &Path) -> Check {
     }
 }
 
-/// Where the ONNX Runtime library is looked for, in order.
-pub fn onnxruntime_candidates(config: &Config) -> Vec<PathBuf> {
-    let mut c = Vec::new();
-    if let Some(p) = &config.models.onnxruntime_library {
-        c.push(p.clone());
-    }
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        c.push(PathBuf::from(p));
-    }
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        c.push(dir.join("libonnxruntime.so.1"));
-    }
-    c
-}
-
 fn check_onnxruntime(config: &Config) -> Check {
-    let candidates = onnxruntime_candidates(config);
-    let Some(found) = candidates.iter().find(|p| p.is_file()) else {
-        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-        return Check {
-            name: "ONNX Runtime",
-            need: Need::Replay,
-            ok: false,
-            detail: format!(
-                "library not found (tried: {}); run scripts/setup.sh, or set models.onnxruntime_library",
-                tried.join(", ")
-            ),
-        };
-    };
-    // Loading checks the file is a usable ONNX Runtime of a compatible version.
-    let loaded = ort::init_from(found)
-        .map_err(|e| e.to_string())
-        .and_then(|b| {
-            b.with_name("empathic-doctor")
-                .build()
-                .map_err(|e| e.to_string())
-        });
-    match loaded {
-        Ok(_env) => {
+    let configured = config.models.onnxruntime_library.as_deref();
+    match crate::models::onnx::environment(configured) {
+        Ok(_) => {
             let info = ort::info();
             let version = info
                 .split(", ")
                 .find(|p| p.contains("git-branch"))
                 .unwrap_or(info);
+            let found = crate::models::onnx::library_candidates(configured)
+                .into_iter()
+                .find(|p| p.is_file())
+                .map_or_else(String::new, |p| p.display().to_string());
             Check {
                 name: "ONNX Runtime",
                 need: Need::Replay,
                 ok: true,
-                detail: format!("{} loads ({version})", found.display()),
+                detail: format!("{found} loads ({version})"),
             }
         }
         Err(e) => Check {
             name: "ONNX Runtime",
             need: Need::Replay,
             ok: false,
-            detail: format!("{} does not load: {e}", found.display()),
+            detail: e.to_string(),
         },
     }
 }
@@ -165,22 +131,26 @@ fn check_models(dir: &Path) -> Check {
             ),
         };
     }
-    let onnx = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.path().extension().is_some_and(|x| x == "onnx"))
-                .count()
-        })
-        .unwrap_or(0);
-    Check {
-        name: "models",
-        need: Need::Replay,
-        ok: true,
-        detail: format!(
-            "{} exists with {onnx} ONNX file(s); this build's replay needs none yet",
-            dir.display()
-        ),
+    match crate::models::manifest::Manifest::load(dir) {
+        Ok(m) => {
+            let present = m.models.iter().filter(|e| e.path(dir).is_file()).count();
+            Check {
+                name: "models",
+                need: Need::Replay,
+                ok: m.models.iter().filter(|e| e.shipped).all(|e| e.path(dir).is_file()),
+                detail: format!(
+                    "{}: {} models in the manifest, {present} present (run `empathic models verify` for checksums and known answers)",
+                    dir.display(),
+                    m.models.len()
+                ),
+            }
+        }
+        Err(e) => Check {
+            name: "models",
+            need: Need::Replay,
+            ok: false,
+            detail: e.to_string(),
+        },
     }
 }
 

@@ -21,6 +21,7 @@ pub mod config;
 pub mod doctor;
 pub mod exit;
 pub mod features;
+pub mod models;
 pub mod report;
 pub mod runtime;
 pub mod session;

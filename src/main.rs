@@ -13,6 +13,9 @@ use empathic::config::Config;
 use empathic::exit::{Classify, ExitKind};
 use empathic::features::acoustic::extract::extract_audio_csv;
 use empathic::features::acoustic::LldSet;
+use empathic::features::text::SentenceEncoder;
+use empathic::models::manifest::Manifest;
+use empathic::models::verify::verify_all;
 use empathic::runtime::replay::{replay, ReplayOptions};
 use empathic::runtime::{stop_flag, RunError};
 use empathic::store::Store;
@@ -61,6 +64,20 @@ enum Command {
         #[command(subcommand)]
         command: ExtractCommand,
     },
+    /// Print the sentence embedding of TEXT as a JSON array.
+    Embed {
+        text: String,
+        /// Model name in models/MODELS.toml (default: models.sentence_encoder).
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Model files.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
     /// Check the installation and say what is missing.
     Doctor {
         #[arg(long)]
@@ -71,6 +88,15 @@ enum Command {
         /// Also require a camera and a microphone (a station).
         #[arg(long)]
         live: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Check every model: sha256, loading, shapes and a known-answer test.
+    Verify {
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -259,6 +285,49 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 out.display()
             );
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Embed {
+            text,
+            model,
+            config,
+        } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let dir = &config.models.dir;
+            let manifest = Manifest::load(dir).map_err(fail)?;
+            let name = model.unwrap_or_else(|| config.models.sentence_encoder.clone());
+            let entry = manifest.get(&name, dir).map_err(fail)?;
+            let mut encoder =
+                SentenceEncoder::open(dir, entry, config.models.onnxruntime_library.as_deref())
+                    .map_err(fail)?;
+            let v = encoder.embed(&[text.as_str()]).map_err(fail)?;
+            print_json(&v.first())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Models {
+            command: ModelsCommand::Verify { config },
+        } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let reports = verify_all(
+                &config.models.dir,
+                config.models.onnxruntime_library.as_deref(),
+            )
+            .map_err(fail)?;
+            let mut failed = 0;
+            for r in &reports {
+                match &r.result {
+                    Ok(detail) => println!("ok      {:<24} {detail}", r.name),
+                    Err(e) => {
+                        failed += 1;
+                        println!("FAILED  {:<24} {e}", r.name);
+                    }
+                }
+            }
+            println!("{} models, {failed} failed", reports.len());
+            Ok(if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(ExitKind::BadInput.code() as u8)
+            })
         }
         Command::Doctor { config, db, live } => {
             let checks = doctor::run_checks(config.as_deref(), db.as_deref());

@@ -14,6 +14,7 @@
 
 pub mod acoustic;
 pub mod signal;
+pub mod text;
 
 use crate::capture::{AudioBlock, VideoFrame};
 use crate::exit::{Classify, ExitKind};

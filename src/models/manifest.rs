@@ -1,0 +1,223 @@
+//! `models/MODELS.toml`: what every shipped model is, where it came from, and how to check it.
+//!
+//! Contract: format version 1; one `[[model]]` table per file, unknown fields rejected. The
+//! sha256 of the model file (and of its tokenizer, when it has one) must match. Shapes list
+//! fixed dimensions as numbers and dynamic ones as names.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::ModelError;
+
+pub const MANIFEST_FILE: &str = "MODELS.toml";
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format_version: u32,
+    #[serde(rename = "model", default)]
+    pub models: Vec<ModelEntry>,
+}
+
+/// What a model does, which decides its known-answer test.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// Text in, one L2-normalised embedding per text out.
+    SentenceEncoder,
+}
+
+/// Whether the weights are trained or random (random ones exist for benchmarks only).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Weights {
+    Real,
+    Random,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub name: String,
+    pub file: String,
+    pub sha256: String,
+    pub kind: ModelKind,
+    pub weights: Weights,
+    /// Registry package the weights come from.
+    pub source: String,
+    pub source_version: String,
+    pub licence: String,
+    pub output_dim: usize,
+    /// How inputs are prepared and outputs post-processed (human-readable).
+    pub preprocessing: String,
+    pub tokenizer: Option<String>,
+    pub tokenizer_sha256: Option<String>,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    pub known_answer: Option<KnownAnswer>,
+    /// Whether the file is committed. A model that is not (too large) is built by its tool
+    /// and checked only when present.
+    pub shipped: bool,
+    /// How it was made (tool and options).
+    pub built_by: String,
+    pub notes: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TensorSpec {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<Dim>,
+}
+
+/// A tensor dimension: fixed, or dynamic with a name.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Dim {
+    Fixed(i64),
+    Dynamic(String),
+}
+
+/// Reference outputs of the original model (e.g. sentence-transformers) on fixed inputs.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KnownAnswer {
+    /// JSON file beside the manifest: `{"texts": [...], "embeddings": [[...], ...]}`.
+    pub file: String,
+    /// Lowest cosine similarity to the reference accepted for every input.
+    pub min_cosine: f64,
+}
+
+impl Manifest {
+    /// Reads `dir/MODELS.toml`.
+    pub fn load(dir: &Path) -> Result<Manifest, ModelError> {
+        let path = dir.join(MANIFEST_FILE);
+        let err = |message: String| ModelError::Manifest {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
+        let manifest: Manifest =
+            toml::from_str(&text).map_err(|e| err(e.to_string().trim().replace('\n', " ")))?;
+        if manifest.format_version != FORMAT_VERSION {
+            return Err(err(format!(
+                "format_version {} (this build reads {FORMAT_VERSION})",
+                manifest.format_version
+            )));
+        }
+        let mut names: Vec<&str> = manifest.models.iter().map(|m| m.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(err(format!("model `{}` is listed twice", w[0])));
+        }
+        Ok(manifest)
+    }
+
+    /// The entry called `name`.
+    pub fn get(&self, name: &str, dir: &Path) -> Result<&ModelEntry, ModelError> {
+        self.models
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| ModelError::Manifest {
+                path: dir.join(MANIFEST_FILE),
+                message: format!("no model named `{name}`"),
+            })
+    }
+}
+
+impl ModelEntry {
+    pub fn path(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.file)
+    }
+
+    pub fn tokenizer_path(&self, dir: &Path) -> Option<PathBuf> {
+        self.tokenizer.as_ref().map(|t| dir.join(t))
+    }
+
+    /// Checks the model file (and tokenizer) exist and have the manifest's sha256.
+    pub fn check_files(&self, dir: &Path) -> Result<(), ModelError> {
+        check_sha256(&self.name, &self.path(dir), &self.sha256)?;
+        if let (Some(path), Some(sha)) = (self.tokenizer_path(dir), &self.tokenizer_sha256) {
+            check_sha256(&self.name, &path, sha)?;
+        }
+        Ok(())
+    }
+}
+
+/// The hex sha256 of a file.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+fn check_sha256(name: &str, path: &Path, expected: &str) -> Result<(), ModelError> {
+    if !path.is_file() {
+        return Err(ModelError::Missing {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+        });
+    }
+    let found = sha256_file(path).map_err(|e| ModelError::Load {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if found != expected.to_ascii_lowercase() {
+        return Err(ModelError::Checksum {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            expected: expected.to_string(),
+            found,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_of_a_known_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("abc");
+        std::fs::write(&p, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&p).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn duplicate_names_and_unknown_fields_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(MANIFEST_FILE),
+            "format_version = 1\n[[model]]\nnam = 1\n",
+        )
+        .unwrap();
+        let msg = Manifest::load(dir.path()).unwrap_err().to_string();
+        assert!(msg.contains("nam") && msg.contains("MODELS.toml"), "{msg}");
+        std::fs::write(dir.path().join(MANIFEST_FILE), "format_version = 2\n").unwrap();
+        let msg = Manifest::load(dir.path()).unwrap_err().to_string();
+        assert!(msg.contains("format_version 2"), "{msg}");
+    }
+}

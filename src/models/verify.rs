@@ -1,0 +1,181 @@
+//! `empathic models verify`: every model in the manifest is checked end to end.
+//!
+//! Contract: for each model, in manifest order: the file and tokenizer exist with the
+//! manifest's sha256; ONNX Runtime loads the file; its inputs and outputs have the
+//! manifest's names, element types, ranks and fixed dimensions; and its known-answer test
+//! passes (sentence encoders: cosine to the reference embeddings of the original model).
+//! Every model is checked even when an earlier one fails; the first error is returned.
+
+use std::path::Path;
+
+use ort::value::ValueType;
+
+use super::manifest::{Dim, Manifest, ModelEntry, ModelKind, TensorSpec};
+use super::{onnx, ModelError};
+use crate::features::text::{cosine, SentenceEncoder};
+
+/// What one model's verification found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelReport {
+    pub name: String,
+    pub result: Result<String, String>,
+}
+
+/// Verifies every model in `dir/MODELS.toml`.
+pub fn verify_all(
+    dir: &Path,
+    onnxruntime_library: Option<&Path>,
+) -> Result<Vec<ModelReport>, ModelError> {
+    let manifest = Manifest::load(dir)?;
+    Ok(manifest
+        .models
+        .iter()
+        .map(|m| {
+            let result = if !m.shipped && !m.path(dir).exists() {
+                Ok(format!(
+                    "not installed (optional, not committed; built by {})",
+                    m.built_by.split(':').next().unwrap_or(&m.built_by)
+                ))
+            } else {
+                verify_one(dir, m, onnxruntime_library).map_err(|e| e.to_string())
+            };
+            ModelReport {
+                name: m.name.clone(),
+                result,
+            }
+        })
+        .collect())
+}
+
+fn verify_one(
+    dir: &Path,
+    m: &ModelEntry,
+    onnxruntime_library: Option<&Path>,
+) -> Result<String, ModelError> {
+    m.check_files(dir)?;
+    let path = m.path(dir);
+    let session = onnx::open_session(&m.name, &path, 1, onnxruntime_library)?;
+    let shape_err = |message: String| ModelError::Shape {
+        name: m.name.clone(),
+        path: path.clone(),
+        message,
+    };
+    check_outlets(
+        "input",
+        session.inputs().iter().map(|o| (o.name(), o.dtype())),
+        &m.inputs,
+    )
+    .map_err(shape_err)?;
+    check_outlets(
+        "output",
+        session.outputs().iter().map(|o| (o.name(), o.dtype())),
+        &m.outputs,
+    )
+    .map_err(shape_err)?;
+    drop(session);
+    let Some(ka) = &m.known_answer else {
+        return Ok(format!(
+            "sha256, load and shapes ok ({:?} weights, no known answer)",
+            m.weights
+        ));
+    };
+    let reference: serde_json::Value = std::fs::read_to_string(dir.join(&ka.file))
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        .map_err(|message| ModelError::KnownAnswer {
+            name: m.name.clone(),
+            path: dir.join(&ka.file),
+            message,
+        })?;
+    match m.kind {
+        ModelKind::SentenceEncoder => {
+            let texts: Vec<String> = serde_json::from_value(reference["texts"].clone())
+                .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
+            let expected: Vec<Vec<f32>> = serde_json::from_value(reference["embeddings"].clone())
+                .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
+            let mut encoder = SentenceEncoder::open(dir, m, onnxruntime_library)?;
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let got = encoder.embed(&refs)?;
+            let worst = got
+                .iter()
+                .zip(&expected)
+                .map(|(a, b)| cosine(a, b))
+                .fold(f64::INFINITY, f64::min);
+            if got.len() != expected.len() || worst < ka.min_cosine {
+                return Err(known(
+                    m,
+                    dir,
+                    &ka.file,
+                    format!(
+                        "lowest cosine to the reference {worst:.5} < {} over {} texts",
+                        ka.min_cosine,
+                        texts.len()
+                    ),
+                ));
+            }
+            Ok(format!(
+                "sha256, load, shapes ok; {} reference texts, lowest cosine {worst:.5} (>= {})",
+                texts.len(),
+                ka.min_cosine
+            ))
+        }
+    }
+}
+
+fn known(m: &ModelEntry, dir: &Path, file: &str, message: String) -> ModelError {
+    ModelError::KnownAnswer {
+        name: m.name.clone(),
+        path: dir.join(file),
+        message,
+    }
+}
+
+fn check_outlets<'a>(
+    what: &str,
+    actual: impl Iterator<Item = (&'a str, &'a ValueType)>,
+    expected: &[TensorSpec],
+) -> Result<(), String> {
+    let actual: Vec<(&str, &ValueType)> = actual.collect();
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "{} {what}s in the file, {} in the manifest",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    for ((name, ty), spec) in actual.iter().zip(expected) {
+        if *name != spec.name {
+            return Err(format!(
+                "{what} `{name}` where the manifest has `{}`",
+                spec.name
+            ));
+        }
+        let ValueType::Tensor { ty, shape, .. } = ty else {
+            return Err(format!("{what} `{name}` is not a tensor"));
+        };
+        let dtype = format!("{ty:?}").to_lowercase();
+        if dtype != spec.dtype {
+            return Err(format!(
+                "{what} `{name}` is {dtype}, the manifest says {}",
+                spec.dtype
+            ));
+        }
+        if shape.len() != spec.shape.len() {
+            return Err(format!(
+                "{what} `{name}` has rank {}, the manifest says {}",
+                shape.len(),
+                spec.shape.len()
+            ));
+        }
+        for (i, (&got, want)) in shape.iter().zip(&spec.shape).enumerate() {
+            if let Dim::Fixed(want) = want {
+                if got != *want {
+                    return Err(format!(
+                        "{what} `{name}` dimension {i} is {got}, the manifest says {want}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
