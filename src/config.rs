@@ -44,6 +44,7 @@ pub struct Config {
     pub video: VideoConfig,
     pub audio: AudioConfig,
     pub windows: WindowConfig,
+    pub text: TextConfig,
     pub quality: QualityConfig,
     pub runtime: RuntimeConfig,
     pub store: StoreConfig,
@@ -126,6 +127,25 @@ impl Default for WindowConfig {
         Self {
             length_frames: 120,
             hop_frames: 15,
+        }
+    }
+}
+
+/// Text per frame from the transcript.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TextConfig {
+    /// Whose utterances give the per-frame text vector.
+    pub speaker: String,
+    /// After an utterance ends, frames keep its vector for this long.
+    pub horizon_ms: u64,
+}
+
+impl Default for TextConfig {
+    fn default() -> Self {
+        Self {
+            speaker: "participant".into(),
+            horizon_ms: 3000,
         }
     }
 }

@@ -216,3 +216,36 @@ fn replaying_a_stored_session_needs_replace() {
     assert_eq!(v["id"], "demo-0001");
     assert_eq!(v["stories"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn missing_sentence_model_fails_the_session_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::copy(
+        root().join("models/MODELS.toml"),
+        models.join("MODELS.toml"),
+    )
+    .unwrap();
+    let config = tmp.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[models]\ndir = \"{}\"\n", models.display()),
+    )
+    .unwrap();
+    let db = tmp.path().join("x.db");
+    let out = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&config),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("all-MiniLM-L6-v2"), "{err}");
+    let (status, reason, ..) = stored(&db, "demo-0001");
+    assert_eq!(status, "failed");
+    assert!(reason.contains("missing"), "{reason}");
+}

@@ -84,7 +84,7 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(masks.len(), 21 * 3);
+    assert_eq!(masks.len(), 21 * 4);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
@@ -101,6 +101,18 @@ fn demo_session_replays_end_to_end() {
     assert_eq!(phases[0].as_deref(), Some("warm_up"));
     assert_eq!(phases[10].as_deref(), Some("story_share"));
     assert_eq!(phases[20].as_deref(), Some("reflection"));
+    // Text: the participant's first utterance starts at 0.5 s, so frames 0-7 have none;
+    // every later frame is inside an utterance or within 3 s after one.
+    let text_present: Vec<i64> = conn
+        .prepare("SELECT present FROM frame_features WHERE session_id = 'demo-0001' AND modality = 'text' ORDER BY frame_index")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(text_present.len(), 420);
+    assert!(text_present[..8].iter().all(|&p| p == 0));
+    assert!(text_present[8..].iter().all(|&p| p == 1));
     // Speech windows have voice activity; levels are real numbers.
     let (va, level): (f64, f64) = conn
         .query_row(
@@ -149,7 +161,7 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    assert_eq!(ra.len(), 420 + 420 * 3 + 21 + 21 * 3);
+    assert_eq!(ra.len(), 420 + 420 * 4 + 21 + 21 * 4);
     assert_eq!(ra, rb);
 }
 

@@ -13,6 +13,8 @@ use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
+use crate::session::{Event, EventKind};
+use crate::Nanos;
 
 /// Tokens per text at most (the model's `max_seq_length`).
 pub const MAX_TOKENS: usize = 256;
@@ -167,5 +169,120 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
         ab / (aa.sqrt() * bb.sqrt())
     } else {
         0.0
+    }
+}
+
+/// The participant's words per frame: the embedding of the utterance being spoken at a
+/// frame, or of the most recent one that ended at most `horizon_ns` before it.
+///
+/// Contract: built once per session from the time-sorted `events.jsonl` utterances of one
+/// speaker (each embedded once); [`TextTrack::at`] is a pure lookup by frame time.
+pub struct TextTrack {
+    /// (start, end, embedding), sorted by start.
+    spans: Vec<(Nanos, Nanos, std::sync::Arc<Vec<f32>>)>,
+    horizon_ns: Nanos,
+}
+
+impl TextTrack {
+    /// Embeds every utterance of `speaker` in `events`.
+    pub fn build(
+        events: &[Event],
+        speaker: &str,
+        horizon_ns: Nanos,
+        encoder: &mut SentenceEncoder,
+    ) -> Result<Self, ModelError> {
+        let mut spans = Vec::new();
+        for e in events {
+            if let EventKind::Utterance {
+                speaker: s,
+                start_ms,
+                end_ms,
+                text,
+            } = &e.kind
+            {
+                if s == speaker {
+                    let v = encoder
+                        .embed(&[text.as_str()])?
+                        .into_iter()
+                        .next()
+                        .unwrap_or_default();
+                    spans.push((
+                        start_ms * 1_000_000,
+                        end_ms * 1_000_000,
+                        std::sync::Arc::new(v),
+                    ));
+                }
+            }
+        }
+        spans.sort_by_key(|s| s.0);
+        Ok(Self { spans, horizon_ns })
+    }
+
+    /// Utterances in the track.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The text vector at `t_ns`, if any.
+    pub fn at(&self, t_ns: Nanos) -> Option<&[f32]> {
+        // Utterances that started by t; the latest-starting one being spoken wins, else the
+        // most recently ended within the horizon.
+        let started = self.spans.partition_point(|s| s.0 <= t_ns);
+        let candidates = &self.spans[..started];
+        if let Some(s) = candidates.iter().rev().find(|s| t_ns < s.1) {
+            return Some(&s.2);
+        }
+        candidates
+            .iter()
+            .filter(|s| s.1 <= t_ns && t_ns - s.1 <= self.horizon_ns)
+            .max_by_key(|s| s.1)
+            .map(|s| s.2.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn track(spans: &[(u64, u64, f32)], horizon_ms: u64) -> TextTrack {
+        TextTrack {
+            spans: spans
+                .iter()
+                .map(|&(s, e, v)| (s * 1_000_000, e * 1_000_000, Arc::new(vec![v])))
+                .collect(),
+            horizon_ns: horizon_ms * 1_000_000,
+        }
+    }
+
+    #[test]
+    fn spoken_utterance_then_recent_one_within_the_horizon() {
+        let t = track(&[(1000, 2000, 1.0), (5000, 9000, 2.0)], 1500);
+        let at = |ms: u64| t.at(ms * 1_000_000).map(|v| v[0]);
+        assert_eq!(at(500), None);
+        assert_eq!(at(1000), Some(1.0));
+        assert_eq!(at(1999), Some(1.0));
+        assert_eq!(at(3500), Some(1.0));
+        assert_eq!(at(3501), None);
+        assert_eq!(at(6000), Some(2.0));
+        assert_eq!(at(20000), None);
+    }
+
+    #[test]
+    fn overlapping_utterances_take_the_latest_started() {
+        let t = track(&[(0, 5000, 1.0), (2000, 3000, 2.0)], 0);
+        assert_eq!(t.at(2500 * 1_000_000).map(|v| v[0]), Some(2.0));
+        assert_eq!(t.at(4000 * 1_000_000).map(|v| v[0]), Some(1.0));
+    }
+
+    #[test]
+    fn cosine_of_parallel_and_orthogonal_vectors() {
+        assert!((cosine(&[1.0, 2.0], &[2.0, 4.0]) - 1.0).abs() < 1e-12);
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
     }
 }

@@ -38,6 +38,8 @@ pub enum RunError {
     Stage(#[from] StageError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Model(#[from] crate::models::ModelError),
     #[error("runtime thread {thread} failed: {message}")]
     Thread {
         thread: &'static str,
@@ -53,6 +55,7 @@ impl Classify for RunError {
             RunError::Capture(e) => e.exit_kind(),
             RunError::Stage(e) => e.exit_kind(),
             RunError::Store(e) => e.exit_kind(),
+            RunError::Model(e) => e.exit_kind(),
             RunError::Thread { .. } => ExitKind::Runtime,
         }
     }

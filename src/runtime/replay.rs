@@ -30,7 +30,9 @@ use crate::features::acoustic::LldExtractor;
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
-use crate::features::{AudioRow, AudioStage, FrameStage, PoolFn};
+use crate::features::text::{SentenceEncoder, TextTrack};
+use crate::features::{AudioRow, AudioStage, FrameStage, ModalitySpec, PoolFn};
+use crate::models::manifest::Manifest;
 use crate::report::{QualityInputs, QualityReport, ReplaySummary};
 use crate::session::events::{phase_at, phase_spans, PhaseSpan};
 use crate::session::RecordedSession;
@@ -90,7 +92,13 @@ pub fn replay(
         }
     };
     let m = &session.manifest;
-    let pipeline = Pipeline::new(config, m.nominal_fps);
+    let pipeline = match Pipeline::new(config, m.nominal_fps, &session) {
+        Ok(p) => p,
+        Err(e) => {
+            record_failure(&writer, &m.session_id, &m.station_id, &e.to_string());
+            return Err(e);
+        }
+    };
     writer.begin(SessionStart {
         id: m.session_id.clone(),
         station_id: m.station_id.clone(),
@@ -173,6 +181,7 @@ fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str
 /// The stages of one run and the modality layout they make.
 struct Pipeline {
     video_signal: VideoSignalStage,
+    text: TextTrack,
     audio_signal: AudioSignalStage,
     acoustic: LldExtractor,
     layout: ModalityLayout,
@@ -180,25 +189,44 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    fn new(config: &Config, nominal_fps: f64) -> Self {
+    /// Sets up the stages; embeds the session's utterances with the configured sentence
+    /// encoder (a missing or broken model fails the run here, naming the file).
+    fn new(config: &Config, nominal_fps: f64, session: &RecordedSession) -> Result<Self, RunError> {
         let video_signal = VideoSignalStage::new();
         let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
         let acoustic = LldExtractor::new(config.audio.lld_set, config.audio.sample_rate_hz);
-        // Audio modalities in the order `audio_features` sends their rows.
+        let models = &config.models;
+        let manifest = Manifest::load(&models.dir)?;
+        let entry = manifest.get(&models.sentence_encoder, &models.dir)?;
+        let mut encoder =
+            SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?;
+        let text = TextTrack::build(
+            &session.events,
+            &config.text.speaker,
+            config.text.horizon_ms * 1_000_000,
+            &mut encoder,
+        )?;
+        let text_spec = ModalitySpec {
+            name: "text",
+            columns: (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),
+        };
+        // Slot modalities first, then audio ones in the order `audio_features` sends rows.
         let layout = ModalityLayout {
             modalities: vec![
                 (Stream::Video, video_signal.spec().clone()),
+                (Stream::Text, text_spec),
                 (Stream::Audio, audio_signal.spec().clone()),
                 (Stream::Audio, acoustic.spec().clone()),
             ],
         };
-        Self {
+        Ok(Self {
             video_signal,
+            text,
             audio_signal,
             acoustic,
             layout,
             period_ns: 1e9 / nominal_fps,
-        }
+        })
     }
 }
 
@@ -248,13 +276,13 @@ fn run(
 
     let Pipeline {
         video_signal,
+        text,
         audio_signal,
         acoustic,
         layout,
         period_ns,
     } = pipeline;
     let pools: Vec<PoolFn> = vec![audio_signal.pooling(), acoustic.pooling()];
-    let video_modalities = layout.video_count();
     let spans = phase_spans(&session.events, Nanos::MAX);
     let pacer = Pacer {
         start_clock_ns: clock.now_ns(),
@@ -284,8 +312,9 @@ fn run(
                 stopped_v,
             )
         })?;
+        let text_ref = &text;
         let video_features = spawn(scope, "video-features", move || {
-            video_features(frame_rx, slot_tx, video_signal, period_ns, video_modalities)
+            video_features(frame_rx, slot_tx, video_signal, text_ref, period_ns)
         })?;
         let clock_a = clock.clone();
         let stopped_a = &stopped_early;
@@ -438,13 +467,15 @@ fn capture_audio(
     Ok(())
 }
 
-/// Puts frames on the slot grid, fills gaps with absent slots, runs the frame stages.
+/// Puts frames on the slot grid, fills gaps with absent slots, runs the frame stages and
+/// looks up the text vector of each slot's time. Slot features follow the layout's slot
+/// modalities: `[video_signal, text]`.
 fn video_features(
     rx: PolicyReceiver<VideoFrame>,
     tx: PolicySender<VideoSlot>,
     mut signal: VideoSignalStage,
+    text: &TextTrack,
     period_ns: f64,
-    video_modalities: usize,
 ) -> Result<VideoFeaturesDone, RunError> {
     let mut timeline = VideoTimeline::new(1e9 / period_ns);
     for frame in &rx {
@@ -455,16 +486,18 @@ fn video_features(
         else {
             continue;
         };
+        let text_at = |s: u64| text.at(timeline.slot_time_ns(s)).map(<[f32]>::to_vec);
         let mut slots: Vec<VideoSlot> = (slot - missing_before..slot)
             .map(|s| VideoSlot {
                 index: s,
                 start_ns: timeline.slot_time_ns(s),
                 end_ns: timeline.slot_time_ns(s + 1),
                 decoded: false,
-                features: vec![None; video_modalities],
+                // A dropped frame has no video, but the transcript still covers its time.
+                features: vec![None, text_at(s)],
             })
             .collect();
-        let features = vec![signal.process(&frame)?];
+        let features = vec![signal.process(&frame)?, text_at(slot)];
         slots.push(VideoSlot {
             index: slot,
             start_ns: timeline.slot_time_ns(slot),

@@ -453,19 +453,52 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 1);
+        assert_eq!(store.schema_version().unwrap(), 2);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 1);
+        assert_eq!(n, 2);
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn version_1_file_migrates_keeping_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
+        )
+        .unwrap();
+        conn.execute_batch(schema::MIGRATIONS[0].2).unwrap();
+        conn.execute_batch(
+            "INSERT INTO schema_migrations VALUES (1, 'session store', 'x');
+             INSERT INTO stations VALUES ('st', 'x');
+             INSERT INTO sessions (id, station_id, source, nominal_fps, status, created_at, updated_at)
+               VALUES ('s1', 'st', 'replay', 15, 'complete', 'x', 'x');
+             INSERT INTO modalities VALUES ('s1', 'video_signal', 'video', 3, '[]');",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        let n: i64 = store
+            .connection()
+            .query_row(
+                "SELECT count(*) FROM modalities WHERE session_id = 's1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(store.session_detail("s1").unwrap().modalities.len(), 1);
     }
 
     #[test]

@@ -6,7 +6,34 @@
 //! Never edit a migration that has shipped: add the next one.
 
 /// (version, name, SQL) of every migration, in order.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "session store", V1)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "session store", V1),
+    (2, "text modality and story embeddings", V2),
+];
+
+/// Version 2: modalities may be `text`; stories carry one embedding per sentence encoder.
+const V2: &str = r#"
+CREATE TABLE modalities_v2 (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    name       TEXT NOT NULL,
+    stream     TEXT NOT NULL CHECK (stream IN ('video', 'text', 'audio')),
+    dims       INTEGER NOT NULL,
+    columns    TEXT NOT NULL,
+    PRIMARY KEY (session_id, name)
+) WITHOUT ROWID;
+INSERT INTO modalities_v2 SELECT session_id, name, stream, dims, columns FROM modalities;
+DROP TABLE modalities;
+ALTER TABLE modalities_v2 RENAME TO modalities;
+
+-- One embedding per story and sentence-encoder model (little-endian f32 x dims).
+CREATE TABLE story_embeddings (
+    story_id TEXT NOT NULL REFERENCES stories(id) ON DELETE CASCADE,
+    model    TEXT NOT NULL,
+    dims     INTEGER NOT NULL,
+    vec      BLOB NOT NULL,
+    PRIMARY KEY (story_id, model)
+) WITHOUT ROWID;
+"#;
 
 const V1: &str = r#"
 CREATE TABLE stations (

@@ -19,7 +19,7 @@ use rusqlite::{params, Connection, Transaction};
 use super::rows::{vec_to_blob, SessionEnd, SessionStart, WindowRow};
 use super::{connect, Owner, StoreError};
 use crate::session::EventKind;
-use crate::windows::{FrameRecord, Stream};
+use crate::windows::FrameRecord;
 
 /// Capacity of the writer's command queue.
 const QUEUE_CAPACITY: usize = 1024;
@@ -460,10 +460,7 @@ fn begin(
             params![
                 s.id,
                 spec.name,
-                match stream {
-                    Stream::Video => "video",
-                    Stream::Audio => "audio",
-                },
+                stream.as_str(),
                 spec.dims() as i64,
                 columns
             ],

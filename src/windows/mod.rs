@@ -23,11 +23,23 @@ use crate::Nanos;
 pub use align::{FrameAligner, VideoSlot};
 pub use assembler::WindowAssembler;
 
-/// Whether a modality comes from the video or the audio stream.
+/// Where a modality comes from: computed per video frame slot (video, and text, which
+/// follows the utterance events at the slot's time), or pooled from the audio stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
     Video,
+    Text,
     Audio,
+}
+
+impl Stream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Video => "video",
+            Stream::Text => "text",
+            Stream::Audio => "audio",
+        }
+    }
 }
 
 /// The modalities of a pipeline, in the order of [`FrameRecord::features`].
@@ -40,14 +52,6 @@ impl ModalityLayout {
     /// Index of the modality called `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.modalities.iter().position(|(_, m)| m.name == name)
-    }
-
-    /// Number of video modalities (they come first).
-    pub fn video_count(&self) -> usize {
-        self.modalities
-            .iter()
-            .filter(|(s, _)| *s == Stream::Video)
-            .count()
     }
 
     pub fn len(&self) -> usize {
