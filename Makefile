@@ -1,6 +1,6 @@
 # empathic: every target does its own set-up on a fresh Debian 12 machine.
 CARGO ?= cargo
-DEMO_DB ?= demo.db
+DEMO_DB ?= empathic.db
 
 .PHONY: setup build demo test lint bench clean
 
@@ -12,8 +12,11 @@ build: setup
 	@# The binary finds ONNX Runtime next to itself, as on a station.
 	ln -sf ../../third_party/onnxruntime/libonnxruntime.so.1 target/release/libonnxruntime.so.1
 
-# Replays the bundled demo session into $(DEMO_DB) (replacing an earlier demo run).
+# Imports the demo story bank and replays the bundled demo session into $(DEMO_DB)
+# (the default database of every command, replacing an earlier demo run).
 demo: build
+	./target/release/empathic models verify
+	./target/release/empathic stories import demo/stories/stories.jsonl --db $(DEMO_DB)
 	./target/release/empathic replay demo/session --db $(DEMO_DB) --replace
 	@echo
 	./target/release/empathic sessions list --db $(DEMO_DB)
@@ -27,7 +30,7 @@ lint: setup
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
-	$(CARGO) bench --locked --bench window_assembler
+	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text
 	./scripts/replay_throughput.sh
 
 clean:

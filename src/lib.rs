@@ -26,6 +26,7 @@ pub mod report;
 pub mod runtime;
 pub mod session;
 pub mod store;
+pub mod stories;
 pub mod windows;
 
 /// Nanoseconds on a session timeline: 0 is the session start.

@@ -19,7 +19,9 @@ use empathic::models::verify::verify_all;
 use empathic::runtime::replay::{replay, ReplayOptions};
 use empathic::runtime::{stop_flag, RunError};
 use empathic::store::Store;
+use empathic::stories::{import, read_bank, session_context, Hit, StoryIndex};
 use empathic::{doctor, report};
+use indicatif::ProgressBar;
 
 #[derive(Parser)]
 #[command(
@@ -73,6 +75,11 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// The story bank: import, search, retrieve for a session.
+    Stories {
+        #[command(subcommand)]
+        command: StoriesCommand,
+    },
     /// Model files.
     Models {
         #[command(subcommand)]
@@ -88,6 +95,43 @@ enum Command {
         /// Also require a camera and a microphone (a station).
         #[arg(long)]
         live: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoriesCommand {
+    /// Embed and store the stories of a JSONL or CSV file (id, title, text, source, licence).
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// The stories closest to TEXT, with cosine scores.
+    Search {
+        text: String,
+        #[arg(short, default_value_t = 3)]
+        k: usize,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stories for what the participant shared in a session, leaving out stories they saw
+    /// in earlier sessions.
+    Retrieve {
+        session_id: String,
+        #[arg(short, default_value_t = 3)]
+        k: usize,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -193,6 +237,88 @@ fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
+fn open_encoder(config: &Config, name: &str) -> Result<SentenceEncoder, Failure> {
+    let dir = &config.models.dir;
+    let manifest = Manifest::load(dir).map_err(fail)?;
+    let entry = manifest.get(name, dir).map_err(fail)?;
+    SentenceEncoder::open(dir, entry, config.models.onnxruntime_library.as_deref()).map_err(fail)
+}
+
+fn print_hits(hits: &[Hit], json: bool) -> Result<(), Failure> {
+    if json {
+        return print_json(&hits);
+    }
+    for (i, h) in hits.iter().enumerate() {
+        println!("{}. {:.4}  {}  {}", i + 1, h.score, h.id, h.title);
+    }
+    Ok(())
+}
+
+fn stories(command: StoriesCommand) -> Result<ExitCode, Failure> {
+    match command {
+        StoriesCommand::Import { file, db, config } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let bank = read_bank(&file).map_err(fail)?;
+            let model = config.models.sentence_encoder.clone();
+            let mut encoder = open_encoder(&config, &model)?;
+            let mut store = Store::open(&db_path(db, &config)).map_err(fail)?;
+            let bar = if std::io::stderr().is_terminal() {
+                ProgressBar::new(bank.len() as u64)
+            } else {
+                ProgressBar::hidden()
+            };
+            let n =
+                import(store.connection_mut(), &bank, &model, &mut encoder, &bar).map_err(fail)?;
+            bar.finish_and_clear();
+            println!(
+                "imported {n} stories from {} (embedded with {model}) into {}",
+                file.display(),
+                store.path().display()
+            );
+        }
+        StoriesCommand::Search {
+            text,
+            k,
+            db,
+            config,
+            json,
+        } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let model = config.models.sentence_encoder.clone();
+            let store = open_existing_store(&db_path(db, &config))?;
+            let index = StoryIndex::load(store.connection(), &model).map_err(fail)?;
+            let mut encoder = open_encoder(&config, &model)?;
+            let query = encoder.embed(&[text.as_str()]).map_err(fail)?.remove(0);
+            print_hits(&index.top_k(&query, k, &[]), json)?;
+        }
+        StoriesCommand::Retrieve {
+            session_id,
+            k,
+            db,
+            config,
+            json,
+        } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let model = config.models.sentence_encoder.clone();
+            let store = open_existing_store(&db_path(db, &config))?;
+            let (shared, seen) =
+                session_context(store.connection(), &session_id, &config.text.speaker)
+                    .map_err(fail)?;
+            let index = StoryIndex::load(store.connection(), &model).map_err(fail)?;
+            let mut encoder = open_encoder(&config, &model)?;
+            let query = encoder.embed(&[shared.as_str()]).map_err(fail)?.remove(0);
+            if !json && !seen.is_empty() {
+                println!(
+                    "leaving out {} stories seen in earlier sessions",
+                    seen.len()
+                );
+            }
+            print_hits(&index.top_k(&query, k, &seen), json)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Replay {
@@ -292,17 +418,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             config,
         } => {
             let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let dir = &config.models.dir;
-            let manifest = Manifest::load(dir).map_err(fail)?;
             let name = model.unwrap_or_else(|| config.models.sentence_encoder.clone());
-            let entry = manifest.get(&name, dir).map_err(fail)?;
-            let mut encoder =
-                SentenceEncoder::open(dir, entry, config.models.onnxruntime_library.as_deref())
-                    .map_err(fail)?;
+            let mut encoder = open_encoder(&config, &name)?;
             let v = encoder.embed(&[text.as_str()]).map_err(fail)?;
             print_json(&v.first())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Stories { command } => stories(command),
         Command::Models {
             command: ModelsCommand::Verify { config },
         } => {

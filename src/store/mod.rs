@@ -362,9 +362,14 @@ impl Store {
         })
     }
 
-    /// The read connection, for tests and tools that query directly.
+    /// The connection, for tests and tools that query directly.
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// The connection for a command's own transaction (`stories import`), outside a run.
+    pub fn connection_mut(&mut self) -> &mut Connection {
+        &mut self.conn
     }
 }
 
