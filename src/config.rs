@@ -224,6 +224,9 @@ pub struct ModelsConfig {
     pub onnxruntime_library: Option<PathBuf>,
     /// Manifest name of the sentence encoder (`empathic embed`, stories, text per frame).
     pub sentence_encoder: String,
+    /// Manifest name of the appearance encoder (per-frame CNN features); empty: no
+    /// appearance features (replay then runs about 10x faster).
+    pub appearance_encoder: String,
 }
 
 impl Default for ModelsConfig {
@@ -232,6 +235,7 @@ impl Default for ModelsConfig {
             dir: PathBuf::from("models"),
             onnxruntime_library: None,
             sentence_encoder: "all-MiniLM-L6-v2-int8".into(),
+            appearance_encoder: "efficientnet-lite0".into(),
         }
     }
 }

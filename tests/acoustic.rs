@@ -276,7 +276,15 @@ fn extract_cli_writes_the_columns_and_handles_bad_files() {
 fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("a.db");
-    let o = empathic(&["replay", path_str(&demo_session()), "--db", path_str(&db)]);
+    let fast = config_without_appearance(tmp.path());
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = tmp.path().join("demo.csv");
     extract_audio_csv(
@@ -356,7 +364,11 @@ fn egemaps_is_block_size_invariant_and_finite_on_hostile_input() {
 fn replay_with_the_egemaps_set_stores_25_values_a_frame() {
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("c.toml");
-    std::fs::write(&config, "[audio]\nlld_set = \"egemaps\"\n").unwrap();
+    std::fs::write(
+        &config,
+        "[audio]\nlld_set = \"egemaps\"\n[models]\nappearance_encoder = \"\"\n",
+    )
+    .unwrap();
     let db = tmp.path().join("e.db");
     let o = empathic(&[
         "replay",

@@ -178,14 +178,30 @@ fn replaying_a_stored_session_needs_replace() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("x.db");
     let demo = demo_session();
-    let first = empathic(&["replay", path_str(&demo), "--db", path_str(&db)]);
+    let fast = config_without_appearance(tmp.path());
+    let fast = path_str(&fast);
+    let first = empathic(&[
+        "replay",
+        path_str(&demo),
+        "--db",
+        path_str(&db),
+        "--config",
+        fast,
+    ]);
     assert!(first.status.success(), "{}", stderr(&first));
     assert!(
         stdout(&first).contains("windows   21"),
         "{}",
         stdout(&first)
     );
-    let again = empathic(&["replay", path_str(&demo), "--db", path_str(&db)]);
+    let again = empathic(&[
+        "replay",
+        path_str(&demo),
+        "--db",
+        path_str(&db),
+        "--config",
+        fast,
+    ]);
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("--replace"), "{}", stderr(&again));
     // The stored session is untouched by the refused run.

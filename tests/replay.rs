@@ -24,8 +24,12 @@ fn options(dir: &std::path::Path, db: &std::path::Path, speed: Speed) -> ReplayO
 }
 
 fn replay_max(dir: &std::path::Path, db: &std::path::Path) -> empathic::report::ReplaySummary {
+    replay_with(options(dir, db, Speed::Max))
+}
+
+fn replay_with(opts: ReplayOptions) -> empathic::report::ReplaySummary {
     replay(
-        &options(dir, db, Speed::Max),
+        &opts,
         Arc::new(ManualClock::new(0)),
         Arc::new(AtomicBool::new(false)),
     )
@@ -84,7 +88,7 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(masks.len(), 21 * 4);
+    assert_eq!(masks.len(), 21 * 5);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
@@ -101,6 +105,16 @@ fn demo_session_replays_end_to_end() {
     assert_eq!(phases[0].as_deref(), Some("warm_up"));
     assert_eq!(phases[10].as_deref(), Some("story_share"));
     assert_eq!(phases[20].as_deref(), Some("reflection"));
+    // Appearance: a 1280-d CNN embedding on every decoded frame.
+    let (dims, present): (i64, i64) = conn
+        .query_row(
+            "SELECT m.dims, (SELECT count(*) FROM frame_features f WHERE f.session_id = m.session_id AND f.modality = 'appearance' AND f.present = 1)
+             FROM modalities m WHERE m.session_id = 'demo-0001' AND m.name = 'appearance'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((dims, present), (1280, 420));
     // Text: the participant's first utterance starts at 0.5 s, so frames 0-7 have none;
     // every later frame is inside an utterance or within 3 s after one.
     let text_present: Vec<i64> = conn
@@ -161,7 +175,7 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    assert_eq!(ra.len(), 420 + 420 * 4 + 21 + 21 * 4);
+    assert_eq!(ra.len(), 420 + 420 * 5 + 21 + 21 * 5);
     assert_eq!(ra, rb);
 }
 
@@ -172,12 +186,9 @@ fn realtime_replay_follows_the_clock() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("rt.db");
     let clock = Arc::new(ManualClock::new(1_000));
-    let summary = replay(
-        &options(&demo_session(), &db, Speed::Realtime),
-        clock.clone(),
-        Arc::new(AtomicBool::new(false)),
-    )
-    .unwrap();
+    let mut opts = options(&demo_session(), &db, Speed::Realtime);
+    opts.config.models.appearance_encoder = String::new();
+    let summary = replay(&opts, clock.clone(), Arc::new(AtomicBool::new(false))).unwrap();
     assert_eq!(summary.frames, 420);
     let advanced = clock.now_ns() - 1_000;
     // Last video frame at 27.933 s; last 20 ms audio block at 27.98 s.
@@ -187,7 +198,9 @@ fn realtime_replay_follows_the_clock() {
     );
     // Same rows as a max-speed replay: pacing changes timing, never content.
     let db_max = tmp.path().join("max.db");
-    replay_max(&demo_session(), &db_max);
+    let mut opts = options(&demo_session(), &db_max, Speed::Max);
+    opts.config.models.appearance_encoder = String::new();
+    replay_with(opts);
     assert_eq!(
         derived_rows(&db, "demo-0001"),
         derived_rows(&db_max, "demo-0001")
@@ -218,7 +231,9 @@ fn shared_real_sessions_replay() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("shared.db");
     for (name, frames, windows) in [("grid", 495, 26), ("still", 600, 33), ("selfie", 256, 10)] {
-        let summary = replay_max(&fixtures.join("sessions").join(name), &db);
+        let mut opts = options(&fixtures.join("sessions").join(name), &db, Speed::Max);
+        opts.config.models.appearance_encoder = String::new();
+        let summary = replay_with(opts);
         assert_eq!(summary.status, "complete", "{name}");
         assert_eq!(summary.frames, frames, "{name}");
         assert_eq!(summary.windows, windows, "{name}");

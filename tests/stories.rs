@@ -73,7 +73,15 @@ fn retrieve_leaves_out_stories_seen_in_earlier_sessions() {
     let db = tmp.path().join("s.db");
     import(&db);
     // Session 1 (1 Nov) showed demo stories 03, 11 and 27.
-    let o = empathic(&["replay", path_str(&demo_session()), "--db", path_str(&db)]);
+    let fast = config_without_appearance(tmp.path());
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     // Session 2, a week later: the participant shares a story about their father.
     let second = copy_session(&demo_session(), &tmp.path().join("s2"));
@@ -90,7 +98,14 @@ fn retrieve_leaves_out_stories_seen_in_earlier_sessions() {
         ),
     )
     .unwrap();
-    let o = empathic(&["replay", path_str(&second), "--db", path_str(&db)]);
+    let o = empathic(&[
+        "replay",
+        path_str(&second),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
 
     let all = |session: &str| {
@@ -152,7 +167,15 @@ fn bad_banks_and_empty_stores_are_named() {
     );
 
     // A store without stories.
-    let o = empathic(&["replay", path_str(&demo_session()), "--db", path_str(&db)]);
+    let fast = config_without_appearance(tmp.path());
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+    ]);
     assert!(o.status.success());
     let o = empathic(&["stories", "search", "x", "--db", path_str(&db)]);
     assert_eq!(o.status.code(), Some(2));

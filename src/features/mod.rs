@@ -13,6 +13,7 @@
 //! appearance, acoustic and text extractors implement these traits.
 
 pub mod acoustic;
+pub mod appearance;
 pub mod signal;
 pub mod text;
 

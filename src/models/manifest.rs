@@ -29,6 +29,8 @@ pub struct Manifest {
 pub enum ModelKind {
     /// Text in, one L2-normalised embedding per text out.
     SentenceEncoder,
+    /// A 224x224 RGB image in, one feature vector out.
+    ImageEncoder,
 }
 
 /// Whether the weights are trained or random (random ones exist for benchmarks only).
@@ -87,7 +89,8 @@ pub enum Dim {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct KnownAnswer {
-    /// JSON file beside the manifest: `{"texts": [...], "embeddings": [[...], ...]}`.
+    /// JSON file beside the manifest: sentence encoders `{"texts": [...], "embeddings":
+    /// [[...], ...]}`; image encoders `{"features": [...]}` for the test pattern.
     pub file: String,
     /// Lowest cosine similarity to the reference accepted for every input.
     pub min_cosine: f64,

@@ -12,6 +12,7 @@ use ort::value::ValueType;
 
 use super::manifest::{Dim, Manifest, ModelEntry, ModelKind, TensorSpec};
 use super::{onnx, ModelError};
+use crate::features::appearance::{test_pattern, AppearanceEncoder};
 use crate::features::text::{cosine, SentenceEncoder};
 
 /// What one model's verification found.
@@ -116,6 +117,25 @@ fn verify_one(
             Ok(format!(
                 "sha256, load, shapes ok; {} reference texts, lowest cosine {worst:.5} (>= {})",
                 texts.len(),
+                ka.min_cosine
+            ))
+        }
+        ModelKind::ImageEncoder => {
+            let expected: Vec<f32> = serde_json::from_value(reference["features"].clone())
+                .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
+            let mut encoder = AppearanceEncoder::open(dir, m, onnxruntime_library)?;
+            let got = encoder.run(test_pattern())?;
+            let c = cosine(&got, &expected);
+            if got.len() != expected.len() || c < ka.min_cosine {
+                return Err(known(
+                    m,
+                    dir,
+                    &ka.file,
+                    format!("cosine to the reference {c:.6} < {}", ka.min_cosine),
+                ));
+            }
+            Ok(format!(
+                "sha256, load, shapes ok; test pattern cosine {c:.6} (>= {})",
                 ka.min_cosine
             ))
         }

@@ -27,6 +27,7 @@ use crate::capture::{AudioBlock, AudioSource, VideoFrame, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
 use crate::features::acoustic::LldExtractor;
+use crate::features::appearance::AppearanceEncoder;
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
@@ -181,6 +182,7 @@ fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str
 /// The stages of one run and the modality layout they make.
 struct Pipeline {
     video_signal: VideoSignalStage,
+    appearance: Option<AppearanceEncoder>,
     text: TextTrack,
     audio_signal: AudioSignalStage,
     acoustic: LldExtractor,
@@ -206,21 +208,34 @@ impl Pipeline {
             config.text.horizon_ms * 1_000_000,
             &mut encoder,
         )?;
+        let appearance = if models.appearance_encoder.is_empty() {
+            None
+        } else {
+            let entry = manifest.get(&models.appearance_encoder, &models.dir)?;
+            Some(AppearanceEncoder::open(
+                &models.dir,
+                entry,
+                models.onnxruntime_library.as_deref(),
+            )?)
+        };
         let text_spec = ModalitySpec {
             name: "text",
             columns: (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),
         };
         // Slot modalities first, then audio ones in the order `audio_features` sends rows.
-        let layout = ModalityLayout {
-            modalities: vec![
-                (Stream::Video, video_signal.spec().clone()),
-                (Stream::Text, text_spec),
-                (Stream::Audio, audio_signal.spec().clone()),
-                (Stream::Audio, acoustic.spec().clone()),
-            ],
-        };
+        let mut modalities = vec![(Stream::Video, video_signal.spec().clone())];
+        if let Some(a) = &appearance {
+            modalities.push((Stream::Video, a.spec().clone()));
+        }
+        modalities.extend([
+            (Stream::Text, text_spec),
+            (Stream::Audio, audio_signal.spec().clone()),
+            (Stream::Audio, acoustic.spec().clone()),
+        ]);
+        let layout = ModalityLayout { modalities };
         Ok(Self {
             video_signal,
+            appearance,
             text,
             audio_signal,
             acoustic,
@@ -276,6 +291,7 @@ fn run(
 
     let Pipeline {
         video_signal,
+        appearance,
         text,
         audio_signal,
         acoustic,
@@ -314,7 +330,14 @@ fn run(
         })?;
         let text_ref = &text;
         let video_features = spawn(scope, "video-features", move || {
-            video_features(frame_rx, slot_tx, video_signal, text_ref, period_ns)
+            video_features(
+                frame_rx,
+                slot_tx,
+                video_signal,
+                appearance,
+                text_ref,
+                period_ns,
+            )
         })?;
         let clock_a = clock.clone();
         let stopped_a = &stopped_early;
@@ -469,11 +492,12 @@ fn capture_audio(
 
 /// Puts frames on the slot grid, fills gaps with absent slots, runs the frame stages and
 /// looks up the text vector of each slot's time. Slot features follow the layout's slot
-/// modalities: `[video_signal, text]`.
+/// modalities: `[video_signal, appearance (when configured), text]`.
 fn video_features(
     rx: PolicyReceiver<VideoFrame>,
     tx: PolicySender<VideoSlot>,
     mut signal: VideoSignalStage,
+    mut appearance: Option<AppearanceEncoder>,
     text: &TextTrack,
     period_ns: f64,
 ) -> Result<VideoFeaturesDone, RunError> {
@@ -494,10 +518,18 @@ fn video_features(
                 end_ns: timeline.slot_time_ns(s + 1),
                 decoded: false,
                 // A dropped frame has no video, but the transcript still covers its time.
-                features: vec![None, text_at(s)],
+                features: if appearance.is_some() {
+                    vec![None, None, text_at(s)]
+                } else {
+                    vec![None, text_at(s)]
+                },
             })
             .collect();
-        let features = vec![signal.process(&frame)?, text_at(slot)];
+        let mut features = vec![signal.process(&frame)?];
+        if let Some(a) = appearance.as_mut() {
+            features.push(a.process(&frame)?);
+        }
+        features.push(text_at(slot));
         slots.push(VideoSlot {
             index: slot,
             start_ns: timeline.slot_time_ns(slot),

@@ -65,3 +65,11 @@ pub fn stdout(o: &Output) -> String {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// A config without the appearance encoder, for tests about other parts: the CNN takes
+/// about 25 ms a frame, 90 % of a replay's time (the demo and determinism tests keep it).
+pub fn config_without_appearance(dir: &Path) -> PathBuf {
+    let p = dir.join("no-appearance.toml");
+    std::fs::write(&p, "[models]\nappearance_encoder = \"\"\n").unwrap();
+    p
+}

