@@ -1,0 +1,41 @@
+//! Appearance embedding throughput: EfficientNet-Lite0 fp32 through ONNX Runtime on one
+//! thread, model only (preprocessed input) and the whole stage on a 640x480 frame.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use empathic::capture::video_file::FileVideoSource;
+use empathic::capture::VideoSource;
+use empathic::features::appearance::{test_pattern, AppearanceEncoder};
+use empathic::features::FrameStage;
+use empathic::models::manifest::Manifest;
+
+fn bench(c: &mut Criterion) {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/models"));
+    let manifest = Manifest::load(dir).expect("models/MODELS.toml");
+    let entry = manifest.get("efficientnet-lite0", dir).expect("model");
+    let mut encoder = AppearanceEncoder::open(dir, entry, None).expect("ONNX Runtime and model");
+    let video = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/demo/session/video.avi"
+    ));
+    let frame = FileVideoSource::open(video)
+        .expect("demo video")
+        .next_frame()
+        .expect("decode")
+        .expect("a frame");
+    let mut group = c.benchmark_group("appearance");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("efficientnet_lite0_fp32_model", |b| {
+        b.iter(|| black_box(encoder.run(test_pattern()).expect("run")))
+    });
+    group.bench_function("efficientnet_lite0_fp32_stage_640x480", |b| {
+        b.iter(|| black_box(encoder.process(&frame).expect("stage")))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
