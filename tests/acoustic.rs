@@ -277,14 +277,7 @@ fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("a.db");
     let fast = config_without_appearance(tmp.path());
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-    ]);
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = tmp.path().join("demo.csv");
     extract_audio_csv(
@@ -370,14 +363,7 @@ fn replay_with_the_egemaps_set_stores_25_values_a_frame() {
     )
     .unwrap();
     let db = tmp.path().join("e.db");
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&config),
-    ]);
+    let o = replay_cli(&demo_session(), &db, Some(&config));
     assert!(o.status.success(), "{}", stderr(&o));
     let conn = rusqlite::Connection::open(&db).unwrap();
     let (dims, present): (i64, i64) = conn

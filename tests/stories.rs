@@ -74,14 +74,7 @@ fn retrieve_leaves_out_stories_seen_in_earlier_sessions() {
     import(&db);
     // Session 1 (1 Nov) showed demo stories 03, 11 and 27.
     let fast = config_without_appearance(tmp.path());
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-    ]);
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     // Session 2, a week later: the participant shares a story about their father.
     let second = copy_session(&demo_session(), &tmp.path().join("s2"));
@@ -98,14 +91,7 @@ fn retrieve_leaves_out_stories_seen_in_earlier_sessions() {
         ),
     )
     .unwrap();
-    let o = empathic(&[
-        "replay",
-        path_str(&second),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-    ]);
+    let o = replay_cli(&second, &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
 
     let all = |session: &str| {
@@ -168,14 +154,7 @@ fn bad_banks_and_empty_stores_are_named() {
 
     // A store without stories.
     let fast = config_without_appearance(tmp.path());
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-    ]);
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success());
     let o = empathic(&["stories", "search", "x", "--db", path_str(&db)]);
     assert_eq!(o.status.code(), Some(2));

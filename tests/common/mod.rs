@@ -73,3 +73,12 @@ pub fn config_without_appearance(dir: &Path) -> PathBuf {
     std::fs::write(&p, "[models]\nappearance_encoder = \"\"\n").unwrap();
     p
 }
+
+/// `empathic replay SESSION --db DB [--config CONFIG]`.
+pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
+    let mut args = vec!["replay", path_str(session), "--db", path_str(db)];
+    if let Some(c) = config {
+        args.extend(["--config", path_str(c)]);
+    }
+    empathic(&args)
+}
