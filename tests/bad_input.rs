@@ -161,7 +161,7 @@ fn missing_session_folder_and_bad_speed_are_usage_errors() {
     let out = empathic(&["replay", "/nonexistent/session", "--db", path_str(&db)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("/nonexistent/session"));
-    let out = replay_cli(&demo_session()), "--speed", "warp"]);
+    let out = empathic(&["replay", path_str(&demo_session()), "--speed", "warp"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("warp"));
 }
@@ -175,7 +175,9 @@ fn replaying_a_stored_session_needs_replace() {
     let fast = path_str(&fast);
     let first = empathic(&[
         "replay",
-        path_str(&demo, &db),
+        path_str(&demo),
+        "--db",
+        path_str(&db),
         "--config",
         fast,
     ]);
@@ -241,11 +243,7 @@ fn missing_sentence_model_fails_the_session_naming_the_file() {
     )
     .unwrap();
     let db = tmp.path().join("x.db");
-    let out = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db, Some(&config));
+    let out = replay_cli(&demo_session(), &db, Some(&config));
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("all-MiniLM-L6-v2"), "{err}");
