@@ -1,5 +1,6 @@
-//! Appearance embedding throughput: EfficientNet-Lite0 fp32 through ONNX Runtime on one
-//! thread, model only (preprocessed input) and the whole stage on a 640x480 frame.
+//! Appearance embedding throughput through ONNX Runtime on one thread: EfficientNet-Lite0
+//! fp32 (model only, and the whole stage on a 640x480 frame) and, when built, ResNet50 with
+//! random weights (the paper's compute).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -34,6 +35,18 @@ fn bench(c: &mut Criterion) {
     group.bench_function("efficientnet_lite0_fp32_stage_640x480", |b| {
         b.iter(|| black_box(encoder.process(&frame).expect("stage")))
     });
+    // ResNet50 with random weights (the paper's compute), when its tool has built it.
+    let resnet = manifest
+        .get("resnet50-random", dir)
+        .expect("manifest entry");
+    if resnet.path(dir).exists() {
+        let mut resnet = AppearanceEncoder::open(dir, resnet, None).expect("resnet50");
+        group.bench_function("resnet50_random_fp32_model", |b| {
+            b.iter(|| black_box(resnet.run(test_pattern()).expect("run")))
+        });
+    } else {
+        eprintln!("skipped resnet50: models/resnet50-random.onnx not built (tools/models/export_resnet50.py --random)");
+    }
     group.finish();
 }
 
