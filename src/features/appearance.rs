@@ -13,7 +13,7 @@ use opencv::core::{Mat, Size};
 use opencv::imgproc;
 use opencv::prelude::*;
 use ort::session::Session;
-use ort::value::Tensor;
+use ort::value::TensorRef;
 
 use super::{FrameStage, ModalitySpec, StageError};
 use crate::capture::VideoFrame;
@@ -51,22 +51,8 @@ impl AppearanceEncoder {
     }
 
     /// Features of an already preprocessed NCHW 1x3x224x224 input.
-    pub fn run(&mut self, input: Vec<f32>) -> Result<Vec<f32>, ModelError> {
-        let fail = |message: String| ModelError::Inference {
-            name: self.name.clone(),
-            message,
-        };
-        let s = INPUT_SIZE as usize;
-        let tensor =
-            Tensor::from_array(([1usize, 3, s, s], input)).map_err(|e| fail(e.to_string()))?;
-        let outputs = self
-            .session
-            .run(ort::inputs!["image" => tensor])
-            .map_err(|e| fail(e.to_string()))?;
-        let (_, data) = outputs["features"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| fail(e.to_string()))?;
-        Ok(data.to_vec())
+    pub fn run(&mut self, input: &[f32]) -> Result<Vec<f32>, ModelError> {
+        infer(&mut self.session, &self.name, input)
     }
 
     /// Resizes and normalises a BGR frame into `self.input`.
@@ -109,12 +95,32 @@ impl FrameStage for AppearanceEncoder {
             stage: "appearance",
             message,
         })?;
-        let input = self.input.clone();
-        self.run(input).map(Some).map_err(|e| StageError {
-            stage: "appearance",
-            message: e.to_string(),
-        })
+        // Borrowed, not copied: the 600 kB input tensor is built once per frame in place.
+        infer(&mut self.session, &self.name, &self.input)
+            .map(Some)
+            .map_err(|e| StageError {
+                stage: "appearance",
+                message: e.to_string(),
+            })
     }
+}
+
+/// Runs the image model on a borrowed input (no copy into ONNX Runtime's tensor).
+fn infer(session: &mut Session, name: &str, input: &[f32]) -> Result<Vec<f32>, ModelError> {
+    let fail = |message: String| ModelError::Inference {
+        name: name.to_string(),
+        message,
+    };
+    let s = INPUT_SIZE as usize;
+    let tensor =
+        TensorRef::from_array_view(([1usize, 3, s, s], input)).map_err(|e| fail(e.to_string()))?;
+    let outputs = session
+        .run(ort::inputs!["image" => tensor])
+        .map_err(|e| fail(e.to_string()))?;
+    let (_, data) = outputs["features"]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(data.to_vec())
 }
 
 /// The deterministic test pattern of the image models' known answer:
