@@ -2,6 +2,7 @@
 # Replay throughput at --speed max: frames per second and multiple of real time, for the
 # demo session and (when present) the shared real sessions. Each session is replayed 3 times
 # into a fresh database; the median is reported. Build first: cargo build --release.
+# REPLAY_CONFIG=FILE passes --config FILE (e.g. a config with appearance_encoder = "").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=./target/release/empathic
@@ -14,7 +15,7 @@ for s in "${sessions[@]}"; do
   runs=()
   for i in 1 2 3; do
     rm -f "$tmp"/t.db*
-    json=$("$bin" replay "$s" --db "$tmp/t.db" --json)
+    json=$("$bin" replay "$s" --db "$tmp/t.db" --json ${REPLAY_CONFIG:+--config "$REPLAY_CONFIG"})
     runs+=("$json")
   done
   python3 - "$s" "${runs[@]}" <<'PY'
