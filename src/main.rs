@@ -13,6 +13,7 @@ use empathic::config::Config;
 use empathic::exit::{Classify, ExitKind};
 use empathic::features::acoustic::extract::extract_audio_csv;
 use empathic::features::acoustic::LldSet;
+use empathic::features::face::extract::{extract_face_csv, IntrinsicsArgs};
 use empathic::features::text::SentenceEncoder;
 use empathic::models::manifest::Manifest;
 use empathic::models::verify::verify_all;
@@ -156,6 +157,26 @@ enum ExtractCommand {
         /// Feature set: `compare` (ComParE-2016, 65 LLDs) or `egemaps` (eGeMAPSv02, 25 LLDs).
         #[arg(long, default_value = "compare")]
         set: FeatureSet,
+    },
+    /// OpenFace 2.0-compatible facial behaviour per video frame (its 714 columns) as CSV.
+    Face {
+        /// A video file (any format FFmpeg reads).
+        input: PathBuf,
+        /// The CSV to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Camera focal length in pixels (default 500 * width / 640, OpenFace's default).
+        #[arg(long)]
+        fx: Option<f64>,
+        #[arg(long)]
+        fy: Option<f64>,
+        /// Principal point (default: the image centre).
+        #[arg(long)]
+        cx: Option<f64>,
+        #[arg(long)]
+        cy: Option<f64>,
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -409,6 +430,43 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 summary.sample_rate_hz,
                 summary.input_channels,
                 out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Extract {
+            command:
+                ExtractCommand::Face {
+                    input,
+                    out,
+                    fx,
+                    fy,
+                    cx,
+                    cy,
+                    config,
+                },
+        } => {
+            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
+            let summary = extract_face_csv(
+                &input,
+                &out,
+                &config.models.dir,
+                config.models.onnxruntime_library.as_deref(),
+                IntrinsicsArgs { fx, fy, cx, cy },
+                std::io::stderr().is_terminal(),
+            )
+            .map_err(fail)?;
+            eprintln!(
+                "wrote {} rows of the 714 OpenFace columns to {}: face on {} frames ({:.1} %), at most {} face(s) seen, fx {:.1} fy {:.1} cx {:.1} cy {:.1}, {:.0} frames/s",
+                summary.rows,
+                out.display(),
+                summary.frames_with_face,
+                100.0 * summary.frames_with_face as f64 / summary.rows.max(1) as f64,
+                summary.max_faces_seen,
+                summary.intrinsics.fx,
+                summary.intrinsics.fy,
+                summary.intrinsics.cx,
+                summary.intrinsics.cy,
+                summary.frames_per_second
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -14,6 +14,7 @@
 
 pub mod acoustic;
 pub mod appearance;
+pub mod face;
 pub mod signal;
 pub mod text;
 

@@ -31,6 +31,11 @@ pub enum ModelKind {
     SentenceEncoder,
     /// A 224x224 RGB image in, one feature vector out.
     ImageEncoder,
+    /// MediaPipe face models (detector, mesh, iris): an NHWC RGB image named `image` in,
+    /// named output tensors out; known answer on a fixed test pattern.
+    FaceDetector,
+    FaceLandmarks,
+    IrisLandmarks,
 }
 
 /// Whether the weights are trained or random (random ones exist for benchmarks only).

@@ -120,6 +120,25 @@ fn verify_one(
                 ka.min_cosine
             ))
         }
+        ModelKind::FaceDetector | ModelKind::FaceLandmarks | ModelKind::IrisLandmarks => {
+            let worst = tensor_known_answer(dir, m, &reference, onnxruntime_library)
+                .map_err(|e| known(m, dir, &ka.file, e))?;
+            if worst < ka.min_cosine {
+                return Err(known(
+                    m,
+                    dir,
+                    &ka.file,
+                    format!(
+                        "lowest output cosine to the reference {worst:.6} < {}",
+                        ka.min_cosine
+                    ),
+                ));
+            }
+            Ok(format!(
+                "sha256, load, shapes ok; test pattern lowest output cosine {worst:.6} (>= {})",
+                ka.min_cosine
+            ))
+        }
         ModelKind::ImageEncoder => {
             let expected: Vec<f32> = serde_json::from_value(reference["features"].clone())
                 .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
@@ -140,6 +159,58 @@ fn verify_one(
             ))
         }
     }
+}
+
+/// Runs an NHWC image model on the known-answer pattern
+/// `((x*7 + y*13 + c*101) % 256) / 255` mapped to `[pattern_low, 1]` and returns the lowest
+/// cosine between its outputs and the reference's `outputs`.
+fn tensor_known_answer(
+    dir: &Path,
+    m: &ModelEntry,
+    reference: &serde_json::Value,
+    onnxruntime_library: Option<&Path>,
+) -> Result<f64, String> {
+    let lo = reference["pattern_low"]
+        .as_f64()
+        .ok_or("no pattern_low in the reference")? as f32;
+    let expected: std::collections::BTreeMap<String, Vec<f32>> =
+        serde_json::from_value(reference["outputs"].clone()).map_err(|e| e.to_string())?;
+    let side = match m.inputs.first().map(|i| i.shape.as_slice()) {
+        Some([_, Dim::Fixed(h), Dim::Fixed(w), Dim::Fixed(3)]) if h == w => *h as usize,
+        _ => return Err("the manifest input is not a fixed square NHWC RGB image".into()),
+    };
+    let mut input = Vec::with_capacity(side * side * 3);
+    for y in 0..side {
+        for x in 0..side {
+            for c in 0..3 {
+                let v = ((x * 7 + y * 13 + c * 101) % 256) as f32 / 255.0;
+                input.push(lo + (1.0 - lo) * v);
+            }
+        }
+    }
+    let mut session = onnx::open_session(&m.name, &m.path(dir), 1, onnxruntime_library)
+        .map_err(|e| e.to_string())?;
+    let tensor =
+        ort::value::TensorRef::from_array_view(([1usize, side, side, 3], input.as_slice()))
+            .map_err(|e| e.to_string())?;
+    let outputs = session
+        .run(ort::inputs!["image" => tensor])
+        .map_err(|e| e.to_string())?;
+    let mut worst = f64::INFINITY;
+    for (name, want) in &expected {
+        let (_, got) = outputs[name.as_str()]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| format!("output {name}: {e}"))?;
+        if got.len() != want.len() {
+            return Err(format!(
+                "output {name} has {} values, the reference {}",
+                got.len(),
+                want.len()
+            ));
+        }
+        worst = worst.min(cosine(got, want));
+    }
+    Ok(worst)
 }
 
 fn known(m: &ModelEntry, dir: &Path, file: &str, message: String) -> ModelError {

@@ -1,0 +1,147 @@
+//! `empathic extract face`: OpenFace 2.0's 714-column CSV for every frame of a video.
+//!
+//! Contract: frames are read in order with the replay's video source and tracked as in
+//! replay; one row per decoded frame (`frame` 1-based). The CSV is written beside the
+//! target and renamed into place at the end, so a failure never leaves a partial file
+//! under the requested name.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::pose::Intrinsics;
+use super::{openface, FaceAnalyzer, Mode};
+use crate::capture::video_file::FileVideoSource;
+use crate::capture::{CaptureError, VideoSource};
+use crate::exit::{Classify, ExitKind};
+use crate::models::manifest::Manifest;
+use crate::models::ModelError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FaceExtractError {
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("cannot write the CSV: {source}: {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Classify for FaceExtractError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            FaceExtractError::Capture(e) => e.exit_kind(),
+            FaceExtractError::Model(e) => e.exit_kind(),
+            FaceExtractError::Write { .. } => ExitKind::Runtime,
+        }
+    }
+}
+
+/// What an extraction produced.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FaceExtractSummary {
+    pub rows: u64,
+    pub frames_with_face: u64,
+    pub max_faces_seen: u32,
+    pub intrinsics: Intrinsics,
+    /// Frames per second of the facial stage (decoding excluded).
+    pub frames_per_second: f64,
+}
+
+/// Camera intrinsics given on the command line; missing ones take OpenFace's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IntrinsicsArgs {
+    pub fx: Option<f64>,
+    pub fy: Option<f64>,
+    pub cx: Option<f64>,
+    pub cy: Option<f64>,
+}
+
+impl IntrinsicsArgs {
+    pub fn resolve(&self, width: u32, height: u32) -> Intrinsics {
+        let d = Intrinsics::default_for(width, height);
+        let fx = self.fx.or(self.fy).unwrap_or(d.fx);
+        Intrinsics {
+            fx,
+            fy: self.fy.unwrap_or(fx),
+            cx: self.cx.unwrap_or(d.cx),
+            cy: self.cy.unwrap_or(d.cy),
+        }
+    }
+}
+
+pub fn extract_face_csv(
+    input: &Path,
+    output: &Path,
+    models_dir: &Path,
+    onnxruntime_library: Option<&Path>,
+    intrinsics: IntrinsicsArgs,
+    progress: bool,
+) -> Result<FaceExtractSummary, FaceExtractError> {
+    let mut source = FileVideoSource::open(input)?;
+    let info = source.info().clone();
+    let k = intrinsics.resolve(info.width, info.height);
+    let manifest = Manifest::load(models_dir)?;
+    let mut analyzer = FaceAnalyzer::open(
+        models_dir,
+        &manifest,
+        onnxruntime_library,
+        Some(k),
+        Mode::Video,
+    )?;
+    let partial = output.with_extension("csv.partial");
+    let write_err = |source: std::io::Error| FaceExtractError::Write {
+        path: output.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::create(&partial).map_err(write_err)?;
+    let mut w = BufWriter::new(file);
+    let bar = if progress {
+        let bar = ProgressBar::with_draw_target(info.declared_frames, ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} face [{bar:40}] {pos}/{len} frames  {per_sec}  eta {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut summary = FaceExtractSummary {
+        rows: 0,
+        frames_with_face: 0,
+        max_faces_seen: 0,
+        intrinsics: k,
+        frames_per_second: 0.0,
+    };
+    let mut busy = std::time::Duration::ZERO;
+    let result = (|| -> Result<(), FaceExtractError> {
+        openface::write_header(&mut w).map_err(write_err)?;
+        while let Some(frame) = source.next_frame()? {
+            let started = Instant::now();
+            let obs = analyzer.analyze(&frame.image)?;
+            busy += started.elapsed();
+            summary.rows += 1;
+            summary.frames_with_face += u64::from(obs.success());
+            summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen);
+            openface::write_row(&mut w, summary.rows, frame.t_ns as f64 / 1e9, &obs)
+                .map_err(write_err)?;
+            bar.inc(1);
+        }
+        w.flush().map_err(write_err)
+    })();
+    bar.finish_and_clear();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::rename(&partial, output).map_err(write_err)?;
+    summary.frames_per_second = summary.rows as f64 / busy.as_secs_f64().max(1e-9);
+    Ok(summary)
+}

@@ -1,0 +1,502 @@
+//! Facial behaviour per video frame, in OpenFace 2.0's conventions, from MediaPipe's
+//! permissively licensed face models (see `models`, `landmarks`, `pose`, `au`).
+//!
+//! Contract: [`FaceAnalyzer::analyze`] takes one BGR frame and returns a [`FaceObservation`]:
+//! how many faces the detector saw, and for the participant's face (largest and most
+//! central, kept by overlap from frame to frame) the mesh confidence and, when it is >= 0.5,
+//! every OpenFace quantity. Tracking: the previous frame's mesh places the next crop; the
+//! detector runs again when the mesh loses the face, and once a second to count faces.
+//! [`FaceStage`] wraps it as the replay's `face` modality (layout in [`FACE_COLUMNS`]).
+//!
+//! 3D: the head pose is a PnP fit of MediaPipe's metric canonical face to the mesh; each
+//! mesh point's depth is the pose's depth plus the mesh's own relative depth (pixels turned
+//! to millimetres by the fitted scale), and x, y back-project through the intrinsics, so
+//! every 3D landmark projects exactly onto its 2D landmark.
+
+pub mod au;
+pub mod canonical;
+pub mod crop;
+pub mod extract;
+pub mod landmarks;
+pub mod models;
+pub mod openface;
+pub mod pose;
+
+use std::path::Path;
+
+use nalgebra::{Matrix3, Vector3};
+
+use self::au::{ActionUnits, AuEstimator, HeadFrameGeometry};
+use self::crop::{mat_of, Roi};
+use self::landmarks::{eyelids, ibug68, iris_ring, Blend, EYE_CORNERS};
+use self::models::{Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
+use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, Pose};
+use super::{FrameStage, ModalitySpec, StageError};
+use crate::capture::{BgrImage, VideoFrame};
+use crate::models::manifest::Manifest;
+use crate::models::ModelError;
+
+/// The manifest names of the three face models.
+pub const DETECTOR_MODEL: &str = "mediapipe-face-detection-short-range";
+pub const MESH_MODEL: &str = "mediapipe-face-landmark";
+pub const IRIS_MODEL: &str = "mediapipe-iris-landmark";
+
+/// Mesh confidence below which the face counts as lost.
+pub const MIN_FACE_CONFIDENCE: f32 = 0.5;
+/// While tracking, the detector runs every this many frames to count faces.
+pub const COUNT_FACES_EVERY: u64 = 15;
+/// Eyeball model (adult averages, millimetres): radius, and the centre's offset from the
+/// middle of the eye opening (the mean of the 12 eyelid points) in the head frame. Looking
+/// straight ahead the upper lid covers about 1.5 mm of an 11.5 mm cornea and the lower lid
+/// rests at its edge, so the pupil sits 0.75 mm above the opening's middle; the centre is
+/// that far up and 7.5 mm behind the lid surface (12 mm behind the corneal apex).
+pub const EYEBALL_RADIUS_MM: f64 = 12.0;
+pub const EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -0.75, 7.5];
+
+/// One frame's facial behaviour.
+#[derive(Debug, Clone)]
+pub struct FaceObservation {
+    /// Faces the detector saw at its last run (0 when it saw none).
+    pub faces_seen: u32,
+    /// The participant's mesh confidence (0 when no face was found).
+    pub confidence: f32,
+    /// Everything else, when the confidence is >= 0.5.
+    pub face: Option<Face>,
+}
+
+impl FaceObservation {
+    pub fn success(&self) -> bool {
+        self.face.is_some()
+    }
+}
+
+/// The OpenFace quantities of one face (pixels, millimetres in camera axes, radians).
+#[derive(Debug, Clone)]
+pub struct Face {
+    pub mesh: Mesh,
+    pub landmarks_2d: Vec<(f64, f64)>,
+    pub landmarks_3d: Vec<Vector3<f64>>,
+    /// 56 eye points (left-most eye in the image first); `None` where not computed.
+    pub eye_2d: Vec<Option<(f64, f64)>>,
+    pub eye_3d: Vec<Option<Vector3<f64>>>,
+    /// Unit gaze vectors of the left-most and right-most eye in the image.
+    pub gaze: [Vector3<f64>; 2],
+    pub gaze_angle: (f64, f64),
+    pub pose: Pose,
+    /// (pitch, yaw, roll) = (Rx, Ry, Rz).
+    pub euler: (f64, f64, f64),
+    /// Weak-perspective fit: scale (pixels per mm), Euler rotation, image translation.
+    pub rigid: [f64; 6],
+    pub aus: ActionUnits,
+}
+
+/// Whether to track from frame to frame (video) or detect on every frame (still images).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Video,
+    StillImages,
+}
+
+pub struct FaceAnalyzer {
+    detector: FaceDetector,
+    mesh: FaceMeshModel,
+    iris: IrisModel,
+    mode: Mode,
+    intrinsics: Option<Intrinsics>,
+    ibug: Vec<Blend>,
+    eyelids: [Vec<Blend>; 2],
+    /// The canonical face relative to its 68-point centroid (mm).
+    model: Vec<Vector3<f64>>,
+    rigid_ids: Vec<usize>,
+    rigid_weights: Vec<f64>,
+    tracked: Option<Roi>,
+    faces_seen: u32,
+    frames: u64,
+    aus: AuEstimator,
+    /// Frames since the face was last seen (a long absence resets the neutral face).
+    lost_for: u64,
+}
+
+impl FaceAnalyzer {
+    pub fn open(
+        dir: &Path,
+        manifest: &Manifest,
+        library: Option<&Path>,
+        intrinsics: Option<Intrinsics>,
+        mode: Mode,
+    ) -> Result<Self, ModelError> {
+        let detector = FaceDetector::open(dir, manifest.get(DETECTOR_MODEL, dir)?, library)?;
+        let mesh = FaceMeshModel::open(dir, manifest.get(MESH_MODEL, dir)?, library)?;
+        let iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir)?, library)?;
+        let ibug = ibug68();
+        let canonical: Vec<Vector3<f64>> = canonical::VERTICES_MM
+            .iter()
+            .map(|v| Vector3::new(v[0] as f64, v[1] as f64, v[2] as f64))
+            .collect();
+        let centroid = ibug
+            .iter()
+            .map(|b| vec3(b.apply(&canonical::VERTICES_MM)))
+            .sum::<Vector3<f64>>()
+            / ibug.len() as f64;
+        let model = canonical.iter().map(|v| v - centroid).collect();
+        Ok(Self {
+            detector,
+            mesh,
+            iris,
+            mode,
+            intrinsics,
+            ibug,
+            eyelids: [eyelids(true), eyelids(false)],
+            model,
+            rigid_ids: canonical::PROCRUSTES_WEIGHTS.iter().map(|w| w.0).collect(),
+            rigid_weights: canonical::PROCRUSTES_WEIGHTS
+                .iter()
+                .map(|w| w.1 as f64)
+                .collect(),
+            tracked: None,
+            faces_seen: 0,
+            frames: 0,
+            aus: AuEstimator::new(),
+            lost_for: 0,
+        })
+    }
+
+    pub fn analyze(&mut self, image: &BgrImage) -> Result<FaceObservation, ModelError> {
+        let frame = mat_of(image).map_err(|message| ModelError::Inference {
+            name: MESH_MODEL.into(),
+            message,
+        })?;
+        let k = self
+            .intrinsics
+            .unwrap_or_else(|| Intrinsics::default_for(image.width, image.height));
+        let count_now = self.mode == Mode::StillImages || self.frames % COUNT_FACES_EVERY == 0;
+        self.frames += 1;
+        let mut mesh = None;
+        if let (Mode::Video, Some(roi)) = (self.mode, self.tracked) {
+            let m = self.mesh.run(&frame, roi)?;
+            if m.score >= MIN_FACE_CONFIDENCE {
+                mesh = Some(m);
+            }
+        }
+        if count_now || mesh.is_none() {
+            let dets = self.detector.detect(&frame, image.width, image.height)?;
+            self.faces_seen = dets.len() as u32;
+            if mesh.is_none() {
+                if let Some(d) = self.choose(&dets, image.width, image.height) {
+                    mesh = Some(self.mesh.run(&frame, d.face_roi())?);
+                }
+            }
+        }
+        let Some(mesh) = mesh else {
+            self.lost(0.0);
+            return Ok(FaceObservation {
+                faces_seen: self.faces_seen,
+                confidence: 0.0,
+                face: None,
+            });
+        };
+        let confidence = mesh.score;
+        if confidence < MIN_FACE_CONFIDENCE {
+            self.lost(confidence);
+            return Ok(FaceObservation {
+                faces_seen: self.faces_seen,
+                confidence,
+                face: None,
+            });
+        }
+        self.tracked = Some(mesh.next_roi());
+        self.lost_for = 0;
+        let face = self.describe(&frame, mesh, &k)?;
+        Ok(FaceObservation {
+            faces_seen: self.faces_seen.max(1),
+            confidence,
+            face,
+        })
+    }
+
+    fn lost(&mut self, _confidence: f32) {
+        self.tracked = None;
+        self.lost_for += 1;
+        // Five seconds without a face: whoever comes back gets a new neutral face.
+        if self.lost_for == 75 {
+            self.aus.reset();
+        }
+    }
+
+    /// The participant among the detections: the one overlapping the last tracked face,
+    /// else the largest and most central (area divided by 1 + (distance from the image
+    /// centre / a quarter of the diagonal)^2).
+    fn choose<'a>(&self, dets: &'a [Detection], w: u32, h: u32) -> Option<&'a Detection> {
+        if let Some(prev) = self.tracked {
+            if let Some(d) = dets
+                .iter()
+                .map(|d| (d, d.face_roi().iou(&prev)))
+                .filter(|(_, iou)| *iou > 0.3)
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+            {
+                return Some(d.0);
+            }
+        }
+        let (cx, cy) = (w as f32 / 2.0, h as f32 / 2.0);
+        let quarter_diag = ((w * w + h * h) as f32).sqrt() / 4.0;
+        let rank = |d: &Detection| {
+            let (x, y) = d.centre();
+            let dist = ((x - cx).powi(2) + (y - cy).powi(2)).sqrt() / quarter_diag;
+            d.width * d.height / (1.0 + dist * dist)
+        };
+        dets.iter().max_by(|a, b| rank(a).total_cmp(&rank(b)))
+    }
+
+    fn describe(
+        &mut self,
+        frame: &opencv::core::Mat,
+        mesh: Mesh,
+        k: &Intrinsics,
+    ) -> Result<Option<Face>, ModelError> {
+        let pts = &mesh.points;
+        let image3: Vec<Vector3<f64>> = self.rigid_ids.iter().map(|&i| vec3(pts[i])).collect();
+        let model3: Vec<Vector3<f64>> = self.rigid_ids.iter().map(|&i| self.model[i]).collect();
+        let sim = similarity(&model3, &image3, &self.rigid_weights);
+        let start = Pose::from_similarity(&sim, k);
+        let image2: Vec<(f64, f64)> = image3.iter().map(|p| (p.x, p.y)).collect();
+        let pose = refine_pnp(&model3, &image2, &self.rigid_weights, k, start);
+        if !pose.is_finite() || !sim.scale.is_finite() || pose.translation.z <= 0.0 {
+            return Ok(None);
+        }
+        // Metric camera coordinates of every mesh point.
+        let origin_depth_px = sim.translation.z;
+        let metric: Vec<[f32; 3]> = pts
+            .iter()
+            .map(|p| {
+                let z = pose.translation.z + (p[2] as f64 - origin_depth_px) / sim.scale;
+                [
+                    ((p[0] as f64 - k.cx) * z / k.fx) as f32,
+                    ((p[1] as f64 - k.cy) * z / k.fy) as f32,
+                    z as f32,
+                ]
+            })
+            .collect();
+        let pix: Vec<[f32; 2]> = pts.iter().map(|p| [p[0], p[1]]).collect();
+        let landmarks_2d: Vec<(f64, f64)> = self
+            .ibug
+            .iter()
+            .map(|b| {
+                let p = b.apply(&pix);
+                (p[0] as f64, p[1] as f64)
+            })
+            .collect();
+        let landmarks_3d: Vec<Vector3<f64>> =
+            self.ibug.iter().map(|b| vec3(b.apply(&metric))).collect();
+
+        // Eyes: subject's right (mesh 33/133) then left (362/263); the left one is mirrored.
+        let mut eyes = Vec::with_capacity(2);
+        for (e, &(a, b)) in EYE_CORNERS.iter().enumerate() {
+            let corners = ((pts[a][0], pts[a][1]), (pts[b][0], pts[b][1]));
+            let (first, second) = if e == 0 {
+                corners
+            } else {
+                (corners.1, corners.0)
+            };
+            let eye = self.iris.run(frame, (first, second), e == 1)?;
+            let lids = &self.eyelids[e];
+            let opening = lids
+                .iter()
+                .map(|bl| vec3(bl.apply(&metric)))
+                .sum::<Vector3<f64>>()
+                / lids.len() as f64;
+            let [ox, oy, oz] = EYEBALL_OFFSET_MM;
+            let centre3 = opening + pose.rotation * Vector3::new(ox, oy, oz);
+            let iris_c = (eye.iris[0][0] as f64, eye.iris[0][1] as f64);
+            let radius = eye.iris[1..]
+                .iter()
+                .map(|p| {
+                    ((p[0] as f64 - iris_c.0).powi(2) + (p[1] as f64 - iris_c.1).powi(2)).sqrt()
+                })
+                .sum::<f64>()
+                / 4.0;
+            let pupil = on_eyeball(k, iris_c, &centre3);
+            let gaze = (pupil - centre3).normalize();
+            let mut e2 = Vec::with_capacity(28);
+            let mut e3 = Vec::with_capacity(28);
+            for (x, y) in iris_ring((iris_c.0 as f32, iris_c.1 as f32), radius as f32) {
+                e2.push(Some((x as f64, y as f64)));
+                e3.push(Some(on_eyeball(k, (x as f64, y as f64), &centre3)));
+            }
+            for bl in &self.eyelids[e] {
+                let p = bl.apply(&pix);
+                e2.push(Some((p[0] as f64, p[1] as f64)));
+                e3.push(Some(vec3(bl.apply(&metric))));
+            }
+            // The pupil edge (20-27) is not measured.
+            e2.extend(std::iter::repeat_n(None, 8));
+            e3.extend(std::iter::repeat_n(None, 8));
+            let mean_x = (pts[a][0] + pts[b][0]) / 2.0;
+            eyes.push((mean_x, gaze, e2, e3));
+        }
+        eyes.sort_by(|p, q| p.0.total_cmp(&q.0));
+        let gaze = [eyes[0].1, eyes[1].1];
+        let g = (gaze[0] + gaze[1]) / 2.0;
+        let gaze_angle = (g.x.atan2(-g.z), g.y.atan2(-g.z));
+        let (mut eye_2d, mut eye_3d) = (Vec::with_capacity(56), Vec::with_capacity(56));
+        for (_, _, e2, e3) in eyes {
+            eye_2d.extend(e2);
+            eye_3d.extend(e3);
+        }
+
+        // Head frame (rotation undone, origin at the model's) for the action units.
+        let r_t: Matrix3<f64> = pose.rotation.transpose();
+        let head: Vec<Vector3<f64>> = landmarks_3d
+            .iter()
+            .map(|p| r_t * (p - pose.translation))
+            .collect();
+        let cheeks = [205, 425].map(|i| r_t * (vec3(metric[i]) - pose.translation));
+        let aus = self.aus.estimate(&HeadFrameGeometry {
+            ibug: &head,
+            cheeks,
+        });
+        let (prx, pry, prz) = euler_xyz(&sim.rotation);
+        Ok(Some(Face {
+            euler: euler_xyz(&pose.rotation),
+            rigid: [
+                sim.scale,
+                prx,
+                pry,
+                prz,
+                sim.translation.x,
+                sim.translation.y,
+            ],
+            mesh,
+            landmarks_2d,
+            landmarks_3d,
+            eye_2d,
+            eye_3d,
+            gaze,
+            gaze_angle,
+            pose,
+            aus,
+        }))
+    }
+}
+
+fn vec3(p: [f32; 3]) -> Vector3<f64> {
+    Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64)
+}
+
+/// Where the camera ray through pixel `uv` meets the eyeball (the nearer intersection; the
+/// closest point of the ray when it misses).
+pub fn on_eyeball(k: &Intrinsics, uv: (f64, f64), centre: &Vector3<f64>) -> Vector3<f64> {
+    let d = Vector3::new((uv.0 - k.cx) / k.fx, (uv.1 - k.cy) / k.fy, 1.0).normalize();
+    let b = d.dot(centre);
+    let disc = b * b - centre.norm_squared() + EYEBALL_RADIUS_MM * EYEBALL_RADIUS_MM;
+    let t = if disc >= 0.0 { b - disc.sqrt() } else { b };
+    d * t
+}
+
+/// The `face` modality's columns: the replay's per-frame visual feature vector.
+pub fn face_columns() -> Vec<String> {
+    let mut c: Vec<String> = ["confidence", "faces_seen"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    c.extend(
+        [
+            "pose_Tx", "pose_Ty", "pose_Tz", "pose_Rx", "pose_Ry", "pose_Rz",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    c.extend(
+        [
+            "gaze_0_x",
+            "gaze_0_y",
+            "gaze_0_z",
+            "gaze_1_x",
+            "gaze_1_y",
+            "gaze_1_z",
+            "gaze_angle_x",
+            "gaze_angle_y",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    c.extend(au::AU_R.iter().map(|a| format!("{a}_r")));
+    c.extend(au::AU_C.iter().map(|a| format!("{a}_c")));
+    for axis in ["x", "y"] {
+        c.extend((0..68).map(|i| format!("{axis}_{i}")));
+    }
+    for axis in ["X", "Y", "Z"] {
+        c.extend((0..68).map(|i| format!("{axis}_{i}")));
+    }
+    c
+}
+
+/// Layout version of [`face_columns`] (stored with the modality's name).
+pub const FACE_COLUMNS: &str = "face v1: confidence, faces_seen, pose (6), gaze (8), AU intensities (17), AU presences (18), 68 landmarks x then y (pixels), X, Y, Z (mm)";
+
+impl Face {
+    /// The `face` modality vector (see [`face_columns`]).
+    pub fn vector(&self, confidence: f32, faces_seen: u32) -> Vec<f32> {
+        let mut v = Vec::with_capacity(391);
+        v.push(confidence);
+        v.push(faces_seen as f32);
+        let t = self.pose.translation;
+        v.extend([t.x, t.y, t.z, self.euler.0, self.euler.1, self.euler.2].map(|x| x as f32));
+        for g in &self.gaze {
+            v.extend([g.x as f32, g.y as f32, g.z as f32]);
+        }
+        v.extend([self.gaze_angle.0 as f32, self.gaze_angle.1 as f32]);
+        v.extend(self.aus.intensity);
+        v.extend(self.aus.presence);
+        v.extend(self.landmarks_2d.iter().map(|p| p.0 as f32));
+        v.extend(self.landmarks_2d.iter().map(|p| p.1 as f32));
+        for axis in 0..3 {
+            v.extend(self.landmarks_3d.iter().map(|p| p[axis] as f32));
+        }
+        v
+    }
+}
+
+/// The replay's facial stage: the face vector, present when a face was found.
+pub struct FaceStage {
+    analyzer: FaceAnalyzer,
+    spec: ModalitySpec,
+    /// The most faces seen on one frame.
+    pub max_faces_seen: u32,
+    /// Frames with the participant's face.
+    pub frames_with_face: u64,
+}
+
+impl FaceStage {
+    pub fn new(analyzer: FaceAnalyzer) -> Self {
+        Self {
+            analyzer,
+            spec: ModalitySpec {
+                name: "face",
+                columns: face_columns(),
+            },
+            max_faces_seen: 0,
+            frames_with_face: 0,
+        }
+    }
+}
+
+impl FrameStage for FaceStage {
+    fn spec(&self) -> &ModalitySpec {
+        &self.spec
+    }
+
+    fn process(&mut self, frame: &VideoFrame) -> Result<Option<Vec<f32>>, StageError> {
+        let obs = self
+            .analyzer
+            .analyze(&frame.image)
+            .map_err(|e| StageError {
+                stage: "face",
+                message: e.to_string(),
+            })?;
+        self.max_faces_seen = self.max_faces_seen.max(obs.faces_seen);
+        Ok(obs.face.map(|f| {
+            self.frames_with_face += 1;
+            f.vector(obs.confidence, obs.faces_seen)
+        }))
+    }
+}

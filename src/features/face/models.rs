@@ -1,0 +1,427 @@
+//! MediaPipe's three face models run through ONNX Runtime: the short-range face detector
+//! (BlazeFace, 128x128), the face mesh (468 points, 192x192) and the iris model (64x64).
+//!
+//! Contract: every function takes a BGR frame as an OpenCV `Mat` and returns results in
+//! image pixels. Pre- and post-processing follow MediaPipe 0.10.14's CPU graphs
+//! (`face_detection_short_range_cpu`, `face_landmark_front_cpu`, `iris_landmark_cpu`):
+//! detector input letterboxed to 128x128 in [-1, 1], SSD anchors (strides 8, 16, 16, 16),
+//! sigmoid scores >= 0.5, weighted non-maximum suppression at IoU 0.3; mesh and iris inputs
+//! are rotated crops in [0, 1]; the image-right eye is mirrored for the iris model.
+
+use std::path::Path;
+
+use opencv::core::Mat;
+use ort::session::Session;
+use ort::value::TensorRef;
+
+use super::crop::{crop_to_tensor, rotation_between, Border, Roi};
+use crate::models::manifest::ModelEntry;
+use crate::models::{onnx, ModelError};
+
+pub const DETECTOR_SIZE: i32 = 128;
+pub const MESH_SIZE: i32 = 192;
+pub const IRIS_SIZE: i32 = 64;
+/// Detections below this score are dropped (MediaPipe's default).
+pub const MIN_DETECTION_SCORE: f32 = 0.5;
+/// Overlap above which detections are merged.
+const NMS_IOU: f32 = 0.3;
+/// A face crop is the face box squared and enlarged by this factor.
+pub const FACE_CROP_SCALE: f32 = 1.5;
+/// An eye crop is the eye-corner distance enlarged by this factor.
+const EYE_CROP_SCALE: f32 = 2.3;
+
+/// A detected face in image pixels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detection {
+    pub xmin: f32,
+    pub ymin: f32,
+    pub width: f32,
+    pub height: f32,
+    /// Right eye, left eye, nose tip, mouth centre, right ear, left ear (the subject's).
+    pub keypoints: [(f32, f32); 6],
+    pub score: f32,
+}
+
+impl Detection {
+    pub fn centre(&self) -> (f32, f32) {
+        (self.xmin + self.width / 2.0, self.ymin + self.height / 2.0)
+    }
+
+    /// The mesh crop of this face (MediaPipe's detection-to-ROI: eyes levelled, squared,
+    /// enlarged 1.5x).
+    pub fn face_roi(&self) -> Roi {
+        let (cx, cy) = self.centre();
+        Roi {
+            cx,
+            cy,
+            w: self.width,
+            h: self.height,
+            rotation: rotation_between(self.keypoints[0], self.keypoints[1]),
+        }
+        .squared_scaled(FACE_CROP_SCALE)
+    }
+
+    fn as_roi(&self) -> Roi {
+        let (cx, cy) = self.centre();
+        Roi {
+            cx,
+            cy,
+            w: self.width,
+            h: self.height,
+            rotation: 0.0,
+        }
+    }
+}
+
+/// One model session with its input buffer.
+struct Model {
+    name: String,
+    session: Session,
+    input: Vec<f32>,
+}
+
+impl Model {
+    fn open(dir: &Path, entry: &ModelEntry, library: Option<&Path>) -> Result<Self, ModelError> {
+        Ok(Self {
+            name: entry.name.clone(),
+            session: onnx::open_session(&entry.name, &entry.path(dir), 1, library)?,
+            input: Vec::new(),
+        })
+    }
+
+    /// Runs the model on `self.input` (NHWC `size` x `size` x 3) and returns its outputs,
+    /// flattened, in the order of `names`.
+    fn run(&mut self, size: i32, names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let fail = |message: String| ModelError::Inference {
+            name: self.name.clone(),
+            message,
+        };
+        let s = size as usize;
+        let tensor = TensorRef::from_array_view(([1usize, s, s, 3], self.input.as_slice()))
+            .map_err(|e| fail(e.to_string()))?;
+        let outputs = self
+            .session
+            .run(ort::inputs!["image" => tensor])
+            .map_err(|e| fail(e.to_string()))?;
+        names
+            .iter()
+            .map(|n| {
+                outputs[*n]
+                    .try_extract_tensor::<f32>()
+                    .map(|(_, d)| d.to_vec())
+                    .map_err(|e| fail(e.to_string()))
+            })
+            .collect()
+    }
+}
+
+/// An SSD anchor centre in normalised letterbox coordinates (all anchors are 1x1).
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    x: f32,
+    y: f32,
+}
+
+/// The 896 anchors of the short-range detector: a 16x16 grid with 2 anchors per cell
+/// (stride 8), then an 8x8 grid with 6 (three layers of stride 16, 2 each).
+fn anchors() -> Vec<Anchor> {
+    let mut out = Vec::with_capacity(896);
+    for (grid, per_cell) in [(16usize, 2usize), (8, 6)] {
+        for y in 0..grid {
+            for x in 0..grid {
+                for _ in 0..per_cell {
+                    out.push(Anchor {
+                        x: (x as f32 + 0.5) / grid as f32,
+                        y: (y as f32 + 0.5) / grid as f32,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+pub struct FaceDetector {
+    model: Model,
+    anchors: Vec<Anchor>,
+}
+
+impl FaceDetector {
+    pub fn open(
+        dir: &Path,
+        entry: &ModelEntry,
+        library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            model: Model::open(dir, entry, library)?,
+            anchors: anchors(),
+        })
+    }
+
+    /// Every face in the frame with a score >= 0.5, best first.
+    pub fn detect(
+        &mut self,
+        frame: &Mat,
+        width: u32,
+        height: u32,
+    ) -> Result<Vec<Detection>, ModelError> {
+        // Letterbox: the whole frame, aspect kept, centred in a square.
+        let side = width.max(height) as f32;
+        let letterbox = Roi {
+            cx: width as f32 / 2.0,
+            cy: height as f32 / 2.0,
+            w: side,
+            h: side,
+            rotation: 0.0,
+        };
+        crop_to_tensor(
+            frame,
+            &letterbox,
+            DETECTOR_SIZE,
+            false,
+            Border::Zero,
+            -1.0,
+            &mut self.model.input,
+        )
+        .map_err(|message| ModelError::Inference {
+            name: self.model.name.clone(),
+            message,
+        })?;
+        let out = self
+            .model
+            .run(DETECTOR_SIZE, &["regressors", "classificators"])?;
+        let (boxes, scores) = (&out[0], &out[1]);
+        let n = DETECTOR_SIZE as f32;
+        let to_px = |x: f32, y: f32| letterbox.to_image(x * n, y * n, n);
+        let mut raw = Vec::new();
+        for (i, a) in self.anchors.iter().enumerate() {
+            let score = sigmoid(scores[i].clamp(-100.0, 100.0));
+            if score < MIN_DETECTION_SCORE {
+                continue;
+            }
+            let r = &boxes[i * 16..(i + 1) * 16];
+            let (cx, cy) = (r[0] / n + a.x, r[1] / n + a.y);
+            let (w, h) = (r[2] / n, r[3] / n);
+            let (x0, y0) = to_px(cx - w / 2.0, cy - h / 2.0);
+            let (x1, y1) = to_px(cx + w / 2.0, cy + h / 2.0);
+            let mut keypoints = [(0.0, 0.0); 6];
+            for (k, kp) in keypoints.iter_mut().enumerate() {
+                *kp = to_px(r[4 + 2 * k] / n + a.x, r[5 + 2 * k] / n + a.y);
+            }
+            raw.push(Detection {
+                xmin: x0,
+                ymin: y0,
+                width: x1 - x0,
+                height: y1 - y0,
+                keypoints,
+                score,
+            });
+        }
+        Ok(weighted_nms(raw))
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// MediaPipe's weighted non-maximum suppression: each cluster of overlapping detections
+/// becomes their score-weighted mean, with the best member's score.
+fn weighted_nms(mut dets: Vec<Detection>) -> Vec<Detection> {
+    dets.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut out = Vec::new();
+    while !dets.is_empty() {
+        let top = dets[0].as_roi();
+        let (cluster, rest): (Vec<Detection>, Vec<Detection>) = dets
+            .into_iter()
+            .partition(|d| d.as_roi().iou(&top) > NMS_IOU);
+        dets = rest;
+        let total: f32 = cluster.iter().map(|d| d.score).sum();
+        let mut merged = cluster[0].clone();
+        let avg = |f: &dyn Fn(&Detection) -> f32| {
+            cluster.iter().map(|d| f(d) * d.score).sum::<f32>() / total
+        };
+        merged.xmin = avg(&|d| d.xmin);
+        merged.ymin = avg(&|d| d.ymin);
+        merged.width = avg(&|d| d.width);
+        merged.height = avg(&|d| d.height);
+        for k in 0..6 {
+            merged.keypoints[k] = (avg(&|d| d.keypoints[k].0), avg(&|d| d.keypoints[k].1));
+        }
+        out.push(merged);
+    }
+    out
+}
+
+/// The face mesh's output on one crop.
+#[derive(Debug, Clone)]
+pub struct Mesh {
+    /// 468 points: x, y in image pixels; z in pixels at the same scale, relative depth
+    /// (smaller is nearer the camera).
+    pub points: Vec<[f32; 3]>,
+    /// Probability that the crop holds a face.
+    pub score: f32,
+    /// The crop it was computed on.
+    pub roi: Roi,
+}
+
+impl Mesh {
+    /// The crop for the next frame (MediaPipe's landmarks-to-ROI: the image-axis box of
+    /// the points, turned to level the eye corners 33 and 263, squared, enlarged 1.5x).
+    pub fn next_roi(&self) -> Roi {
+        let p = |i: usize| (self.points[i][0], self.points[i][1]);
+        let xy: Vec<(f32, f32)> = self.points.iter().map(|q| (q[0], q[1])).collect();
+        match Roi::around(&xy, rotation_between(p(33), p(263))) {
+            Some(r) => r.squared_scaled(FACE_CROP_SCALE),
+            None => self.roi,
+        }
+    }
+}
+
+pub struct FaceMeshModel {
+    model: Model,
+}
+
+impl FaceMeshModel {
+    pub fn open(
+        dir: &Path,
+        entry: &ModelEntry,
+        library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            model: Model::open(dir, entry, library)?,
+        })
+    }
+
+    pub fn run(&mut self, frame: &Mat, roi: Roi) -> Result<Mesh, ModelError> {
+        crop_to_tensor(
+            frame,
+            &roi,
+            MESH_SIZE,
+            false,
+            Border::Replicate,
+            0.0,
+            &mut self.model.input,
+        )
+        .map_err(|message| ModelError::Inference {
+            name: self.model.name.clone(),
+            message,
+        })?;
+        let out = self.model.run(MESH_SIZE, &["landmarks", "face_flag"])?;
+        let n = MESH_SIZE as f32;
+        let points = out[0]
+            .chunks_exact(3)
+            .map(|p| {
+                let (x, y) = roi.to_image(p[0], p[1], n);
+                [x, y, p[2] / n * roi.w]
+            })
+            .collect();
+        Ok(Mesh {
+            points,
+            score: sigmoid(out[1].first().copied().unwrap_or(f32::MIN)),
+            roi,
+        })
+    }
+}
+
+/// The iris model's output for one eye, in image pixels.
+#[derive(Debug, Clone)]
+pub struct Eye {
+    /// 71 eye-region points (eyelids first: 0 and 8 are the eye corners).
+    pub contour: Vec<[f32; 3]>,
+    /// Iris centre, then 4 points on the iris edge.
+    pub iris: [[f32; 3]; 5],
+}
+
+pub struct IrisModel {
+    model: Model,
+}
+
+impl IrisModel {
+    pub fn open(
+        dir: &Path,
+        entry: &ModelEntry,
+        library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            model: Model::open(dir, entry, library)?,
+        })
+    }
+
+    /// The eye between two corners (outer corner first for the image-left eye); the
+    /// image-right eye is mirrored, since the model was trained on one side.
+    pub fn run(
+        &mut self,
+        frame: &Mat,
+        corners: ((f32, f32), (f32, f32)),
+        mirror: bool,
+    ) -> Result<Eye, ModelError> {
+        let (a, b) = corners;
+        let dist = ((b.0 - a.0).powi(2) + (b.1 - a.1).powi(2)).sqrt();
+        let roi = Roi {
+            cx: (a.0 + b.0) / 2.0,
+            cy: (a.1 + b.1) / 2.0,
+            w: dist,
+            h: dist,
+            rotation: rotation_between(a, b),
+        }
+        .squared_scaled(EYE_CROP_SCALE);
+        crop_to_tensor(
+            frame,
+            &roi,
+            IRIS_SIZE,
+            mirror,
+            Border::Replicate,
+            0.0,
+            &mut self.model.input,
+        )
+        .map_err(|message| ModelError::Inference {
+            name: self.model.name.clone(),
+            message,
+        })?;
+        let out = self.model.run(IRIS_SIZE, &["eye_contours", "iris"])?;
+        let n = IRIS_SIZE as f32;
+        let project = |p: &[f32]| {
+            let u = if mirror { n - p[0] } else { p[0] };
+            let (x, y) = roi.to_image(u, p[1], n);
+            [x, y, p[2] / n * roi.w]
+        };
+        let contour = out[0].chunks_exact(3).map(project).collect();
+        let mut iris = [[0.0; 3]; 5];
+        for (k, p) in out[1].chunks_exact(3).take(5).enumerate() {
+            iris[k] = project(p);
+        }
+        Ok(Eye { contour, iris })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchor_grid_has_896_centres_in_the_unit_square() {
+        let a = anchors();
+        assert_eq!(a.len(), 896);
+        assert!(a
+            .iter()
+            .all(|a| a.x > 0.0 && a.x < 1.0 && a.y > 0.0 && a.y < 1.0));
+        assert!((a[0].x - 1.0 / 32.0).abs() < 1e-6 && (a[512].x - 1.0 / 16.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn nms_merges_overlaps_and_keeps_separate_faces() {
+        let det = |x: f32, s: f32| Detection {
+            xmin: x,
+            ymin: 0.0,
+            width: 10.0,
+            height: 10.0,
+            keypoints: [(x, 0.0); 6],
+            score: s,
+        };
+        let out = weighted_nms(vec![det(0.0, 0.9), det(1.0, 0.6), det(50.0, 0.7)]);
+        assert_eq!(out.len(), 2);
+        assert!((out[0].xmin - 0.4).abs() < 1e-5 && out[0].score == 0.9);
+        assert_eq!(out[1].xmin, 50.0);
+    }
+}

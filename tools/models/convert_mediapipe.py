@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+"""Converts MediaPipe's face models (PyPI `mediapipe==0.10.14`, Apache-2.0) from TFLite to ONNX.
+
+Development tool, never run by `make demo`, `make test` or CI. The three graphs use only
+CONV_2D, DEPTHWISE_CONV_2D, ADD, RELU, PRELU, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION and
+DEQUANTIZE (fp16 weights), so this converter reads the flatbuffer with the `tflite` schema
+package and writes ONNX with the `onnx` helper API, no TensorFlow needed.
+
+Layout: tensors stay NHWC as in TFLite (so PAD, RESHAPE, CONCATENATION and PRELU keep their
+TFLite meaning); each convolution and pooling is wrapped in NHWC->NCHW->NHWC transposes,
+which ONNX Runtime's transpose optimiser folds away at load time. fp16 weights are widened
+to fp32 at conversion (DEQUANTIZE of a constant).
+
+Every converted model is checked against the TFLite interpreter (`ai-edge-litert`) on real
+face crops given with --images and on random input; the tool fails when they disagree.
+
+    python -m venv /tmp/mpvenv
+    /tmp/mpvenv/bin/pip install mediapipe==0.10.14 tflite==2.18.0 ai-edge-litert==2.3.0 \
+        onnx==1.22.0 onnxruntime==1.31.1 opencv-python-headless
+    (cd /tmp && npm pack @mediapipe/face_mesh@0.4.1657299874)
+    /tmp/mpvenv/bin/python tools/models/convert_mediapipe.py --out models \
+        --images demo/session/video.avi \
+        --face-mesh-npm /tmp/mediapipe-face_mesh-0.4.1657299874.tgz
+
+It also writes each model's known answer (`models/reference/<model>.json`: the TFLite
+interpreter's outputs on a fixed test pattern) and, from the npm package `@mediapipe/face_mesh`
+(Apache-2.0; the wheels carry the geometry code but not its data), the canonical metric face
+mesh as `src/features/face/canonical.rs`.
+"""
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import onnx
+import tflite
+from onnx import TensorProto, helper, numpy_helper
+
+# (tflite path inside the wheel, onnx file, input name, {tflite output: onnx output name})
+MODELS = [
+    (
+        "modules/face_detection/face_detection_short_range.tflite",
+        "mediapipe-face-detection-short-range.onnx",
+        {"regressors": "regressors", "classificators": "classificators"},
+    ),
+    (
+        "modules/face_landmark/face_landmark.tflite",
+        "mediapipe-face-landmark.onnx",
+        {"conv2d_21": "landmarks", "conv2d_31": "face_flag"},
+    ),
+    (
+        "modules/iris_landmark/iris_landmark.tflite",
+        "mediapipe-iris-landmark.onnx",
+        {"output_eyes_contours_and_brows": "eye_contours", "output_iris": "iris"},
+    ),
+]
+
+OPNAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+NP_TYPES = {tflite.TensorType.FLOAT32: np.float32, tflite.TensorType.FLOAT16: np.float16,
+            tflite.TensorType.INT32: np.int32}
+
+
+class Converter:
+    def __init__(self, model_bytes, outputs):
+        self.m = tflite.Model.GetRootAsModel(model_bytes, 0)
+        self.g = self.m.Subgraphs(0)
+        self.outputs = outputs
+        self.nodes, self.inits, self.consts = [], [], {}
+        self.counter = 0
+
+    def tensor(self, i):
+        return self.g.Tensors(i)
+
+    def name(self, i):
+        return f"t{i}"
+
+    def shape(self, i):
+        return [int(d) for d in self.tensor(i).ShapeAsNumpy()]
+
+    def const(self, i):
+        """The constant value of tensor i (fp16 widened), or None when it is computed."""
+        if i in self.consts:
+            return self.consts[i]
+        t = self.tensor(i)
+        buf = self.m.Buffers(t.Buffer())
+        if buf is None or buf.DataLength() == 0:
+            return None
+        arr = np.frombuffer(buf.DataAsNumpy().tobytes(), dtype=NP_TYPES[t.Type()])
+        arr = arr.reshape(self.shape(i)) if self.shape(i) else arr
+        return arr
+
+    def fresh(self, base):
+        self.counter += 1
+        return f"{base}_{self.counter}"
+
+    def init(self, arr, base):
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def node(self, op, inputs, outputs, **attrs):
+        self.nodes.append(helper.make_node(op, inputs, outputs, **attrs))
+
+    def activation(self, x, fused, out):
+        if fused == tflite.ActivationFunctionType.NONE:
+            self.node("Identity", [x], [out])
+        elif fused == tflite.ActivationFunctionType.RELU:
+            self.node("Relu", [x], [out])
+        elif fused == tflite.ActivationFunctionType.RELU6:
+            self.node("Clip", [x, self.init(np.float32(0), "lo"), self.init(np.float32(6), "hi")], [out])
+        else:
+            raise SystemExit(f"unsupported fused activation {fused}")
+
+    @staticmethod
+    def same_pads(size, kernel, stride, dilation):
+        out = -(-size // stride)
+        total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+        return total // 2, total - total // 2
+
+    def spatial_pads(self, in_shape, kh, kw, sh, sw, dh, dw, padding):
+        if padding == tflite.Padding.VALID:
+            return [0, 0, 0, 0]
+        top, bottom = self.same_pads(in_shape[1], kh, sh, dh)
+        left, right = self.same_pads(in_shape[2], kw, sw, dw)
+        return [top, left, bottom, right]
+
+    def nchw(self, x):
+        y = self.fresh("nchw")
+        self.node("Transpose", [x], [y], perm=[0, 3, 1, 2])
+        return y
+
+    def nhwc(self, x):
+        y = self.fresh("nhwc")
+        self.node("Transpose", [x], [y], perm=[0, 2, 3, 1])
+        return y
+
+    def convert_op(self, op):
+        oc = self.m.OperatorCodes(op.OpcodeIndex())
+        kind = OPNAMES[max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())]
+        ins = [op.Inputs(k) for k in range(op.InputsLength())]
+        outs = [op.Outputs(k) for k in range(op.OutputsLength())]
+        out = self.name(outs[0])
+        if kind == "DEQUANTIZE":
+            value = self.const(ins[0])
+            if value is None:
+                raise SystemExit("DEQUANTIZE of a computed tensor is not supported")
+            self.consts[outs[0]] = value.astype(np.float32)
+            return
+        if kind in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            depthwise = kind == "DEPTHWISE_CONV_2D"
+            opt = (tflite.DepthwiseConv2DOptions() if depthwise else tflite.Conv2DOptions())
+            table = op.BuiltinOptions()
+            opt.Init(table.Bytes, table.Pos)
+            w = self.const(ins[1]).astype(np.float32)
+            if depthwise:  # [1, kh, kw, C*mult] -> [C*mult, 1, kh, kw]
+                if opt.DepthMultiplier() != 1:
+                    raise SystemExit("depth multiplier != 1 is not supported")
+                w = w.transpose(3, 0, 1, 2)
+            else:  # [O, kh, kw, I] -> [O, I, kh, kw]
+                w = w.transpose(0, 3, 1, 2)
+            b = self.const(ins[2]).astype(np.float32)
+            kh, kw = w.shape[2], w.shape[3]
+            dh, dw = opt.DilationHFactor(), opt.DilationWFactor()
+            sh, sw = opt.StrideH(), opt.StrideW()
+            pads = self.spatial_pads(self.shape(ins[0]), kh, kw, sh, sw, dh, dw, opt.Padding())
+            y = self.fresh("conv")
+            attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], dilations=[dh, dw], pads=pads)
+            if depthwise:
+                attrs["group"] = self.shape(ins[0])[3]
+            self.node("Conv", [self.nchw(self.name(ins[0])), self.init(w, "w"), self.init(b, "b")],
+                      [y], **attrs)
+            self.activation(self.nhwc(y), opt.FusedActivationFunction(), out)
+            return
+        if kind == "MAX_POOL_2D":
+            opt = tflite.Pool2DOptions()
+            table = op.BuiltinOptions()
+            opt.Init(table.Bytes, table.Pos)
+            kh, kw = opt.FilterHeight(), opt.FilterWidth()
+            sh, sw = opt.StrideH(), opt.StrideW()
+            pads = self.spatial_pads(self.shape(ins[0]), kh, kw, sh, sw, 1, 1, opt.Padding())
+            y = self.fresh("pool")
+            self.node("MaxPool", [self.nchw(self.name(ins[0]))], [y], kernel_shape=[kh, kw],
+                      strides=[sh, sw], pads=pads)
+            self.activation(self.nhwc(y), opt.FusedActivationFunction(), out)
+            return
+        if kind == "ADD":
+            opt = tflite.AddOptions()
+            table = op.BuiltinOptions()
+            opt.Init(table.Bytes, table.Pos)
+            y = self.fresh("add")
+            self.node("Add", [self.operand(ins[0]), self.operand(ins[1])], [y])
+            self.activation(y, opt.FusedActivationFunction(), out)
+            return
+        if kind == "RELU":
+            self.node("Relu", [self.name(ins[0])], [out])
+            return
+        if kind == "PRELU":
+            self.node("PRelu", [self.name(ins[0]), self.operand(ins[1])], [out])
+            return
+        if kind == "PAD":
+            p = self.const(ins[1]).astype(np.int64)  # [rank, 2] (before, after)
+            pads = np.concatenate([p[:, 0], p[:, 1]])
+            self.node("Pad", [self.name(ins[0]), self.init(pads, "pads")], [out])
+            return
+        if kind == "RESHAPE":
+            shape = np.array(self.shape(outs[0]), dtype=np.int64)
+            self.node("Reshape", [self.name(ins[0]), self.init(shape, "shape")], [out])
+            return
+        if kind == "CONCATENATION":
+            opt = tflite.ConcatenationOptions()
+            table = op.BuiltinOptions()
+            opt.Init(table.Bytes, table.Pos)
+            y = self.fresh("concat")
+            axis = opt.Axis()
+            self.node("Concat", [self.name(i) for i in ins], [y], axis=axis)
+            self.activation(y, opt.FusedActivationFunction(), out)
+            return
+        raise SystemExit(f"unsupported operator {kind}")
+
+    def operand(self, i):
+        value = self.const(i)
+        if value is None:
+            return self.name(i)
+        return self.init(value.astype(np.float32), "c")
+
+    def convert(self):
+        in_idx = self.g.Inputs(0)
+        for k in range(self.g.OperatorsLength()):
+            self.convert_op(self.g.Operators(k))
+        graph_outputs = []
+        for k in range(self.g.OutputsLength()):
+            i = self.g.Outputs(k)
+            tfl_name = self.tensor(i).Name().decode()
+            onnx_name = self.outputs[tfl_name]
+            self.node("Identity", [self.name(i)], [onnx_name])
+            graph_outputs.append(
+                helper.make_tensor_value_info(onnx_name, TensorProto.FLOAT, self.shape(i)))
+        self.nodes.insert(0, helper.make_node("Identity", ["image"], [self.name(in_idx)]))
+        graph = helper.make_graph(
+            self.nodes, "mediapipe",
+            [helper.make_tensor_value_info("image", TensorProto.FLOAT, self.shape(in_idx))],
+            graph_outputs, self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                  producer_name="empathic tools/models/convert_mediapipe.py")
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def real_crops(video, size, count):
+    """Face-centred crops of real video frames (the centre square of the frame, which holds
+    the face in the demo and shared sessions), RGB float in [0, 1]."""
+    import cv2
+
+    cap = cv2.VideoCapture(video)
+    crops = []
+    total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) or count
+    for k in range(count):
+        cap.set(cv2.CAP_PROP_POS_FRAMES, k * total // count)
+        ok, frame = cap.read()
+        if not ok:
+            break
+        h, w = frame.shape[:2]
+        s = min(h, w)
+        sq = frame[(h - s) // 2:(h + s) // 2, (w - s) // 2:(w + s) // 2]
+        rgb = cv2.cvtColor(cv2.resize(sq, (size, size), interpolation=cv2.INTER_AREA),
+                           cv2.COLOR_BGR2RGB)
+        crops.append(rgb.astype(np.float32) / 255.0)
+    return crops
+
+
+def verify(tfl_path, onnx_path, outputs, images):
+    from ai_edge_litert.interpreter import Interpreter
+    import onnxruntime as ort
+
+    interp = Interpreter(model_path=tfl_path)
+    interp.allocate_tensors()
+    inp = interp.get_input_details()[0]
+    size = int(inp["shape"][1])
+    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(0, 1, (size, size, 3)).astype(np.float32)]
+    for video in images:
+        inputs += real_crops(video, size, 8)
+    worst = {}
+    for x in inputs:
+        # Both value ranges the pipelines use: [0, 1] (mesh, iris) and [-1, 1] (detector).
+        for scaled in (x, x * 2 - 1):
+            interp.set_tensor(inp["index"], scaled[None])
+            interp.invoke()
+            got = sess.run(None, {"image": scaled[None]})
+            names = [o.name for o in sess.get_outputs()]
+            for det in interp.get_output_details():
+                ref = interp.get_tensor(det["index"])
+                ours = got[names.index(outputs[det["name"]])]
+                err = float(np.max(np.abs(ref - ours)) / (np.max(np.abs(ref)) + 1e-6))
+                worst[det["name"]] = max(worst.get(det["name"], 0.0), err)
+    print(f"  {os.path.basename(onnx_path)}: {len(inputs) * 2} inputs, "
+          + ", ".join(f"{k} max rel err {v:.2e}" for k, v in worst.items()))
+    if max(worst.values()) > 1e-4:
+        raise SystemExit(f"{onnx_path} disagrees with the TFLite interpreter")
+
+
+def pattern(size, lo):
+    """The known-answer input: ((x*7 + y*13 + c*101) % 256) / 255 mapped to [lo, 1], NHWC."""
+    y, x, c = np.meshgrid(np.arange(size), np.arange(size), np.arange(3), indexing="ij")
+    v = ((x * 7 + y * 13 + c * 101) % 256).astype(np.float32) / 255.0
+    return (lo + (1.0 - lo) * v)[None].astype(np.float32)
+
+
+def known_answer(tfl_path, outputs, lo, dst):
+    from ai_edge_litert.interpreter import Interpreter
+    import json
+
+    interp = Interpreter(model_path=tfl_path)
+    interp.allocate_tensors()
+    inp = interp.get_input_details()[0]
+    x = pattern(int(inp["shape"][1]), lo)
+    interp.set_tensor(inp["index"], x)
+    interp.invoke()
+    out = {outputs[d["name"]]: [round(float(v), 6) for v in interp.get_tensor(d["index"]).ravel()]
+           for d in interp.get_output_details()}
+    with open(dst, "w") as f:
+        json.dump({"source": f"TFLite interpreter (ai-edge-litert) on {os.path.basename(tfl_path)}",
+                   "pattern": f"((x*7 + y*13 + c*101) % 256) / 255 mapped to [{lo}, 1], NHWC",
+                   "pattern_low": lo, "outputs": out}, f)
+
+
+def canonical_geometry(tgz, dst):
+    """Writes the canonical face mesh (468 vertices) and MediaPipe's Procrustes weights as a
+    Rust source file, in millimetres and camera axes (x right, y down, z away from the
+    camera; the face looks at the camera)."""
+    import json
+    import tarfile
+
+    from mediapipe.modules.face_geometry.protos import geometry_pipeline_metadata_pb2 as gp
+
+    with tarfile.open(tgz) as t:
+        loader = t.extractfile("package/face_mesh_solution_packed_assets_loader.js").read().decode()
+        packed = t.extractfile("package/face_mesh_solution_packed_assets.data").read()
+        version = json.loads(t.extractfile("package/package.json").read())["version"]
+    import re
+    m = re.search(r'"filename": "[^"]*geometry_pipeline_metadata_landmarks.binarypb", '
+                  r'"start": (\d+), "end": (\d+)', loader)
+    if m is None:
+        sys.exit(f"{tgz}: no geometry_pipeline_metadata_landmarks.binarypb in the package")
+    blob = packed[int(m.group(1)):int(m.group(2))]
+    meta = gp.GeometryPipelineMetadata()
+    meta.ParseFromString(blob)
+    v = np.array(meta.canonical_mesh.vertex_buffer, dtype=np.float64).reshape(-1, 5)[:, :3]
+    if v.shape != (468, 3):
+        sys.exit(f"unexpected canonical mesh shape {v.shape}")
+    mm = v * 10.0 * np.array([1.0, -1.0, -1.0])  # cm, y up, z to viewer -> mm, camera axes
+    lines = [
+        "//! MediaPipe's canonical face mesh in millimetres, camera axes (x right, y down, z away",
+        "//! from the camera; the face looks at the camera), and its Procrustes landmark weights.",
+        "//!",
+        f"//! Generated by tools/models/convert_mediapipe.py from npm `@mediapipe/face_mesh` {version}",
+        "//! (Apache-2.0), file geometry_pipeline_metadata_landmarks.binarypb,",
+        f"//! sha256 {hashlib.sha256(blob).hexdigest()}. Do not edit by hand.",
+        "",
+        "/// The 468 vertices (x, y, z) in millimetres.",
+        "#[rustfmt::skip]",
+        "pub const VERTICES_MM: [[f32; 3]; 468] = [",
+    ]
+    lines += [f"    [{x:.4f}, {y:.4f}, {z:.4f}]," for x, y, z in mm]
+    lines += ["];", "", "/// (vertex, weight) of the rigid landmarks MediaPipe fits its head pose on.",
+              "#[rustfmt::skip]",
+              f"pub const PROCRUSTES_WEIGHTS: [(usize, f32); {len(meta.procrustes_landmark_basis)}] = ["]
+    lines += [f"    ({b.landmark_id}, {b.weight:.8f})," for b in meta.procrustes_landmark_basis]
+    lines += ["];", ""]
+    with open(dst, "w") as f:
+        f.write("\n".join(lines))
+    print(f"{dst}: canonical mesh from @mediapipe/face_mesh {version}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="models")
+    ap.add_argument("--images", nargs="*", default=[],
+                    help="videos whose frames (centre square) check the conversion")
+    ap.add_argument("--face-mesh-npm", help="npm pack of @mediapipe/face_mesh (canonical mesh)")
+    ap.add_argument("--canonical-out", default="src/features/face/canonical.rs")
+    args = ap.parse_args()
+    spec = importlib.util.find_spec("mediapipe")
+    if spec is None:
+        sys.exit("mediapipe==0.10.14 is not installed in this Python")
+    root = os.path.dirname(spec.origin)
+    import importlib.metadata as md
+    version = md.version("mediapipe")
+    if version != "0.10.14":
+        sys.exit(f"mediapipe {version} found; this tool is pinned to 0.10.14")
+    for rel, onnx_name, outputs in MODELS:
+        src = os.path.join(root, rel)
+        data = open(src, "rb").read()
+        model = Converter(data, outputs).convert()
+        dst = os.path.join(args.out, onnx_name)
+        onnx.save(model, dst)
+        digest = hashlib.sha256(open(dst, "rb").read()).hexdigest()
+        print(f"{dst}: {os.path.getsize(dst)} bytes, sha256 {digest}")
+        print(f"  source mediapipe {version}/{rel} sha256 {hashlib.sha256(data).hexdigest()}")
+        verify(src, dst, outputs, args.images)
+        lo = -1.0 if "detection" in rel else 0.0
+        known_answer(src, outputs, lo,
+                     os.path.join(args.out, "reference", onnx_name.replace(".onnx", ".json")))
+    if args.face_mesh_npm:
+        canonical_geometry(args.face_mesh_npm, args.canonical_out)
+
+
+if __name__ == "__main__":
+    main()
