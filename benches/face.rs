@@ -1,0 +1,73 @@
+//! Facial stage throughput on one core (ONNX Runtime with one intra-op thread): the whole
+//! stage in tracking mode over consecutive 640x480 frames of the demo session, and each
+//! model on its own. Frames per second = 1 / time per element.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use empathic::capture::video_file::FileVideoSource;
+use empathic::capture::{VideoFrame, VideoSource};
+use empathic::features::face::crop::mat_of;
+use empathic::features::face::models::{FaceDetector, FaceMeshModel, IrisModel};
+use empathic::features::face::{FaceAnalyzer, Mode, DETECTOR_MODEL, IRIS_MODEL, MESH_MODEL};
+use empathic::models::manifest::Manifest;
+
+fn bench(c: &mut Criterion) {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/models"));
+    let manifest = Manifest::load(dir).expect("models/MODELS.toml");
+    let video = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/demo/session/video.avi"
+    ));
+    let mut source = FileVideoSource::open(video).expect("demo video");
+    let mut frames: Vec<VideoFrame> = Vec::new();
+    while let Some(f) = source.next_frame().expect("decode") {
+        frames.push(f);
+        if frames.len() == 150 {
+            break;
+        }
+    }
+    let first = &frames[0].image;
+    assert_eq!((first.width, first.height), (640, 480));
+    let mut analyzer =
+        FaceAnalyzer::open(dir, &manifest, None, None, Mode::Video).expect("face models");
+    let mut group = c.benchmark_group("face");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(1));
+    let mut k = 0usize;
+    group.bench_function("facial_stage_tracking_640x480", |b| {
+        b.iter(|| {
+            k = (k + 1) % frames.len();
+            black_box(analyzer.analyze(&frames[k].image).expect("analyze"))
+        })
+    });
+    let mat = mat_of(first).expect("mat");
+    let mut detector =
+        FaceDetector::open(dir, manifest.get(DETECTOR_MODEL, dir).expect("entry"), None)
+            .expect("detector");
+    let dets = detector.detect(&mat, 640, 480).expect("detect");
+    let roi = dets.first().expect("a face in the demo frame").face_roi();
+    group.bench_function("detector_640x480", |b| {
+        b.iter(|| black_box(detector.detect(&mat, 640, 480).expect("detect")))
+    });
+    let mut mesh = FaceMeshModel::open(dir, manifest.get(MESH_MODEL, dir).expect("entry"), None)
+        .expect("mesh");
+    let m = mesh.run(&mat, roi).expect("mesh");
+    group.bench_function("mesh_crop_and_model", |b| {
+        b.iter(|| black_box(mesh.run(&mat, roi).expect("mesh")))
+    });
+    let mut iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir).expect("entry"), None)
+        .expect("iris");
+    let corners = (
+        (m.points[33][0], m.points[33][1]),
+        (m.points[133][0], m.points[133][1]),
+    );
+    group.bench_function("iris_one_eye", |b| {
+        b.iter(|| black_box(iris.run(&mat, corners, false).expect("iris")))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
