@@ -59,12 +59,10 @@ fn bench(c: &mut Criterion) {
     });
     let mut iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir).expect("entry"), None)
         .expect("iris");
-    let corners = (
-        (m.points[33][0], m.points[33][1]),
-        (m.points[133][0], m.points[133][1]),
-    );
-    group.bench_function("iris_one_eye", |b| {
-        b.iter(|| black_box(iris.run(&mat, corners, false).expect("iris")))
+    let p = |i: usize| (m.points[i][0], m.points[i][1]);
+    let eyes = [(p(33), p(133)), (p(263), p(362))];
+    group.bench_function("iris_both_eyes_batch2", |b| {
+        b.iter(|| black_box(iris.run_pair(&mat, eyes).expect("iris")))
     });
     group.finish();
 }

@@ -6,6 +6,8 @@ CONV_2D, DEPTHWISE_CONV_2D, ADD, RELU, PRELU, MAX_POOL_2D, PAD, RESHAPE, CONCATE
 DEQUANTIZE (fp16 weights), so this converter reads the flatbuffer with the `tflite` schema
 package and writes ONNX with the `onnx` helper API, no TensorFlow needed.
 
+The batch dimension is left free (the two eyes run as one batch of 2).
+
 Layout: tensors stay NHWC as in TFLite (so PAD, RESHAPE, CONCATENATION and PRELU keep their
 TFLite meaning); each convolution and pooling is wrapped in NHWC->NCHW->NHWC transposes,
 which ONNX Runtime's transpose optimiser folds away at load time. PRELU is written as
@@ -216,6 +218,7 @@ class Converter:
             return
         if kind == "RESHAPE":
             shape = np.array(self.shape(outs[0]), dtype=np.int64)
+            shape[0] = -1  # any batch size
             self.node("Reshape", [self.name(ins[0]), self.init(shape, "shape")], [out])
             return
         if kind == "CONCATENATION":
@@ -246,11 +249,13 @@ class Converter:
             onnx_name = self.outputs[tfl_name]
             self.node("Identity", [self.name(i)], [onnx_name])
             graph_outputs.append(
-                helper.make_tensor_value_info(onnx_name, TensorProto.FLOAT, self.shape(i)))
+                helper.make_tensor_value_info(onnx_name, TensorProto.FLOAT,
+                                              ["batch"] + self.shape(i)[1:]))
         self.nodes.insert(0, helper.make_node("Identity", ["image"], [self.name(in_idx)]))
         graph = helper.make_graph(
             self.nodes, "mediapipe",
-            [helper.make_tensor_value_info("image", TensorProto.FLOAT, self.shape(in_idx))],
+            [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                           ["batch"] + self.shape(in_idx)[1:])],
             graph_outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                   producer_name="empathic tools/models/convert_mediapipe.py")

@@ -288,16 +288,18 @@ impl FaceAnalyzer {
         let landmarks_3d: Vec<Vector3<f64>> =
             self.ibug.iter().map(|b| vec3(b.apply(&metric))).collect();
 
-        // Eyes: subject's right (mesh 33/133) then left (362/263); the left one is mirrored.
+        // Eyes: subject's right (mesh 33 outer, 133 inner) then left (263 outer, 362 inner),
+        // each from its outer corner; the second is mirrored by the iris model.
+        let corner = |i: usize| (pts[i][0], pts[i][1]);
+        let iris_out = self.iris.run_pair(
+            frame,
+            [
+                (corner(EYE_CORNERS[0].0), corner(EYE_CORNERS[0].1)),
+                (corner(EYE_CORNERS[1].1), corner(EYE_CORNERS[1].0)),
+            ],
+        )?;
         let mut eyes = Vec::with_capacity(2);
-        for (e, &(a, b)) in EYE_CORNERS.iter().enumerate() {
-            let corners = ((pts[a][0], pts[a][1]), (pts[b][0], pts[b][1]));
-            let (first, second) = if e == 0 {
-                corners
-            } else {
-                (corners.1, corners.0)
-            };
-            let eye = self.iris.run(frame, (first, second), e == 1)?;
+        for (e, (&(a, b), eye)) in EYE_CORNERS.iter().zip(iris_out).enumerate() {
             let lids = &self.eyelids[e];
             let opening = lids
                 .iter()

@@ -89,15 +89,16 @@ impl Model {
         })
     }
 
-    /// Runs the model on `self.input` (NHWC `size` x `size` x 3) and returns its outputs,
-    /// flattened, in the order of `names`.
+    /// Runs the model on `self.input` (a batch of NHWC `size` x `size` x 3 images) and
+    /// returns its outputs, flattened, in the order of `names`.
     fn run(&mut self, size: i32, names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         let fail = |message: String| ModelError::Inference {
             name: self.name.clone(),
             message,
         };
         let s = size as usize;
-        let tensor = TensorRef::from_array_view(([1usize, s, s, 3], self.input.as_slice()))
+        let batch = self.input.len() / (s * s * 3);
+        let tensor = TensorRef::from_array_view(([batch, s, s, 3], self.input.as_slice()))
             .map_err(|e| fail(e.to_string()))?;
         let outputs = self
             .session
@@ -348,50 +349,75 @@ impl IrisModel {
         })
     }
 
-    /// The eye between two corners (outer corner first for the image-left eye); the
-    /// image-right eye is mirrored, since the model was trained on one side.
-    pub fn run(
+    /// Both eyes in one batch. Each eye is given by its corners, image-left corner first;
+    /// the second (image-right) eye is mirrored, since the model was trained on one side.
+    pub fn run_pair(
         &mut self,
         frame: &Mat,
-        corners: ((f32, f32), (f32, f32)),
-        mirror: bool,
-    ) -> Result<Eye, ModelError> {
-        let (a, b) = corners;
-        let dist = ((b.0 - a.0).powi(2) + (b.1 - a.1).powi(2)).sqrt();
-        let roi = Roi {
-            cx: (a.0 + b.0) / 2.0,
-            cy: (a.1 + b.1) / 2.0,
-            w: dist,
-            h: dist,
-            rotation: rotation_between(a, b),
+        eyes: [((f32, f32), (f32, f32)); 2],
+    ) -> Result<[Eye; 2], ModelError> {
+        let mut rois = [None; 2];
+        let mut batch = Vec::with_capacity(2 * (IRIS_SIZE * IRIS_SIZE * 3) as usize);
+        for (k, &(a, b)) in eyes.iter().enumerate() {
+            let dist = ((b.0 - a.0).powi(2) + (b.1 - a.1).powi(2)).sqrt();
+            let roi = Roi {
+                cx: (a.0 + b.0) / 2.0,
+                cy: (a.1 + b.1) / 2.0,
+                w: dist,
+                h: dist,
+                rotation: rotation_between(a, b),
+            }
+            .squared_scaled(EYE_CROP_SCALE);
+            crop_to_tensor(
+                frame,
+                &roi,
+                IRIS_SIZE,
+                k == 1,
+                Border::Replicate,
+                0.0,
+                &mut self.model.input,
+            )
+            .map_err(|message| ModelError::Inference {
+                name: self.model.name.clone(),
+                message,
+            })?;
+            batch.extend_from_slice(&self.model.input);
+            rois[k] = Some(roi);
         }
-        .squared_scaled(EYE_CROP_SCALE);
-        crop_to_tensor(
-            frame,
-            &roi,
-            IRIS_SIZE,
-            mirror,
-            Border::Replicate,
-            0.0,
-            &mut self.model.input,
-        )
-        .map_err(|message| ModelError::Inference {
-            name: self.model.name.clone(),
-            message,
-        })?;
+        self.model.input = batch;
         let out = self.model.run(IRIS_SIZE, &["eye_contours", "iris"])?;
         let n = IRIS_SIZE as f32;
-        let project = |p: &[f32]| {
-            let u = if mirror { n - p[0] } else { p[0] };
-            let (x, y) = roi.to_image(u, p[1], n);
-            [x, y, p[2] / n * roi.w]
+        let eye = |k: usize| -> Eye {
+            let roi = rois[k].unwrap_or(Roi {
+                cx: 0.0,
+                cy: 0.0,
+                w: 0.0,
+                h: 0.0,
+                rotation: 0.0,
+            });
+            let mirror = k == 1;
+            let project = |p: &[f32]| {
+                let u = if mirror { n - p[0] } else { p[0] };
+                let (x, y) = roi.to_image(u, p[1], n);
+                [x, y, p[2] / n * roi.w]
+            };
+            let half_c = out[0].len() / 2;
+            let half_i = out[1].len() / 2;
+            let contour = out[0][k * half_c..(k + 1) * half_c]
+                .chunks_exact(3)
+                .map(project)
+                .collect();
+            let mut iris = [[0.0; 3]; 5];
+            for (j, p) in out[1][k * half_i..(k + 1) * half_i]
+                .chunks_exact(3)
+                .take(5)
+                .enumerate()
+            {
+                iris[j] = project(p);
+            }
+            Eye { contour, iris }
         };
-        let contour = out[0].chunks_exact(3).map(project).collect();
-        let mut iris = [[0.0; 3]; 5];
-        for (k, p) in out[1].chunks_exact(3).take(5).enumerate() {
-            iris[k] = project(p);
-        }
-        Ok(Eye { contour, iris })
+        Ok([eye(0), eye(1)])
     }
 }
 
