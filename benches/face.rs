@@ -30,8 +30,8 @@ fn bench(c: &mut Criterion) {
     }
     let first = &frames[0].image;
     assert_eq!((first.width, first.height), (640, 480));
-    let mut analyzer =
-        FaceAnalyzer::open(dir, &manifest, None, None, Mode::Video).expect("face models");
+    let mut analyzer = FaceAnalyzer::open(dir, &manifest, None, Default::default(), Mode::Video)
+        .expect("face models");
     let mut group = c.benchmark_group("face");
     group.sample_size(20);
     group.throughput(Throughput::Elements(1));
@@ -57,8 +57,8 @@ fn bench(c: &mut Criterion) {
     group.bench_function("mesh_crop_and_model", |b| {
         b.iter(|| black_box(mesh.run(&mat, roi).expect("mesh")))
     });
-    let mut iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir).expect("entry"), None)
-        .expect("iris");
+    let mut iris =
+        IrisModel::open(dir, manifest.get(IRIS_MODEL, dir).expect("entry"), None).expect("iris");
     let p = |i: usize| (m.points[i][0], m.points[i][1]);
     let eyes = [(p(33), p(133)), (p(263), p(362))];
     group.bench_function("iris_both_eyes_batch2", |b| {

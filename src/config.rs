@@ -49,6 +49,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub store: StoreConfig,
     pub models: ModelsConfig,
+    pub face: FaceConfig,
 }
 
 /// Who this station is.
@@ -240,6 +241,32 @@ impl Default for ModelsConfig {
     }
 }
 
+/// The facial stage and the camera it reads.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaceConfig {
+    /// OpenFace-style facial behaviour per frame (the `face` modality).
+    pub enabled: bool,
+    /// Camera intrinsics in pixels, used when a session's `session.json` gives none.
+    /// Left out: OpenFace's default fx = fy = 500 * width / 640 and the image centre.
+    pub fx: Option<f64>,
+    pub fy: Option<f64>,
+    pub cx: Option<f64>,
+    pub cy: Option<f64>,
+}
+
+impl Default for FaceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            fx: None,
+            fy: None,
+            cx: None,
+            cy: None,
+        }
+    }
+}
+
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -333,6 +360,21 @@ impl Config {
                 "quality.vad_margin_db",
                 format!("must be 0 or more, got {}", self.quality.vad_margin_db),
             ));
+        }
+        for (field, v) in [
+            ("face.fx", self.face.fx),
+            ("face.fy", self.face.fy),
+            ("face.cx", self.face.cx),
+            ("face.cy", self.face.cy),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(invalid(
+                        field,
+                        format!("must be a positive number of pixels, got {v}"),
+                    ));
+                }
+            }
         }
         if self.runtime.video_queue_frames == 0 {
             return Err(invalid(

@@ -276,7 +276,7 @@ fn extract_cli_writes_the_columns_and_handles_bad_files() {
 fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("a.db");
-    let fast = config_without_appearance(tmp.path());
+    let fast = config_without_vision_models(tmp.path());
     let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = tmp.path().join("demo.csv");

@@ -171,7 +171,7 @@ fn replaying_a_stored_session_needs_replace() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("x.db");
     let demo = demo_session();
-    let fast = config_without_appearance(tmp.path());
+    let fast = config_without_vision_models(tmp.path());
     let fast = path_str(&fast);
     let first = empathic(&[
         "replay",

@@ -73,7 +73,7 @@ fn retrieve_leaves_out_stories_seen_in_earlier_sessions() {
     let db = tmp.path().join("s.db");
     import(&db);
     // Session 1 (1 Nov) showed demo stories 03, 11 and 27.
-    let fast = config_without_appearance(tmp.path());
+    let fast = config_without_vision_models(tmp.path());
     let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     // Session 2, a week later: the participant shares a story about their father.
@@ -153,7 +153,7 @@ fn bad_banks_and_empty_stores_are_named() {
     );
 
     // A store without stories.
-    let fast = config_without_appearance(tmp.path());
+    let fast = config_without_vision_models(tmp.path());
     let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success());
     let o = empathic(&["stories", "search", "x", "--db", path_str(&db)]);

@@ -28,6 +28,8 @@ use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
 use crate::features::acoustic::LldExtractor;
 use crate::features::appearance::AppearanceEncoder;
+use crate::features::face::pose::IntrinsicsArgs;
+use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
@@ -182,7 +184,8 @@ fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str
 /// The stages of one run and the modality layout they make.
 struct Pipeline {
     video_signal: VideoSignalStage,
-    appearance: Option<AppearanceEncoder>,
+    /// Frame stages after the signal stage, in layout order: face, then appearance.
+    frame_stages: Vec<Box<dyn FrameStage>>,
     text: TextTrack,
     audio_signal: AudioSignalStage,
     acoustic: LldExtractor,
@@ -208,24 +211,43 @@ impl Pipeline {
             config.text.horizon_ms * 1_000_000,
             &mut encoder,
         )?;
-        let appearance = if models.appearance_encoder.is_empty() {
-            None
-        } else {
+        let mut frame_stages: Vec<Box<dyn FrameStage>> = Vec::new();
+        if config.face.enabled {
+            // The session's own calibration wins over the station's config.
+            let intrinsics = match session.manifest.camera {
+                Some(k) => IntrinsicsArgs::from(k),
+                None => IntrinsicsArgs {
+                    fx: config.face.fx,
+                    fy: config.face.fy,
+                    cx: config.face.cx,
+                    cy: config.face.cy,
+                },
+            };
+            let analyzer = FaceAnalyzer::open(
+                &models.dir,
+                &manifest,
+                models.onnxruntime_library.as_deref(),
+                intrinsics,
+                Mode::Video,
+            )?;
+            frame_stages.push(Box::new(FaceStage::new(analyzer)));
+        }
+        if !models.appearance_encoder.is_empty() {
             let entry = manifest.get(&models.appearance_encoder, &models.dir)?;
-            Some(AppearanceEncoder::open(
+            frame_stages.push(Box::new(AppearanceEncoder::open(
                 &models.dir,
                 entry,
                 models.onnxruntime_library.as_deref(),
-            )?)
-        };
+            )?));
+        }
         let text_spec = ModalitySpec {
             name: "text",
             columns: (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),
         };
         // Slot modalities first, then audio ones in the order `audio_features` sends rows.
         let mut modalities = vec![(Stream::Video, video_signal.spec().clone())];
-        if let Some(a) = &appearance {
-            modalities.push((Stream::Video, a.spec().clone()));
+        for stage in &frame_stages {
+            modalities.push((Stream::Video, stage.spec().clone()));
         }
         modalities.extend([
             (Stream::Text, text_spec),
@@ -235,7 +257,7 @@ impl Pipeline {
         let layout = ModalityLayout { modalities };
         Ok(Self {
             video_signal,
-            appearance,
+            frame_stages,
             text,
             audio_signal,
             acoustic,
@@ -291,7 +313,7 @@ fn run(
 
     let Pipeline {
         video_signal,
-        appearance,
+        frame_stages,
         text,
         audio_signal,
         acoustic,
@@ -334,7 +356,7 @@ fn run(
                 frame_rx,
                 slot_tx,
                 video_signal,
-                appearance,
+                frame_stages,
                 text_ref,
                 period_ns,
             )
@@ -492,12 +514,12 @@ fn capture_audio(
 
 /// Puts frames on the slot grid, fills gaps with absent slots, runs the frame stages and
 /// looks up the text vector of each slot's time. Slot features follow the layout's slot
-/// modalities: `[video_signal, appearance (when configured), text]`.
+/// modalities: `[video_signal, face and appearance (when configured), text]`.
 fn video_features(
     rx: PolicyReceiver<VideoFrame>,
     tx: PolicySender<VideoSlot>,
     mut signal: VideoSignalStage,
-    mut appearance: Option<AppearanceEncoder>,
+    mut stages: Vec<Box<dyn FrameStage>>,
     text: &TextTrack,
     period_ns: f64,
 ) -> Result<VideoFeaturesDone, RunError> {
@@ -518,16 +540,14 @@ fn video_features(
                 end_ns: timeline.slot_time_ns(s + 1),
                 decoded: false,
                 // A dropped frame has no video, but the transcript still covers its time.
-                features: if appearance.is_some() {
-                    vec![None, None, text_at(s)]
-                } else {
-                    vec![None, text_at(s)]
-                },
+                features: std::iter::repeat_n(None, 1 + stages.len())
+                    .chain([text_at(s)])
+                    .collect(),
             })
             .collect();
         let mut features = vec![signal.process(&frame)?];
-        if let Some(a) = appearance.as_mut() {
-            features.push(a.process(&frame)?);
+        for stage in stages.iter_mut() {
+            features.push(stage.process(&frame)?);
         }
         features.push(text_at(slot));
         slots.push(VideoSlot {

@@ -66,11 +66,16 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// A config without the appearance encoder, for tests about other parts: the CNN takes
-/// about 25 ms a frame, 90 % of a replay's time (the demo and determinism tests keep it).
-pub fn config_without_appearance(dir: &Path) -> PathBuf {
-    let p = dir.join("no-appearance.toml");
-    std::fs::write(&p, "[models]\nappearance_encoder = \"\"\n").unwrap();
+/// A config without the appearance CNN and the facial stage, for tests about other parts:
+/// they take about 25 ms and 11 ms a frame, most of a replay's time (the demo, face and
+/// determinism tests keep them).
+pub fn config_without_vision_models(dir: &Path) -> PathBuf {
+    let p = dir.join("no-vision-models.toml");
+    std::fs::write(
+        &p,
+        "[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n",
+    )
+    .unwrap();
     p
 }
 

@@ -28,9 +28,10 @@
 //! Presence (`_c`) is intensity >= 1; AU28 (lip suck) is present when the visible lips are
 //! thinner than a quarter of their neutral thickness.
 //!
-//! Neutral face: the median of each measure over the person's last [`BASELINE_FRAMES`]
-//! successful frames (OpenFace also subtracts a per-person median), updated online, so the
-//! first seconds of a person read as neutral. Displacements below zero give intensity 0.
+//! Neutral face: half the canonical (population-average, neutral) face's measure and half
+//! the median of the measure over the person's last [`BASELINE_FRAMES`] successful frames
+//! (OpenFace also subtracts a per-person median), updated online; a lasting jump in face
+//! proportions (another person) restarts the median. Displacements below zero give 0.
 
 use nalgebra::Vector3;
 
@@ -67,6 +68,13 @@ const CHIN: usize = 12;
 const LIPS: usize = 13;
 const GAP: usize = 14;
 const JAW: usize = 15;
+
+/// Weight of the population-average neutral face (MediaPipe's canonical face) against the
+/// person's running median in the neutral face the AUs are measured from. Half and half:
+/// someone who smiles through most of a session still reads as smiling (a pure median
+/// would call their smile neutral), and someone whose resting face differs from the
+/// average still reads mostly relative to themselves.
+const PRIOR_WEIGHT: f64 = 0.5;
 
 /// Geometry of one frame in the head frame (mm).
 pub struct HeadFrameGeometry<'a> {
@@ -129,6 +137,8 @@ const IDENTITY_FRAMES: usize = 3;
 
 /// The per-person neutral face and the AU mapping.
 pub struct AuEstimator {
+    /// The measures of MediaPipe's canonical (population-average, neutral) face.
+    prior: [f64; MEASURES],
     history: std::collections::VecDeque<[f64; MEASURES]>,
     neutral: Option<[f64; MEASURES]>,
     since_refresh: usize,
@@ -136,15 +146,11 @@ pub struct AuEstimator {
     jumped_for: usize,
 }
 
-impl Default for AuEstimator {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl AuEstimator {
-    pub fn new() -> Self {
+    /// `canonical`: the canonical face's geometry in its own head frame.
+    pub fn new(canonical: &HeadFrameGeometry) -> Self {
         Self {
+            prior: measures(canonical),
             history: std::collections::VecDeque::with_capacity(BASELINE_FRAMES),
             neutral: None,
             since_refresh: 0,
@@ -204,7 +210,9 @@ impl AuEstimator {
             self.neutral = Some(self.median());
             self.since_refresh = 0;
         }
-        let n = self.neutral.unwrap_or(m);
+        let person = self.neutral.unwrap_or(m);
+        let w = PRIOR_WEIGHT;
+        let n: [f64; MEASURES] = std::array::from_fn(|k| w * self.prior[k] + (1.0 - w) * person[k]);
         let d = |k: usize| m[k] - n[k];
         let scale = |x: f64, at5: f64| (5.0 * x / at5).clamp(0.0, 5.0) as f32;
         let corner_rise = d(CORNER_HEIGHT);

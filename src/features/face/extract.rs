@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::pose::Intrinsics;
+use super::pose::{Intrinsics, IntrinsicsArgs};
 use super::{openface, FaceAnalyzer, Mode};
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{CaptureError, VideoSource};
@@ -54,28 +54,6 @@ pub struct FaceExtractSummary {
     pub frames_per_second: f64,
 }
 
-/// Camera intrinsics given on the command line; missing ones take OpenFace's defaults.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct IntrinsicsArgs {
-    pub fx: Option<f64>,
-    pub fy: Option<f64>,
-    pub cx: Option<f64>,
-    pub cy: Option<f64>,
-}
-
-impl IntrinsicsArgs {
-    pub fn resolve(&self, width: u32, height: u32) -> Intrinsics {
-        let d = Intrinsics::default_for(width, height);
-        let fx = self.fx.or(self.fy).unwrap_or(d.fx);
-        Intrinsics {
-            fx,
-            fy: self.fy.unwrap_or(fx),
-            cx: self.cx.unwrap_or(d.cx),
-            cy: self.cy.unwrap_or(d.cy),
-        }
-    }
-}
-
 pub fn extract_face_csv(
     input: &Path,
     output: &Path,
@@ -92,7 +70,7 @@ pub fn extract_face_csv(
         models_dir,
         &manifest,
         onnxruntime_library,
-        Some(k),
+        IntrinsicsArgs::from(k),
         Mode::Video,
     )?;
     let partial = output.with_extension("csv.partial");

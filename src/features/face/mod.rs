@@ -30,7 +30,7 @@ use self::au::{ActionUnits, AuEstimator, HeadFrameGeometry};
 use self::crop::{mat_of, Roi};
 use self::landmarks::{eyelids, ibug68, iris_ring, Blend, EYE_CORNERS};
 use self::models::{Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
-use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, Pose};
+use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, IntrinsicsArgs, Pose, Similarity};
 use super::{FrameStage, ModalitySpec, StageError};
 use crate::capture::{BgrImage, VideoFrame};
 use crate::models::manifest::Manifest;
@@ -97,18 +97,94 @@ pub enum Mode {
     StillImages,
 }
 
+/// MediaPipe's canonical face as the metric head model, with its rigid landmarks.
+pub struct HeadModel {
+    /// The canonical face relative to its 68-point centroid (mm, camera axes).
+    pub vertices: Vec<Vector3<f64>>,
+    rigid_ids: Vec<usize>,
+    rigid_weights: Vec<f64>,
+}
+
+impl Default for HeadModel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HeadModel {
+    pub fn new() -> Self {
+        let canonical: Vec<Vector3<f64>> =
+            canonical::VERTICES_MM.iter().map(|&v| vec3(v)).collect();
+        let ibug = ibug68();
+        let centroid = ibug
+            .iter()
+            .map(|b| vec3(b.apply(&canonical::VERTICES_MM)))
+            .sum::<Vector3<f64>>()
+            / ibug.len() as f64;
+        Self {
+            vertices: canonical.iter().map(|v| v - centroid).collect(),
+            rigid_ids: canonical::PROCRUSTES_WEIGHTS.iter().map(|w| w.0).collect(),
+            rigid_weights: canonical::PROCRUSTES_WEIGHTS
+                .iter()
+                .map(|w| w.1 as f64)
+                .collect(),
+        }
+    }
+
+    /// The canonical face's own geometry for the action units (its head frame).
+    pub fn canonical_geometry(&self) -> OwnedHeadGeometry {
+        let pts: Vec<[f32; 3]> = self
+            .vertices
+            .iter()
+            .map(|v| [v.x as f32, v.y as f32, v.z as f32])
+            .collect();
+        OwnedHeadGeometry {
+            ibug: ibug68().iter().map(|b| vec3(b.apply(&pts))).collect(),
+            cheeks: [vec3(pts[205]), vec3(pts[425])],
+        }
+    }
+
+    /// Fits the head to 468 mesh points (x, y in pixels, z relative depth in pixels):
+    /// weak-perspective similarity on the rigid landmarks, then perspective PnP. `None`
+    /// when the fit degenerates.
+    pub fn fit(&self, points: &[[f32; 3]], k: &Intrinsics) -> Option<(Pose, Similarity)> {
+        let image3: Vec<Vector3<f64>> = self.rigid_ids.iter().map(|&i| vec3(points[i])).collect();
+        let model3: Vec<Vector3<f64>> = self.rigid_ids.iter().map(|&i| self.vertices[i]).collect();
+        let sim = similarity(&model3, &image3, &self.rigid_weights);
+        if !sim.scale.is_finite() || sim.scale <= 0.0 {
+            return None;
+        }
+        let start = Pose::from_similarity(&sim, k);
+        let image2: Vec<(f64, f64)> = image3.iter().map(|p| (p.x, p.y)).collect();
+        let pose = refine_pnp(&model3, &image2, &self.rigid_weights, k, start);
+        (pose.is_finite() && pose.translation.z > 0.0).then_some((pose, sim))
+    }
+}
+
+/// [`HeadFrameGeometry`] with owned points.
+pub struct OwnedHeadGeometry {
+    pub ibug: Vec<Vector3<f64>>,
+    pub cheeks: [Vector3<f64>; 2],
+}
+
+impl OwnedHeadGeometry {
+    pub fn view(&self) -> HeadFrameGeometry<'_> {
+        HeadFrameGeometry {
+            ibug: &self.ibug,
+            cheeks: self.cheeks,
+        }
+    }
+}
+
 pub struct FaceAnalyzer {
     detector: FaceDetector,
     mesh: FaceMeshModel,
     iris: IrisModel,
     mode: Mode,
-    intrinsics: Option<Intrinsics>,
+    intrinsics: IntrinsicsArgs,
     ibug: Vec<Blend>,
     eyelids: [Vec<Blend>; 2],
-    /// The canonical face relative to its 68-point centroid (mm).
-    model: Vec<Vector3<f64>>,
-    rigid_ids: Vec<usize>,
-    rigid_weights: Vec<f64>,
+    head: HeadModel,
     tracked: Option<Roi>,
     faces_seen: u32,
     frames: u64,
@@ -122,41 +198,27 @@ impl FaceAnalyzer {
         dir: &Path,
         manifest: &Manifest,
         library: Option<&Path>,
-        intrinsics: Option<Intrinsics>,
+        intrinsics: IntrinsicsArgs,
         mode: Mode,
     ) -> Result<Self, ModelError> {
         let detector = FaceDetector::open(dir, manifest.get(DETECTOR_MODEL, dir)?, library)?;
         let mesh = FaceMeshModel::open(dir, manifest.get(MESH_MODEL, dir)?, library)?;
         let iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir)?, library)?;
-        let ibug = ibug68();
-        let canonical: Vec<Vector3<f64>> = canonical::VERTICES_MM
-            .iter()
-            .map(|v| Vector3::new(v[0] as f64, v[1] as f64, v[2] as f64))
-            .collect();
-        let centroid = ibug
-            .iter()
-            .map(|b| vec3(b.apply(&canonical::VERTICES_MM)))
-            .sum::<Vector3<f64>>()
-            / ibug.len() as f64;
-        let model = canonical.iter().map(|v| v - centroid).collect();
+        let head = HeadModel::new();
+        let aus = AuEstimator::new(&head.canonical_geometry().view());
         Ok(Self {
             detector,
             mesh,
             iris,
             mode,
             intrinsics,
-            ibug,
+            ibug: ibug68(),
             eyelids: [eyelids(true), eyelids(false)],
-            model,
-            rigid_ids: canonical::PROCRUSTES_WEIGHTS.iter().map(|w| w.0).collect(),
-            rigid_weights: canonical::PROCRUSTES_WEIGHTS
-                .iter()
-                .map(|w| w.1 as f64)
-                .collect(),
+            head,
             tracked: None,
             faces_seen: 0,
             frames: 0,
-            aus: AuEstimator::new(),
+            aus,
             lost_for: 0,
         })
     }
@@ -166,9 +228,7 @@ impl FaceAnalyzer {
             name: MESH_MODEL.into(),
             message,
         })?;
-        let k = self
-            .intrinsics
-            .unwrap_or_else(|| Intrinsics::default_for(image.width, image.height));
+        let k = self.intrinsics.resolve(image.width, image.height);
         let count_now = self.mode == Mode::StillImages || self.frames % COUNT_FACES_EVERY == 0;
         self.frames += 1;
         let mut mesh = None;
@@ -254,15 +314,9 @@ impl FaceAnalyzer {
         k: &Intrinsics,
     ) -> Result<Option<Face>, ModelError> {
         let pts = &mesh.points;
-        let image3: Vec<Vector3<f64>> = self.rigid_ids.iter().map(|&i| vec3(pts[i])).collect();
-        let model3: Vec<Vector3<f64>> = self.rigid_ids.iter().map(|&i| self.model[i]).collect();
-        let sim = similarity(&model3, &image3, &self.rigid_weights);
-        let start = Pose::from_similarity(&sim, k);
-        let image2: Vec<(f64, f64)> = image3.iter().map(|p| (p.x, p.y)).collect();
-        let pose = refine_pnp(&model3, &image2, &self.rigid_weights, k, start);
-        if !pose.is_finite() || !sim.scale.is_finite() || pose.translation.z <= 0.0 {
+        let Some((pose, sim)) = self.head.fit(pts, k) else {
             return Ok(None);
-        }
+        };
         // Metric camera coordinates of every mesh point.
         let origin_depth_px = sim.translation.z;
         let metric: Vec<[f32; 3]> = pts

@@ -13,30 +13,47 @@
 
 use nalgebra::{Matrix3, Rotation3, SMatrix, SVector, Vector3};
 
-/// Pinhole camera intrinsics in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Intrinsics {
-    pub fx: f64,
-    pub fy: f64,
-    pub cx: f64,
-    pub cy: f64,
-}
+/// Pinhole camera intrinsics in pixels (the session format's type; OpenFace's default
+/// from [`Intrinsics::default_for`]).
+pub type Intrinsics = crate::session::manifest::CameraIntrinsics;
 
 impl Intrinsics {
-    /// OpenFace's default for a camera of unknown calibration: fx = fy = 500 * width / 640,
-    /// principal point at the image centre.
-    pub fn default_for(width: u32, height: u32) -> Self {
-        let f = 500.0 * width as f64 / 640.0;
-        Self {
-            fx: f,
-            fy: f,
-            cx: width as f64 / 2.0,
-            cy: height as f64 / 2.0,
-        }
-    }
-
     pub fn project(&self, p: &Vector3<f64>) -> (f64, f64) {
         (self.fx * p.x / p.z + self.cx, self.fy * p.y / p.z + self.cy)
+    }
+}
+
+/// Camera intrinsics as given (command line, config); missing ones take OpenFace's
+/// defaults for the frame size.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IntrinsicsArgs {
+    pub fx: Option<f64>,
+    pub fy: Option<f64>,
+    pub cx: Option<f64>,
+    pub cy: Option<f64>,
+}
+
+impl IntrinsicsArgs {
+    pub fn resolve(&self, width: u32, height: u32) -> Intrinsics {
+        let d = Intrinsics::default_for(width, height);
+        let fx = self.fx.or(self.fy).unwrap_or(d.fx);
+        Intrinsics {
+            fx,
+            fy: self.fy.unwrap_or(fx),
+            cx: self.cx.unwrap_or(d.cx),
+            cy: self.cy.unwrap_or(d.cy),
+        }
+    }
+}
+
+impl From<Intrinsics> for IntrinsicsArgs {
+    fn from(k: Intrinsics) -> Self {
+        Self {
+            fx: Some(k.fx),
+            fy: Some(k.fy),
+            cx: Some(k.cx),
+            cy: Some(k.cy),
+        }
     }
 }
 
