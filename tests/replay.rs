@@ -88,10 +88,15 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(masks.len(), 21 * 5);
+    // video_signal, face, appearance, text, audio_signal, acoustic.
+    assert_eq!(masks.len(), 21 * 6);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
+        // The demo face is found on every frame.
+        if modality == "face" {
+            assert_eq!(*present, 120);
+        }
     }
     // Windows are labelled with the phase at their midpoint: 0-8 s is warm-up, 10-18 s
     // story sharing (mid 14 s), 20-28 s reflection (mid 24 s, reflection from 23.7 s).
@@ -175,7 +180,7 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    assert_eq!(ra.len(), 420 + 420 * 5 + 21 + 21 * 5);
+    assert_eq!(ra.len(), 420 + 420 * 6 + 21 + 21 * 6);
     assert_eq!(ra, rb);
 }
 

@@ -15,7 +15,7 @@
 //! | 07 lid tightener | narrowing of the eye aperture (upper to lower lid) | 3 |
 //! | 09 nose wrinkler | shortening of the nasion (27) to nostril (31, 35) height | 3 |
 //! | 10 upper lip raiser | shortening of the subnasale (33) to upper lip (51) height | 4 |
-//! | 12 lip corner puller | rise of the lip corners (48, 54) relative to the subnasale plus half the mouth widening | 6 |
+//! | 12 lip corner puller | rise of the lip corners (48, 54) relative to the subnasale plus half the mouth widening (a full smile: about 5 mm up, 10 mm wider) | 10 |
 //! | 14 dimpler | corners pulled back (z) relative to the lip midline (51, 57) | 4 |
 //! | 15 lip corner depressor | fall of the lip corners relative to the subnasale | 4 |
 //! | 17 chin raiser | shortening of the lower lip (57) to chin (8) height while the lips touch | 4 |
@@ -233,7 +233,7 @@ impl AuEstimator {
             scale(-(d(UPPER_LID) + d(LOWER_LID)), 3.0),
             scale(-d(NOSE), 3.0),
             scale(-d(UPPER_LIP), 4.0),
-            scale(corner_rise + widen / 2.0, 6.0),
+            scale(corner_rise + widen / 2.0, 10.0),
             scale(d(CORNER_DEPTH), 4.0),
             scale(-corner_rise, 4.0),
             scale(if m[GAP] < 1.0 { -d(CHIN) } else { 0.0 }, 4.0),
