@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use empathic::capture::video_file::FileVideoSource;
 use empathic::capture::VideoSource;
 use empathic::features::appearance::{test_pattern, AppearanceEncoder};
-use empathic::features::FrameStage;
+use empathic::features::{FrameContext, FrameStage};
 use empathic::models::manifest::Manifest;
 
 fn bench(c: &mut Criterion) {
@@ -33,7 +33,13 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(encoder.run(&test_pattern()).expect("run")))
     });
     group.bench_function("efficientnet_lite0_fp32_stage_640x480", |b| {
-        b.iter(|| black_box(encoder.process(&frame).expect("stage")))
+        b.iter(|| {
+            black_box(
+                encoder
+                    .process(&frame, &mut FrameContext::default())
+                    .expect("stage"),
+            )
+        })
     });
     // ResNet50 with random weights (the paper's compute), when its tool has built it.
     let resnet = manifest

@@ -228,6 +228,9 @@ pub struct ModelsConfig {
     /// Manifest name of the appearance encoder (per-frame CNN features); empty: no
     /// appearance features (replay then runs about 10x faster).
     pub appearance_encoder: String,
+    /// What the appearance encoder looks at: `face` (the participant's aligned face crop
+    /// from the facial stage; absent on frames without a face) or `frame` (the whole frame).
+    pub appearance_input: crate::features::appearance::AppearanceInput,
 }
 
 impl Default for ModelsConfig {
@@ -237,6 +240,7 @@ impl Default for ModelsConfig {
             onnxruntime_library: None,
             sentence_encoder: "all-MiniLM-L6-v2-int8".into(),
             appearance_encoder: "efficientnet-lite0".into(),
+            appearance_input: crate::features::appearance::AppearanceInput::Face,
         }
     }
 }
@@ -376,6 +380,15 @@ impl Config {
                 }
             }
         }
+        if self.models.appearance_input == crate::features::appearance::AppearanceInput::Face
+            && !self.models.appearance_encoder.is_empty()
+            && !self.face.enabled
+        {
+            return Err(invalid(
+                "models.appearance_input",
+                "is `face`, which needs the facial stage: set face.enabled = true or appearance_input = \"frame\"".into(),
+            ));
+        }
         if self.runtime.video_queue_frames == 0 {
             return Err(invalid(
                 "runtime.video_queue_frames",
@@ -443,5 +456,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("sample_rate_hz"), "{err}");
+    }
+
+    #[test]
+    fn face_appearance_needs_the_facial_stage_and_intrinsics_are_positive() {
+        let err = parse("[face]\nenabled = false\n").unwrap_err().to_string();
+        assert!(err.contains("models.appearance_input"), "{err}");
+        assert!(parse("[face]\nenabled = false\n[models]\nappearance_input = \"frame\"\n").is_ok());
+        let err = parse("[face]\nfx = -3.0\n").unwrap_err().to_string();
+        assert!(err.contains("face.fx"), "{err}");
     }
 }

@@ -443,3 +443,41 @@ fn held_out_sessions_and_expressions() {
         assert!(!on.is_empty() && mean(&on) > mean(&off), "{au}");
     }
 }
+
+#[test]
+fn appearance_follows_the_face_crop_and_is_absent_without_a_face() {
+    use empathic::features::appearance::{AppearanceEncoder, AppearanceInput};
+    use empathic::features::{FrameContext, FrameStage};
+    let dir = root().join("models");
+    let manifest = Manifest::load(&dir).unwrap();
+    let entry = manifest.get("efficientnet-lite0", &dir).unwrap();
+    let mut cnn = AppearanceEncoder::open(&dir, entry, None)
+        .unwrap()
+        .with_input(AppearanceInput::Face);
+    let mut face = empathic::features::face::FaceStage::new(analyzer(Mode::Video));
+    let frame = FileVideoSource::open(&demo_session().join("video.avi"))
+        .unwrap()
+        .next_frame()
+        .unwrap()
+        .unwrap();
+    // The facial stage publishes the aligned crop; the CNN embeds it.
+    let mut ctx = FrameContext::default();
+    assert!(face.process(&frame, &mut ctx).unwrap().is_some());
+    let roi = ctx.face_roi.expect("a face crop");
+    assert!(roi.w > 100.0 && roi.w < 480.0, "{roi:?}");
+    let on_face = cnn.process(&frame, &mut ctx).unwrap().expect("features");
+    assert_eq!(on_face.len(), 1280);
+    // Without a face the face appearance is absent, never a vector of the background.
+    assert!(cnn
+        .process(&frame, &mut FrameContext::default())
+        .unwrap()
+        .is_none());
+    // The whole-frame input differs from the face crop's.
+    let mut whole = AppearanceEncoder::open(&dir, entry, None).unwrap();
+    let on_frame = whole
+        .process(&frame, &mut FrameContext::default())
+        .unwrap()
+        .unwrap();
+    let cos = empathic::features::text::cosine(&on_face, &on_frame);
+    assert!(cos < 0.95, "{cos}");
+}

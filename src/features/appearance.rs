@@ -3,9 +3,11 @@
 //! ResNet50's 2048-d penultimate layer, which any ONNX image model in the manifest can stand
 //! in for).
 //!
-//! Contract: the input is the whole frame (until the facial stage provides an aligned face
-//! crop), resized to 224x224 with area interpolation, RGB, scaled as `(x - 127) / 128`,
-//! NCHW float32. The output is the model's feature vector, present on every decoded frame.
+//! Contract: the input is chosen by [`AppearanceInput`]: the participant's aligned face crop
+//! from the facial stage (default: eyes levelled, 1.5x the face, bilinear to 224x224;
+//! absent on frames without a face), or the whole frame (area resize to 224x224; present on
+//! every decoded frame). RGB, scaled as `(x - 127) / 128`, NCHW float32. The output is the
+//! model's feature vector.
 
 use std::path::Path;
 
@@ -15,7 +17,8 @@ use opencv::prelude::*;
 use ort::session::Session;
 use ort::value::TensorRef;
 
-use super::{FrameStage, ModalitySpec, StageError};
+use super::face::crop::{crop_to_tensor, mat_of, Border};
+use super::{FrameContext, FrameStage, ModalitySpec, StageError};
 use crate::capture::VideoFrame;
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
@@ -23,11 +26,24 @@ use crate::models::{onnx, ModelError};
 /// Input side of the image models.
 pub const INPUT_SIZE: i32 = 224;
 
+/// What the appearance encoder looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AppearanceInput {
+    /// The participant's aligned face crop (needs the facial stage).
+    Face,
+    /// The whole frame.
+    Frame,
+}
+
 pub struct AppearanceEncoder {
     name: String,
     spec: ModalitySpec,
     session: Session,
     input: Vec<f32>,
+    source: AppearanceInput,
+    /// NHWC scratch of the face crop.
+    crop: Vec<f32>,
 }
 
 impl AppearanceEncoder {
@@ -47,7 +63,41 @@ impl AppearanceEncoder {
             },
             session,
             input: vec![0.0; 3 * (INPUT_SIZE * INPUT_SIZE) as usize],
+            source: AppearanceInput::Frame,
+            crop: Vec::new(),
         })
+    }
+
+    /// Looks at `source` instead of the whole frame.
+    pub fn with_input(mut self, source: AppearanceInput) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// Crops `roi` to 224x224 into `self.input` (same scaling as the whole frame:
+    /// mapping [0, 255] to [-127/128, 1] is exactly (x - 127) / 128).
+    fn preprocess_face(
+        &mut self,
+        frame: &VideoFrame,
+        roi: &super::face::crop::Roi,
+    ) -> Result<(), String> {
+        let mat = mat_of(&frame.image)?;
+        crop_to_tensor(
+            &mat,
+            roi,
+            INPUT_SIZE,
+            false,
+            Border::Replicate,
+            -127.0 / 128.0,
+            &mut self.crop,
+        )?;
+        let plane = (INPUT_SIZE * INPUT_SIZE) as usize;
+        for (i, px) in self.crop.chunks_exact(3).enumerate() {
+            for (c, &v) in px.iter().enumerate() {
+                self.input[c * plane + i] = v;
+            }
+        }
+        Ok(())
     }
 
     /// Features of an already preprocessed NCHW 1x3x224x224 input.
@@ -90,8 +140,18 @@ impl FrameStage for AppearanceEncoder {
         &self.spec
     }
 
-    fn process(&mut self, frame: &VideoFrame) -> Result<Option<Vec<f32>>, StageError> {
-        self.preprocess(frame).map_err(|message| StageError {
+    fn process(
+        &mut self,
+        frame: &VideoFrame,
+        ctx: &mut FrameContext,
+    ) -> Result<Option<Vec<f32>>, StageError> {
+        let prepared = match (self.source, ctx.face_roi) {
+            (AppearanceInput::Frame, _) => self.preprocess(frame),
+            (AppearanceInput::Face, Some(roi)) => self.preprocess_face(frame, &roi),
+            // No face on this frame: the face appearance is absent.
+            (AppearanceInput::Face, None) => return Ok(None),
+        };
+        prepared.map_err(|message| StageError {
             stage: "appearance",
             message,
         })?;

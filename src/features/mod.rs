@@ -35,11 +35,25 @@ impl ModalitySpec {
     }
 }
 
+/// What earlier frame stages found on the same frame, for later ones (stages run in
+/// layout order on one thread).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FrameContext {
+    /// The participant's aligned face crop (eyes levelled, 1.5x the face), from the facial
+    /// stage; `None` when no face was found or the stage is off.
+    pub face_roi: Option<face::crop::Roi>,
+}
+
 /// A per-video-frame stage.
 pub trait FrameStage: Send {
     fn spec(&self) -> &ModalitySpec;
     /// The frame's vector (length `spec().dims()`), or `None` when the modality is absent.
-    fn process(&mut self, frame: &VideoFrame) -> Result<Option<Vec<f32>>, StageError>;
+    /// `ctx` carries what earlier stages found on this frame; a stage may add to it.
+    fn process(
+        &mut self,
+        frame: &VideoFrame,
+        ctx: &mut FrameContext,
+    ) -> Result<Option<Vec<f32>>, StageError>;
 }
 
 /// One stamped output row of an audio stage.

@@ -14,7 +14,7 @@
 //!
 //! Both keep session totals for the quality report.
 
-use super::{AudioRow, AudioStage, FrameStage, ModalitySpec, PoolFn, StageError};
+use super::{AudioRow, AudioStage, FrameContext, FrameStage, ModalitySpec, PoolFn, StageError};
 use crate::capture::{samples_to_ns, AudioBlock, VideoFrame};
 use crate::config::QualityConfig;
 use crate::Nanos;
@@ -67,7 +67,11 @@ impl FrameStage for VideoSignalStage {
         &self.spec
     }
 
-    fn process(&mut self, frame: &VideoFrame) -> Result<Option<Vec<f32>>, StageError> {
+    fn process(
+        &mut self,
+        frame: &VideoFrame,
+        _ctx: &mut FrameContext,
+    ) -> Result<Option<Vec<f32>>, StageError> {
         let img = &frame.image;
         let (w, h) = (img.width as usize, img.height as usize);
         if w == 0 || h == 0 || img.data.len() != w * h * 3 {
@@ -323,7 +327,10 @@ mod tests {
     #[test]
     fn flat_grey_frame_has_its_brightness_and_no_sharpness() {
         let mut stage = VideoSignalStage::new();
-        let v = stage.process(&frame(16, 8, |_, _| 51)).unwrap().unwrap();
+        let v = stage
+            .process(&frame(16, 8, |_, _| 51), &mut FrameContext::default())
+            .unwrap()
+            .unwrap();
         assert!((v[0] - 0.2).abs() < 1e-3, "{v:?}");
         assert!(v[1].abs() < 1e-6);
         assert!(v[2].abs() < 1e-6);
@@ -333,15 +340,17 @@ mod tests {
     fn checkerboard_is_sharper_than_smooth_ramp() {
         let mut stage = VideoSignalStage::new();
         let sharp = stage
-            .process(&frame(
-                32,
-                32,
-                |x, y| if (x + y) % 2 == 0 { 0 } else { 255 },
-            ))
+            .process(
+                &frame(32, 32, |x, y| if (x + y) % 2 == 0 { 0 } else { 255 }),
+                &mut FrameContext::default(),
+            )
             .unwrap()
             .unwrap();
         let smooth = stage
-            .process(&frame(32, 32, |x, _| (x * 8) as u8))
+            .process(
+                &frame(32, 32, |x, _| (x * 8) as u8),
+                &mut FrameContext::default(),
+            )
             .unwrap()
             .unwrap();
         assert!(

@@ -34,7 +34,7 @@ use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
 use crate::features::text::{SentenceEncoder, TextTrack};
-use crate::features::{AudioRow, AudioStage, FrameStage, ModalitySpec, PoolFn};
+use crate::features::{AudioRow, AudioStage, FrameContext, FrameStage, ModalitySpec, PoolFn};
 use crate::models::manifest::Manifest;
 use crate::report::{QualityInputs, QualityReport, ReplaySummary};
 use crate::session::events::{phase_at, phase_spans, PhaseSpan};
@@ -234,11 +234,10 @@ impl Pipeline {
         }
         if !models.appearance_encoder.is_empty() {
             let entry = manifest.get(&models.appearance_encoder, &models.dir)?;
-            frame_stages.push(Box::new(AppearanceEncoder::open(
-                &models.dir,
-                entry,
-                models.onnxruntime_library.as_deref(),
-            )?));
+            frame_stages.push(Box::new(
+                AppearanceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?
+                    .with_input(models.appearance_input),
+            ));
         }
         let text_spec = ModalitySpec {
             name: "text",
@@ -545,9 +544,10 @@ fn video_features(
                     .collect(),
             })
             .collect();
-        let mut features = vec![signal.process(&frame)?];
+        let mut ctx = FrameContext::default();
+        let mut features = vec![signal.process(&frame, &mut ctx)?];
         for stage in stages.iter_mut() {
-            features.push(stage.process(&frame)?);
+            features.push(stage.process(&frame, &mut ctx)?);
         }
         features.push(text_at(slot));
         slots.push(VideoSlot {

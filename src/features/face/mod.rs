@@ -31,7 +31,7 @@ use self::crop::{mat_of, Roi};
 use self::landmarks::{eyelids, ibug68, iris_ring, Blend, EYE_CORNERS};
 use self::models::{Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
 use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, IntrinsicsArgs, Pose, Similarity};
-use super::{FrameStage, ModalitySpec, StageError};
+use super::{FrameContext, FrameStage, ModalitySpec, StageError};
 use crate::capture::{BgrImage, VideoFrame};
 use crate::models::manifest::Manifest;
 use crate::models::ModelError;
@@ -541,7 +541,11 @@ impl FrameStage for FaceStage {
         &self.spec
     }
 
-    fn process(&mut self, frame: &VideoFrame) -> Result<Option<Vec<f32>>, StageError> {
+    fn process(
+        &mut self,
+        frame: &VideoFrame,
+        ctx: &mut FrameContext,
+    ) -> Result<Option<Vec<f32>>, StageError> {
         let obs = self
             .analyzer
             .analyze(&frame.image)
@@ -550,6 +554,7 @@ impl FrameStage for FaceStage {
                 message: e.to_string(),
             })?;
         self.max_faces_seen = self.max_faces_seen.max(obs.faces_seen);
+        ctx.face_roi = obs.face.as_ref().map(|f| f.mesh.next_roi());
         Ok(obs.face.map(|f| {
             self.frames_with_face += 1;
             f.vector(obs.confidence, obs.faces_seen)
