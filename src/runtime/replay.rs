@@ -332,6 +332,7 @@ fn run(
     let (block_tx, block_rx) =
         policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
     let (slot_tx, slot_rx) = policy_queue::<VideoSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
+    let (pending_tx, pending_rx) = policy_queue::<PendingSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
     let (rows_tx, rows_rx) = policy_queue::<Vec<Vec<AudioRow>>>(AUDIO_OUT_QUEUE, Overflow::Block);
     let stopped_early = AtomicBool::new(false);
 
@@ -351,15 +352,43 @@ fn run(
         })?;
         let text_ref = &text;
         let video_features = spawn(scope, "video-features", move || {
-            video_features(
-                frame_rx,
-                slot_tx,
-                video_signal,
-                frame_stages,
-                text_ref,
-                period_ns,
-            )
+            video_features(frame_rx, pending_tx, video_signal, text_ref, period_ns)
         })?;
+        // One thread per frame stage, chained: video-features -> face -> appearance -> align
+        // (or video-features -> video-forward -> align without frame stages).
+        let mut stage_threads = Vec::new();
+        let mut input = Some(pending_rx);
+        let mut to_aligner = Some(slot_tx);
+        let mut stages = frame_stages.into_iter().peekable();
+        while let Some(stage) = stages.next() {
+            let name = stage_thread_name(stage.spec().name);
+            let output = if stages.peek().is_none() {
+                to_aligner.take().map(StageOutput::Aligner)
+            } else {
+                let (tx, rx) = policy_queue::<PendingSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
+                let out = Some(StageOutput::Next(tx));
+                let rx_now = input.replace(rx);
+                if let (Some(rx_now), Some(out)) = (rx_now, out) {
+                    stage_threads.push((
+                        name,
+                        spawn(scope, name, move || frame_stage(name, stage, rx_now, out))?,
+                    ));
+                }
+                continue;
+            };
+            if let (Some(rx), Some(out)) = (input.take(), output) {
+                stage_threads.push((
+                    name,
+                    spawn(scope, name, move || frame_stage(name, stage, rx, out))?,
+                ));
+            }
+        }
+        if let (Some(rx), Some(tx)) = (input.take(), to_aligner.take()) {
+            stage_threads.push((
+                "video-forward",
+                spawn(scope, "video-forward", move || forward_slots(rx, tx))?,
+            ));
+        }
         let clock_a = clock.clone();
         let stopped_a = &stopped_early;
         let audio_capture = spawn(scope, "audio-capture", move || {
@@ -389,11 +418,29 @@ fn run(
         let video_capture = join(video_capture, "video-capture");
         let audio_capture = join(audio_capture, "audio-capture");
         let video_features = join(video_features, "video-features");
+        let stages: Vec<Result<(), RunError>> = stage_threads
+            .into_iter()
+            .map(|(name, h)| join(h, name))
+            .collect();
         let audio_features = join(audio_features, "audio-features");
         let align = join(align, "align-windows");
-        video_capture?;
-        audio_capture?;
-        Ok((video_features?, audio_features?, align?))
+        // A thread whose downstream stopped reports only that: prefer the downstream
+        // thread's own error, which is the cause.
+        let mut errors: Vec<RunError> = [video_capture, audio_capture]
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        let video_features = video_features.map_err(|e| errors.push(e)).ok();
+        errors.extend(stages.into_iter().filter_map(Result::err));
+        let audio_features = audio_features.map_err(|e| errors.push(e)).ok();
+        let align = align.map_err(|e| errors.push(e)).ok();
+        if let (Some(v), Some(a), Some(w)) = (video_features, audio_features, align) {
+            if errors.is_empty() {
+                return Ok((v, a, w));
+            }
+        }
+        let cause = errors.iter().position(|e| !is_consequence(e)).unwrap_or(0);
+        Err(errors.swap_remove(cause))
     });
     progress.finish_and_clear();
     let (video_done, audio_done, align_done) = result?;
@@ -511,14 +558,22 @@ fn capture_audio(
     Ok(())
 }
 
-/// Puts frames on the slot grid, fills gaps with absent slots, runs the frame stages and
-/// looks up the text vector of each slot's time. Slot features follow the layout's slot
-/// modalities: `[video_signal, face and appearance (when configured), text]`.
+/// A slot on its way through the frame-stage threads: the frame it was decoded from (none
+/// for a dropped frame) and what earlier stages found on it.
+struct PendingSlot {
+    slot: VideoSlot,
+    frame: Option<VideoFrame>,
+    ctx: FrameContext,
+}
+
+/// Puts frames on the slot grid, fills gaps with absent slots, runs the signal stage and
+/// looks up the text vector of each slot's time. Slots leave with features
+/// `[video_signal, text]`; each frame-stage thread then inserts its vector before `text`,
+/// so the aligner gets the layout's order `[video_signal, face, appearance, text]`.
 fn video_features(
     rx: PolicyReceiver<VideoFrame>,
-    tx: PolicySender<VideoSlot>,
+    tx: PolicySender<PendingSlot>,
     mut signal: VideoSignalStage,
-    mut stages: Vec<Box<dyn FrameStage>>,
     text: &TextTrack,
     period_ns: f64,
 ) -> Result<VideoFeaturesDone, RunError> {
@@ -532,36 +587,38 @@ fn video_features(
             continue;
         };
         let text_at = |s: u64| text.at(timeline.slot_time_ns(s)).map(<[f32]>::to_vec);
-        let mut slots: Vec<VideoSlot> = (slot - missing_before..slot)
-            .map(|s| VideoSlot {
-                index: s,
-                start_ns: timeline.slot_time_ns(s),
-                end_ns: timeline.slot_time_ns(s + 1),
-                decoded: false,
-                // A dropped frame has no video, but the transcript still covers its time.
-                features: std::iter::repeat_n(None, 1 + stages.len())
-                    .chain([text_at(s)])
-                    .collect(),
+        let mut slots: Vec<PendingSlot> = (slot - missing_before..slot)
+            .map(|s| PendingSlot {
+                slot: VideoSlot {
+                    index: s,
+                    start_ns: timeline.slot_time_ns(s),
+                    end_ns: timeline.slot_time_ns(s + 1),
+                    decoded: false,
+                    // A dropped frame has no video, but the transcript still covers its time.
+                    features: vec![None, text_at(s)],
+                },
+                frame: None,
+                ctx: FrameContext::default(),
             })
             .collect();
         let mut ctx = FrameContext::default();
-        let mut features = vec![signal.process(&frame, &mut ctx)?];
-        for stage in stages.iter_mut() {
-            features.push(stage.process(&frame, &mut ctx)?);
-        }
-        features.push(text_at(slot));
-        slots.push(VideoSlot {
-            index: slot,
-            start_ns: timeline.slot_time_ns(slot),
-            end_ns: timeline.slot_time_ns(slot + 1),
-            decoded: true,
-            features,
+        let features = vec![signal.process(&frame, &mut ctx)?, text_at(slot)];
+        slots.push(PendingSlot {
+            slot: VideoSlot {
+                index: slot,
+                start_ns: timeline.slot_time_ns(slot),
+                end_ns: timeline.slot_time_ns(slot + 1),
+                decoded: true,
+                features,
+            },
+            frame: Some(frame),
+            ctx,
         });
         for s in slots {
             if tx.send(s).is_err() {
                 return Err(RunError::Thread {
                     thread: "video-features",
-                    message: "the aligner stopped".into(),
+                    message: "the next stage stopped".into(),
                 });
             }
         }
@@ -570,6 +627,74 @@ fn video_features(
         timeline: timeline.stats().clone(),
         totals: signal.totals().clone(),
     })
+}
+
+/// One frame stage on its own thread (stages are pipelined, so at `--speed max` the facial
+/// stage and the CNN use both cores; a frame waits at most one stage's time per stage).
+/// Inserts the stage's vector before the text vector and hands the slot on; the last stage
+/// sends plain [`VideoSlot`]s to the aligner.
+fn frame_stage(
+    name: &'static str,
+    mut stage: Box<dyn FrameStage>,
+    rx: PolicyReceiver<PendingSlot>,
+    tx: StageOutput,
+) -> Result<(), RunError> {
+    for mut p in &rx {
+        let v = match &p.frame {
+            Some(frame) => stage.process(frame, &mut p.ctx)?,
+            None => None,
+        };
+        let text_at = p.slot.features.len() - 1;
+        p.slot.features.insert(text_at, v);
+        let sent = match &tx {
+            StageOutput::Next(next) => next.send(p).is_ok(),
+            StageOutput::Aligner(aligner) => aligner.send(p.slot).is_ok(),
+        };
+        if !sent {
+            return Err(RunError::Thread {
+                thread: name,
+                message: "the next stage stopped".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Where a frame-stage thread sends its slots.
+enum StageOutput {
+    Next(PolicySender<PendingSlot>),
+    Aligner(PolicySender<VideoSlot>),
+}
+
+/// Hands slots from the signal thread straight to the aligner when no frame stage is
+/// configured.
+fn forward_slots(
+    rx: PolicyReceiver<PendingSlot>,
+    tx: PolicySender<VideoSlot>,
+) -> Result<(), RunError> {
+    for p in &rx {
+        if tx.send(p.slot).is_err() {
+            return Err(RunError::Thread {
+                thread: "video-forward",
+                message: "the aligner stopped".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether an error only says that a downstream thread stopped (its own error is the cause).
+fn is_consequence(e: &RunError) -> bool {
+    matches!(e, RunError::Thread { message, .. } if message.ends_with("stopped"))
+}
+
+/// The thread name of a frame stage.
+fn stage_thread_name(modality: &str) -> &'static str {
+    match modality {
+        "face" => "face-features",
+        "appearance" => "appearance-features",
+        _ => "frame-stage",
+    }
 }
 
 fn audio_features(
