@@ -21,8 +21,8 @@
 //! | 17 chin raiser | shortening of the lower lip (57) to chin (8) height while the lips touch | 4 |
 //! | 20 lip stretcher | mouth widening not explained by the corners rising | 6 |
 //! | 23 lip tightener | thinning of the lips (51-62 plus 66-57) | 4 |
-//! | 25 lips part | inner lip gap (62-66) | 10 (absolute, above neutral) |
-//! | 26 jaw drop | lengthening of the nasion (27) to chin (8) height | 12 |
+//! | 25 lips part | inner lip gap (62-66) beyond 1 mm, absolute (closed lips are neutral for everyone) | 10 |
+//! | 26 jaw drop | lengthening of the nasion (27) to chin (8) height, against the person's median only (face length is anatomy) | 12 |
 //! | 45 blink | closed fraction of the eye aperture relative to neutral | 100 % |
 //!
 //! Presence (`_c`) is intensity >= 1; AU28 (lip suck) is present when the visible lips are
@@ -75,6 +75,9 @@ const JAW: usize = 15;
 /// would call their smile neutral), and someone whose resting face differs from the
 /// average still reads mostly relative to themselves.
 const PRIOR_WEIGHT: f64 = 0.5;
+
+/// Inner-lip gap (mm) still counted as closed lips (mesh noise).
+const LIPS_CLOSED_MM: f64 = 1.0;
 
 /// Geometry of one frame in the head frame (mm).
 pub struct HeadFrameGeometry<'a> {
@@ -212,7 +215,15 @@ impl AuEstimator {
         }
         let person = self.neutral.unwrap_or(m);
         let w = PRIOR_WEIGHT;
-        let n: [f64; MEASURES] = std::array::from_fn(|k| w * self.prior[k] + (1.0 - w) * person[k]);
+        // Face length is anatomy, not expression: the jaw is measured against the person
+        // alone.
+        let n: [f64; MEASURES] = std::array::from_fn(|k| {
+            if k == JAW {
+                person[k]
+            } else {
+                w * self.prior[k] + (1.0 - w) * person[k]
+            }
+        });
         let d = |k: usize| m[k] - n[k];
         let scale = |x: f64, at5: f64| (5.0 * x / at5).clamp(0.0, 5.0) as f32;
         let corner_rise = d(CORNER_HEIGHT);
@@ -239,7 +250,9 @@ impl AuEstimator {
             scale(if m[GAP] < 1.0 { -d(CHIN) } else { 0.0 }, 4.0),
             scale(widen - corner_rise.max(0.0) * 2.0, 6.0),
             scale(-d(LIPS), 4.0),
-            scale(d(GAP), 10.0),
+            // Lips apart is a state, not a change: closed lips (gap within 1 mm) are
+            // neutral for everyone, so the gap is absolute.
+            scale(m[GAP] - LIPS_CLOSED_MM, 10.0),
             scale(d(JAW), 12.0),
             scale(closed, 1.0),
         ];
