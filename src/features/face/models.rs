@@ -89,6 +89,24 @@ impl Model {
         })
     }
 
+    /// Crops `roi` into `self.input` (see [`crop_to_tensor`]), naming this model on error.
+    fn crop(
+        &mut self,
+        frame: &Mat,
+        roi: &Roi,
+        size: i32,
+        flip: bool,
+        border: Border,
+        lo: f32,
+    ) -> Result<(), ModelError> {
+        crop_to_tensor(frame, roi, size, flip, border, lo, &mut self.input).map_err(|message| {
+            ModelError::Inference {
+                name: self.name.clone(),
+                message,
+            }
+        })
+    }
+
     /// Runs the model on `self.input` (a batch of NHWC `size` x `size` x 3 images) and
     /// returns its outputs, flattened, in the order of `names`.
     fn run(&mut self, size: i32, names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
@@ -175,19 +193,8 @@ impl FaceDetector {
             h: side,
             rotation: 0.0,
         };
-        crop_to_tensor(
-            frame,
-            &letterbox,
-            DETECTOR_SIZE,
-            false,
-            Border::Zero,
-            -1.0,
-            &mut self.model.input,
-        )
-        .map_err(|message| ModelError::Inference {
-            name: self.model.name.clone(),
-            message,
-        })?;
+        self.model
+            .crop(frame, &letterbox, DETECTOR_SIZE, false, Border::Zero, -1.0)?;
         let out = self
             .model
             .run(DETECTOR_SIZE, &["regressors", "classificators"])?;
@@ -295,19 +302,8 @@ impl FaceMeshModel {
     }
 
     pub fn run(&mut self, frame: &Mat, roi: Roi) -> Result<Mesh, ModelError> {
-        crop_to_tensor(
-            frame,
-            &roi,
-            MESH_SIZE,
-            false,
-            Border::Replicate,
-            0.0,
-            &mut self.model.input,
-        )
-        .map_err(|message| ModelError::Inference {
-            name: self.model.name.clone(),
-            message,
-        })?;
+        self.model
+            .crop(frame, &roi, MESH_SIZE, false, Border::Replicate, 0.0)?;
         let out = self.model.run(MESH_SIZE, &["landmarks", "face_flag"])?;
         let n = MESH_SIZE as f32;
         let points = out[0]
@@ -368,19 +364,8 @@ impl IrisModel {
                 rotation: rotation_between(a, b),
             }
             .squared_scaled(EYE_CROP_SCALE);
-            crop_to_tensor(
-                frame,
-                &roi,
-                IRIS_SIZE,
-                k == 1,
-                Border::Replicate,
-                0.0,
-                &mut self.model.input,
-            )
-            .map_err(|message| ModelError::Inference {
-                name: self.model.name.clone(),
-                message,
-            })?;
+            self.model
+                .crop(frame, &roi, IRIS_SIZE, k == 1, Border::Replicate, 0.0)?;
             batch.extend_from_slice(&self.model.input);
             rois[k] = Some(roi);
         }
