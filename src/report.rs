@@ -22,6 +22,14 @@ pub struct PhaseTime {
     pub secs: f64,
 }
 
+/// On how many decoded frames a frame stage's modality was present (a face found, say).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModalityPresence {
+    pub modality: String,
+    pub present_frames: u64,
+    pub decoded_frames: u64,
+}
+
 /// What went right and wrong with a session's media.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QualityReport {
@@ -43,6 +51,10 @@ pub struct QualityReport {
     /// Frames the live video queue evicted (always 0 in replay, which never drops).
     pub video_queue_drops: u64,
     pub phases: Vec<PhaseTime>,
+    /// Presence of the frame stages' modalities (face, appearance). Absent in reports
+    /// stored before the facial stage existed.
+    #[serde(default)]
+    pub modality_presence: Vec<ModalityPresence>,
 }
 
 /// Inputs of [`QualityReport::build`].
@@ -55,6 +67,7 @@ pub struct QualityInputs<'a> {
     pub frame_slots: u64,
     pub frame_period_ns: f64,
     pub phases: &'a [PhaseSpan],
+    pub modality_presence: Vec<ModalityPresence>,
     pub video_queue_drops: u64,
 }
 
@@ -100,6 +113,7 @@ impl QualityReport {
             mean_sharpness: i.video_signal.sharpness_sum / frames,
             video_queue_drops: i.video_queue_drops,
             phases,
+            modality_presence: i.modality_presence,
         }
     }
 }
@@ -170,6 +184,16 @@ impl ReplaySummary {
             "video     brightness {:.2}, sharpness {:.1}",
             q.mean_brightness, q.mean_sharpness
         );
+        for m in &q.modality_presence {
+            let _ = writeln!(
+                s,
+                "{:<9} present on {}/{} decoded frames ({:.1} %)",
+                m.modality,
+                m.present_frames,
+                m.decoded_frames,
+                100.0 * m.present_frames as f64 / m.decoded_frames.max(1) as f64
+            );
+        }
         if q.phases.is_empty() {
             let _ = writeln!(s, "phases    none (no events.jsonl)");
         } else {

@@ -58,6 +58,14 @@ fn demo_session_replays_end_to_end() {
         q.silence_ratio
     );
     assert_eq!(q.phases.len(), 5);
+    // The frame stages report their presence: the demo face is on every frame, and the
+    // appearance encoder follows it.
+    let presence: Vec<(&str, u64, u64)> = q
+        .modality_presence
+        .iter()
+        .map(|m| (m.modality.as_str(), m.present_frames, m.decoded_frames))
+        .collect();
+    assert_eq!(presence, vec![("face", 420, 420), ("appearance", 420, 420)]);
 
     let store = Store::open(&db).unwrap();
     let d = store.session_detail("demo-0001").unwrap();

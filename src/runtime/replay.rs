@@ -36,7 +36,7 @@ use crate::features::signal::{
 use crate::features::text::{SentenceEncoder, TextTrack};
 use crate::features::{AudioRow, AudioStage, FrameContext, FrameStage, ModalitySpec, PoolFn};
 use crate::models::manifest::Manifest;
-use crate::report::{QualityInputs, QualityReport, ReplaySummary};
+use crate::report::{ModalityPresence, QualityInputs, QualityReport, ReplaySummary};
 use crate::session::events::{phase_at, phase_spans, PhaseSpan};
 use crate::session::RecordedSession;
 use crate::store::rows::{EndStatus, SessionEnd, SessionStart, WindowRow};
@@ -371,7 +371,9 @@ fn run(
                 if let (Some(rx_now), Some(out)) = (rx_now, out) {
                     stage_threads.push((
                         name,
-                        spawn(scope, name, move || frame_stage(name, stage, rx_now, out))?,
+                        spawn(scope, name, move || {
+                            frame_stage(name, stage, rx_now, out).map(Some)
+                        })?,
                     ));
                 }
                 continue;
@@ -379,7 +381,9 @@ fn run(
             if let (Some(rx), Some(out)) = (input.take(), output) {
                 stage_threads.push((
                     name,
-                    spawn(scope, name, move || frame_stage(name, stage, rx, out))?,
+                    spawn(scope, name, move || {
+                        frame_stage(name, stage, rx, out).map(Some)
+                    })?,
                 ));
             }
         }
@@ -418,7 +422,7 @@ fn run(
         let video_capture = join(video_capture, "video-capture");
         let audio_capture = join(audio_capture, "audio-capture");
         let video_features = join(video_features, "video-features");
-        let stages: Vec<Result<(), RunError>> = stage_threads
+        let stages: Vec<Result<Option<ModalityPresence>, RunError>> = stage_threads
             .into_iter()
             .map(|(name, h)| join(h, name))
             .collect();
@@ -431,19 +435,25 @@ fn run(
             .filter_map(Result::err)
             .collect();
         let video_features = video_features.map_err(|e| errors.push(e)).ok();
-        errors.extend(stages.into_iter().filter_map(Result::err));
+        let mut presence = Vec::new();
+        for r in stages {
+            match r {
+                Ok(p) => presence.extend(p),
+                Err(e) => errors.push(e),
+            }
+        }
         let audio_features = audio_features.map_err(|e| errors.push(e)).ok();
         let align = align.map_err(|e| errors.push(e)).ok();
         if let (Some(v), Some(a), Some(w)) = (video_features, audio_features, align) {
             if errors.is_empty() {
-                return Ok((v, a, w));
+                return Ok((v, a, w, presence));
             }
         }
         let cause = errors.iter().position(|e| !is_consequence(e)).unwrap_or(0);
         Err(errors.swap_remove(cause))
     });
     progress.finish_and_clear();
-    let (video_done, audio_done, align_done) = result?;
+    let (video_done, audio_done, align_done, modality_presence) = result?;
 
     let frame_slots = align_done.frames;
     let video_end_ns = video_done.timeline.first_t_ns.map_or(0, |first| {
@@ -461,6 +471,7 @@ fn run(
         phases: &spans,
         // Replay queues block instead of dropping (see `queues`).
         video_queue_drops: 0,
+        modality_presence,
     });
     Ok(Outcome {
         frames: align_done.frames,
@@ -638,12 +649,21 @@ fn frame_stage(
     mut stage: Box<dyn FrameStage>,
     rx: PolicyReceiver<PendingSlot>,
     tx: StageOutput,
-) -> Result<(), RunError> {
+) -> Result<ModalityPresence, RunError> {
+    let mut presence = ModalityPresence {
+        modality: stage.spec().name.to_string(),
+        present_frames: 0,
+        decoded_frames: 0,
+    };
     for mut p in &rx {
         let v = match &p.frame {
-            Some(frame) => stage.process(frame, &mut p.ctx)?,
+            Some(frame) => {
+                presence.decoded_frames += 1;
+                stage.process(frame, &mut p.ctx)?
+            }
             None => None,
         };
+        presence.present_frames += u64::from(v.is_some());
         let text_at = p.slot.features.len() - 1;
         p.slot.features.insert(text_at, v);
         let sent = match &tx {
@@ -657,7 +677,7 @@ fn frame_stage(
             });
         }
     }
-    Ok(())
+    Ok(presence)
 }
 
 /// Where a frame-stage thread sends its slots.
@@ -671,7 +691,7 @@ enum StageOutput {
 fn forward_slots(
     rx: PolicyReceiver<PendingSlot>,
     tx: PolicySender<VideoSlot>,
-) -> Result<(), RunError> {
+) -> Result<Option<ModalityPresence>, RunError> {
     for p in &rx {
         if tx.send(p.slot).is_err() {
             return Err(RunError::Thread {
@@ -680,7 +700,7 @@ fn forward_slots(
             });
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Whether an error only says that a downstream thread stopped (its own error is the cause).
