@@ -426,6 +426,13 @@ fn held_out_sessions_and_expressions() {
     let (h, o) = read_openface(&ours);
     let (_, r) = read_openface(&fixtures.join("references/openface/selfie.csv"));
     let c = |name: &str| h.iter().position(|x| x == name).unwrap();
+    // A turned face (frame 22: a three-quarter view, OpenFace yaw 30 degrees): found, and
+    // turned the same way by more than 10 degrees.
+    let k = 21;
+    assert_eq!(o[k][c("success")], 1.0);
+    let (ours_yaw, their_yaw) = (o[k][c("pose_Ry")], r[k][c("pose_Ry")]);
+    eprintln!("selfie frame 22 yaw: ours {ours_yaw:.3}, OpenFace {their_yaw:.3} rad");
+    assert!(ours_yaw.signum() == their_yaw.signum() && ours_yaw.abs() > 10f64.to_radians());
     for au in ["AU12", "AU25"] {
         let (mut on, mut off) = (Vec::new(), Vec::new());
         for i in 0..o.len() {
