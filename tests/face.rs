@@ -400,7 +400,7 @@ fn grid_meets_the_openface_targets() {
         a.gaze_mae[1]
     );
     let mean_r = a.au_r.iter().map(|(_, r)| r).sum::<f64>() / a.au_r.len() as f64;
-    assert!(mean_r >= 0.3, "AU correlation regressed: {mean_r}");
+    assert!(mean_r >= 0.35, "AU correlation regressed: {mean_r}");
 }
 
 #[test]

@@ -23,7 +23,7 @@
 //! | 23 lip tightener | thinning of the lips (51-62 plus 66-57) | 4 |
 //! | 25 lips part | inner lip gap (62-66) beyond 1 mm, absolute (closed lips are neutral for everyone) | 10 |
 //! | 26 jaw drop | lengthening of the nasion (27) to chin (8) height, against the person's median only (face length is anatomy) | 12 |
-//! | 45 blink | closed fraction of the eye aperture relative to neutral | 100 % |
+//! | 45 blink | closed fraction of the eye opening relative to the person's neutral; opening = lid-to-lid distance over eye width on the iris model's eyelid contours | 100 % |
 //!
 //! Presence (`_c`) is intensity >= 1; AU28 (lip suck) is present when the visible lips are
 //! thinner than a quarter of their neutral thickness.
@@ -51,7 +51,7 @@ pub const BASELINE_FRAMES: usize = 900;
 const BASELINE_REFRESH: usize = 15;
 
 /// Raw measures per frame.
-const MEASURES: usize = 16;
+const MEASURES: usize = 17;
 const INNER_BROW: usize = 0;
 const OUTER_BROW: usize = 1;
 const BROW_HEIGHT: usize = 2;
@@ -68,6 +68,7 @@ const CHIN: usize = 12;
 const LIPS: usize = 13;
 const GAP: usize = 14;
 const JAW: usize = 15;
+const EYE_OPEN: usize = 16;
 
 /// Weight of the population-average neutral face (MediaPipe's canonical face) against the
 /// person's running median in the neutral face the AUs are measured from. Half and half:
@@ -85,6 +86,9 @@ pub struct HeadFrameGeometry<'a> {
     pub ibug: &'a [Vector3<f64>],
     /// Cheek points (mesh 205 and 425).
     pub cheeks: [Vector3<f64>; 2],
+    /// Eye openness from the iris model's eyelid contours: lid-to-lid distance over eye
+    /// width, mean of both eyes (`None` for the canonical face, which has no such contour).
+    pub eye_openness: Option<f64>,
 }
 
 fn measures(g: &HeadFrameGeometry) -> [f64; MEASURES] {
@@ -108,6 +112,7 @@ fn measures(g: &HeadFrameGeometry) -> [f64; MEASURES] {
     m[LIPS] = (p(62).y - p(51).y) + (p(57).y - p(66).y);
     m[GAP] = (p(66).y - p(62).y).max(0.0);
     m[JAW] = p(8).y - p(27).y;
+    m[EYE_OPEN] = g.eye_openness.unwrap_or(f64::NAN);
     m
 }
 
@@ -218,7 +223,7 @@ impl AuEstimator {
         // Face length is anatomy, not expression: the jaw is measured against the person
         // alone.
         let n: [f64; MEASURES] = std::array::from_fn(|k| {
-            if k == JAW {
+            if k == JAW || k == EYE_OPEN {
                 person[k]
             } else {
                 w * self.prior[k] + (1.0 - w) * person[k]
@@ -228,10 +233,9 @@ impl AuEstimator {
         let scale = |x: f64, at5: f64| (5.0 * x / at5).clamp(0.0, 5.0) as f32;
         let corner_rise = d(CORNER_HEIGHT);
         let widen = d(WIDTH);
-        let aperture = m[UPPER_LID] + m[LOWER_LID];
-        let neutral_aperture = n[UPPER_LID] + n[LOWER_LID];
-        let closed = if neutral_aperture > 1e-6 {
-            1.0 - aperture / neutral_aperture
+        // Blinks from the iris model's eyelids (made for eyes, finer than the mesh's).
+        let closed = if n[EYE_OPEN] > 1e-6 && m[EYE_OPEN].is_finite() {
+            1.0 - m[EYE_OPEN] / n[EYE_OPEN]
         } else {
             0.0
         };

@@ -141,6 +141,7 @@ impl HeadModel {
         OwnedHeadGeometry {
             ibug: ibug68().iter().map(|b| vec3(b.apply(&pts))).collect(),
             cheeks: [vec3(pts[205]), vec3(pts[425])],
+            eye_openness: None,
         }
     }
 
@@ -165,6 +166,7 @@ impl HeadModel {
 pub struct OwnedHeadGeometry {
     pub ibug: Vec<Vector3<f64>>,
     pub cheeks: [Vector3<f64>; 2],
+    pub eye_openness: Option<f64>,
 }
 
 impl OwnedHeadGeometry {
@@ -172,6 +174,7 @@ impl OwnedHeadGeometry {
         HeadFrameGeometry {
             ibug: &self.ibug,
             cheeks: self.cheeks,
+            eye_openness: self.eye_openness,
         }
     }
 }
@@ -352,6 +355,7 @@ impl FaceAnalyzer {
                 (corner(EYE_CORNERS[1].1), corner(EYE_CORNERS[1].0)),
             ],
         )?;
+        let eye_openness = iris_out.iter().map(eye_openness).sum::<f64>() / 2.0;
         let mut eyes = Vec::with_capacity(2);
         for (e, (&(a, b), eye)) in EYE_CORNERS.iter().zip(iris_out).enumerate() {
             let lids = &self.eyelids[e];
@@ -409,6 +413,7 @@ impl FaceAnalyzer {
         let aus = self.aus.estimate(&HeadFrameGeometry {
             ibug: &head,
             cheeks,
+            eye_openness: Some(eye_openness),
         });
         let (prx, pry, prz) = euler_xyz(&sim.rotation);
         Ok(Some(Face {
@@ -432,6 +437,17 @@ impl FaceAnalyzer {
             aus,
         }))
     }
+}
+
+/// Lid-to-lid distance over eye width on the iris model's contour (0 and 8 are the
+/// corners, 1-7 one lid and 9-15 the other, in the same order).
+fn eye_openness(eye: &models::Eye) -> f64 {
+    let d = |a: usize, b: usize| {
+        let (p, q) = (eye.contour[a], eye.contour[b]);
+        (((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2)) as f64).sqrt()
+    };
+    let width = d(0, 8).max(1e-6);
+    (1..8).map(|k| d(k, k + 8)).sum::<f64>() / 7.0 / width
 }
 
 fn vec3(p: [f32; 3]) -> Vector3<f64> {
