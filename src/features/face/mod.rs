@@ -74,6 +74,9 @@ impl FaceObservation {
 #[derive(Debug, Clone)]
 pub struct Face {
     pub mesh: Mesh,
+    /// The aligned face crop (eyes levelled, 1.5x the face): the next frame's mesh crop,
+    /// and the appearance encoder's input.
+    pub aligned_crop: Roi,
     pub landmarks_2d: Vec<(f64, f64)>,
     pub landmarks_3d: Vec<Vector3<f64>>,
     /// 56 eye points (left-most eye in the image first); `None` where not computed.
@@ -251,7 +254,7 @@ impl FaceAnalyzer {
             }
         }
         let Some(mesh) = mesh else {
-            self.lost(0.0);
+            self.lost();
             return Ok(FaceObservation {
                 faces_seen: self.faces_seen,
                 confidence: 0.0,
@@ -260,16 +263,17 @@ impl FaceAnalyzer {
         };
         let confidence = mesh.score;
         if confidence < MIN_FACE_CONFIDENCE {
-            self.lost(confidence);
+            self.lost();
             return Ok(FaceObservation {
                 faces_seen: self.faces_seen,
                 confidence,
                 face: None,
             });
         }
-        self.tracked = Some(mesh.next_roi());
+        let aligned_crop = mesh.next_roi();
+        self.tracked = Some(aligned_crop);
         self.lost_for = 0;
-        let face = self.describe(&frame, mesh, &k)?;
+        let face = self.describe(&frame, mesh, aligned_crop, &k)?;
         Ok(FaceObservation {
             faces_seen: self.faces_seen.max(1),
             confidence,
@@ -277,7 +281,7 @@ impl FaceAnalyzer {
         })
     }
 
-    fn lost(&mut self, _confidence: f32) {
+    fn lost(&mut self) {
         self.tracked = None;
         self.lost_for += 1;
         // Five seconds without a face: whoever comes back gets a new neutral face.
@@ -314,6 +318,7 @@ impl FaceAnalyzer {
         &mut self,
         frame: &opencv::core::Mat,
         mesh: Mesh,
+        aligned_crop: Roi,
         k: &Intrinsics,
     ) -> Result<Option<Face>, ModelError> {
         let pts = &mesh.points;
@@ -417,6 +422,7 @@ impl FaceAnalyzer {
         });
         let (prx, pry, prz) = euler_xyz(&sim.rotation);
         Ok(Some(Face {
+            aligned_crop,
             euler: euler_xyz(&pose.rotation),
             rigid: [
                 sim.scale,
@@ -528,14 +534,11 @@ impl Face {
     }
 }
 
-/// The replay's facial stage: the face vector, present when a face was found.
+/// The replay's facial stage: the face vector, present when a face was found (the
+/// replay counts presence; `faces_seen` is in the vector).
 pub struct FaceStage {
     analyzer: FaceAnalyzer,
     spec: ModalitySpec,
-    /// The most faces seen on one frame.
-    pub max_faces_seen: u32,
-    /// Frames with the participant's face.
-    pub frames_with_face: u64,
 }
 
 impl FaceStage {
@@ -546,8 +549,6 @@ impl FaceStage {
                 name: "face",
                 columns: face_columns(),
             },
-            max_faces_seen: 0,
-            frames_with_face: 0,
         }
     }
 }
@@ -569,11 +570,7 @@ impl FrameStage for FaceStage {
                 stage: "face",
                 message: e.to_string(),
             })?;
-        self.max_faces_seen = self.max_faces_seen.max(obs.faces_seen);
-        ctx.face_roi = obs.face.as_ref().map(|f| f.mesh.next_roi());
-        Ok(obs.face.map(|f| {
-            self.frames_with_face += 1;
-            f.vector(obs.confidence, obs.faces_seen)
-        }))
+        ctx.face_roi = obs.face.as_ref().map(|f| f.aligned_crop);
+        Ok(obs.face.map(|f| f.vector(obs.confidence, obs.faces_seen)))
     }
 }
