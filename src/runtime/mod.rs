@@ -45,6 +45,12 @@ pub enum RunError {
         thread: &'static str,
         message: String,
     },
+    /// The thread a queue feeds ended early; that thread's own error is the cause.
+    #[error("runtime thread {thread} failed: {next} stopped")]
+    NextStopped {
+        thread: &'static str,
+        next: &'static str,
+    },
 }
 
 impl Classify for RunError {
@@ -56,7 +62,7 @@ impl Classify for RunError {
             RunError::Stage(e) => e.exit_kind(),
             RunError::Store(e) => e.exit_kind(),
             RunError::Model(e) => e.exit_kind(),
-            RunError::Thread { .. } => ExitKind::Runtime,
+            RunError::Thread { .. } | RunError::NextStopped { .. } => ExitKind::Runtime,
         }
     }
 }

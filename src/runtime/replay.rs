@@ -354,45 +354,23 @@ fn run(
         let video_features = spawn(scope, "video-features", move || {
             video_features(frame_rx, pending_tx, video_signal, text_ref, period_ns)
         })?;
-        // One thread per frame stage, chained: video-features -> face -> appearance -> align
-        // (or video-features -> video-forward -> align without frame stages).
+        // One thread per frame stage, chained: video-features -> face -> appearance ->
+        // video-forward -> align (video-forward turns pending slots into aligner slots).
         let mut stage_threads = Vec::new();
-        let mut input = Some(pending_rx);
-        let mut to_aligner = Some(slot_tx);
-        let mut stages = frame_stages.into_iter().peekable();
-        while let Some(stage) = stages.next() {
+        let mut input = pending_rx;
+        for stage in frame_stages {
             let name = stage_thread_name(stage.spec().name);
-            let output = if stages.peek().is_none() {
-                to_aligner.take().map(StageOutput::Aligner)
-            } else {
-                let (tx, rx) = policy_queue::<PendingSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
-                let out = Some(StageOutput::Next(tx));
-                let rx_now = input.replace(rx);
-                if let (Some(rx_now), Some(out)) = (rx_now, out) {
-                    stage_threads.push((
-                        name,
-                        spawn(scope, name, move || {
-                            frame_stage(name, stage, rx_now, out).map(Some)
-                        })?,
-                    ));
-                }
-                continue;
-            };
-            if let (Some(rx), Some(out)) = (input.take(), output) {
-                stage_threads.push((
-                    name,
-                    spawn(scope, name, move || {
-                        frame_stage(name, stage, rx, out).map(Some)
-                    })?,
-                ));
-            }
+            let (tx, rx) = policy_queue::<PendingSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
+            let from = std::mem::replace(&mut input, rx);
+            let handle = spawn(scope, name, move || {
+                frame_stage(name, stage, from, tx).map(Some)
+            })?;
+            stage_threads.push((name, handle));
         }
-        if let (Some(rx), Some(tx)) = (input.take(), to_aligner.take()) {
-            stage_threads.push((
-                "video-forward",
-                spawn(scope, "video-forward", move || forward_slots(rx, tx))?,
-            ));
-        }
+        let forward = spawn(scope, "video-forward", move || {
+            forward_slots(input, slot_tx).map(|()| None)
+        })?;
+        stage_threads.push(("video-forward", forward));
         let clock_a = clock.clone();
         let stopped_a = &stopped_early;
         let audio_capture = spawn(scope, "audio-capture", move || {
@@ -449,7 +427,10 @@ fn run(
                 return Ok((v, a, w, presence));
             }
         }
-        let cause = errors.iter().position(|e| !is_consequence(e)).unwrap_or(0);
+        let cause = errors
+            .iter()
+            .position(|e| !matches!(e, RunError::NextStopped { .. }))
+            .unwrap_or(0);
         Err(errors.swap_remove(cause))
     });
     progress.finish_and_clear();
@@ -627,9 +608,9 @@ fn video_features(
         });
         for s in slots {
             if tx.send(s).is_err() {
-                return Err(RunError::Thread {
+                return Err(RunError::NextStopped {
                     thread: "video-features",
-                    message: "the next stage stopped".into(),
+                    next: "the next frame stage",
                 });
             }
         }
@@ -642,13 +623,12 @@ fn video_features(
 
 /// One frame stage on its own thread (stages are pipelined, so at `--speed max` the facial
 /// stage and the CNN use both cores; a frame waits at most one stage's time per stage).
-/// Inserts the stage's vector before the text vector and hands the slot on; the last stage
-/// sends plain [`VideoSlot`]s to the aligner.
+/// Inserts the stage's vector before the text vector and hands the slot on.
 fn frame_stage(
     name: &'static str,
     mut stage: Box<dyn FrameStage>,
     rx: PolicyReceiver<PendingSlot>,
-    tx: StageOutput,
+    tx: PolicySender<PendingSlot>,
 ) -> Result<ModalityPresence, RunError> {
     let mut presence = ModalityPresence {
         modality: stage.spec().name.to_string(),
@@ -666,46 +646,30 @@ fn frame_stage(
         presence.present_frames += u64::from(v.is_some());
         let text_at = p.slot.features.len() - 1;
         p.slot.features.insert(text_at, v);
-        let sent = match &tx {
-            StageOutput::Next(next) => next.send(p).is_ok(),
-            StageOutput::Aligner(aligner) => aligner.send(p.slot).is_ok(),
-        };
-        if !sent {
-            return Err(RunError::Thread {
+        if tx.send(p).is_err() {
+            return Err(RunError::NextStopped {
                 thread: name,
-                message: "the next stage stopped".into(),
+                next: "the next frame stage",
             });
         }
     }
     Ok(presence)
 }
 
-/// Where a frame-stage thread sends its slots.
-enum StageOutput {
-    Next(PolicySender<PendingSlot>),
-    Aligner(PolicySender<VideoSlot>),
-}
-
-/// Hands slots from the signal thread straight to the aligner when no frame stage is
-/// configured.
+/// Hands the slots, all frame stages done, to the aligner (dropping the frames).
 fn forward_slots(
     rx: PolicyReceiver<PendingSlot>,
     tx: PolicySender<VideoSlot>,
-) -> Result<Option<ModalityPresence>, RunError> {
+) -> Result<(), RunError> {
     for p in &rx {
         if tx.send(p.slot).is_err() {
-            return Err(RunError::Thread {
+            return Err(RunError::NextStopped {
                 thread: "video-forward",
-                message: "the aligner stopped".into(),
+                next: "the aligner",
             });
         }
     }
-    Ok(None)
-}
-
-/// Whether an error only says that a downstream thread stopped (its own error is the cause).
-fn is_consequence(e: &RunError) -> bool {
-    matches!(e, RunError::Thread { message, .. } if message.ends_with("stopped"))
+    Ok(())
 }
 
 /// The thread name of a frame stage.
@@ -725,9 +689,9 @@ fn audio_features(
 ) -> Result<AudioFeaturesDone, RunError> {
     let mut timeline = AudioTimelineStats::default();
     let send = |rows| {
-        tx.send(rows).map_err(|_| RunError::Thread {
+        tx.send(rows).map_err(|_| RunError::NextStopped {
             thread: "audio-features",
-            message: "the aligner stopped".into(),
+            next: "the aligner",
         })
     };
     for block in &rx {
