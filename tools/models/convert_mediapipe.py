@@ -155,9 +155,8 @@ class Converter:
             return
         if kind in ("CONV_2D", "DEPTHWISE_CONV_2D"):
             depthwise = kind == "DEPTHWISE_CONV_2D"
-            opt = (tflite.DepthwiseConv2DOptions() if depthwise else tflite.Conv2DOptions())
-            table = op.BuiltinOptions()
-            opt.Init(table.Bytes, table.Pos)
+            opt = self.options(
+                op, tflite.DepthwiseConv2DOptions() if depthwise else tflite.Conv2DOptions())
             w = self.const(ins[1]).astype(np.float32)
             if depthwise:  # [1, kh, kw, C*mult] -> [C*mult, 1, kh, kw]
                 if opt.DepthMultiplier() != 1:
@@ -179,9 +178,7 @@ class Converter:
             self.activation(self.nhwc(y), opt.FusedActivationFunction(), out)
             return
         if kind == "MAX_POOL_2D":
-            opt = tflite.Pool2DOptions()
-            table = op.BuiltinOptions()
-            opt.Init(table.Bytes, table.Pos)
+            opt = self.options(op, tflite.Pool2DOptions())
             kh, kw = opt.FilterHeight(), opt.FilterWidth()
             sh, sw = opt.StrideH(), opt.StrideW()
             pads = self.spatial_pads(self.shape(ins[0]), kh, kw, sh, sw, 1, 1, opt.Padding())
@@ -191,9 +188,7 @@ class Converter:
             self.activation(self.nhwc(y), opt.FusedActivationFunction(), out)
             return
         if kind == "ADD":
-            opt = tflite.AddOptions()
-            table = op.BuiltinOptions()
-            opt.Init(table.Bytes, table.Pos)
+            opt = self.options(op, tflite.AddOptions())
             y = self.fresh("add")
             self.node("Add", [self.operand(ins[0]), self.operand(ins[1])], [y])
             self.activation(y, opt.FusedActivationFunction(), out)
@@ -235,15 +230,20 @@ class Converter:
             self.node("Reshape", [self.name(ins[0]), self.init(shape, "shape")], [out])
             return
         if kind == "CONCATENATION":
-            opt = tflite.ConcatenationOptions()
-            table = op.BuiltinOptions()
-            opt.Init(table.Bytes, table.Pos)
+            opt = self.options(op, tflite.ConcatenationOptions())
             y = self.fresh("concat")
             axis = opt.Axis()
             self.node("Concat", [self.name(i) for i in ins], [y], axis=axis)
             self.activation(y, opt.FusedActivationFunction(), out)
             return
         raise SystemExit(f"unsupported operator {kind}")
+
+    @staticmethod
+    def options(op, opt):
+        """`opt` (an empty options table of the operator's type) read from `op`."""
+        table = op.BuiltinOptions()
+        opt.Init(table.Bytes, table.Pos)
+        return opt
 
     def operand(self, i):
         value = self.const(i)

@@ -6,7 +6,7 @@
 //! central, kept by overlap from frame to frame) the mesh confidence and, when it is >= 0.5,
 //! every OpenFace quantity. Tracking: the previous frame's mesh places the next crop; the
 //! detector runs again when the mesh loses the face, and once a second to count faces.
-//! [`FaceStage`] wraps it as the replay's `face` modality (layout in [`FACE_COLUMNS`]).
+//! [`FaceStage`] wraps it as the replay's `face` modality (layout v1: [`face_columns`]).
 //!
 //! 3D: the head pose is a PnP fit of MediaPipe's metric canonical face to the mesh; each
 //! mesh point's depth is the pose's depth plus the mesh's own relative depth (pixels turned
@@ -45,6 +45,9 @@ pub const IRIS_MODEL: &str = "mediapipe-iris-landmark";
 pub const MIN_FACE_CONFIDENCE: f32 = 0.5;
 /// While tracking, the detector runs every this many frames to count faces.
 pub const COUNT_FACES_EVERY: u64 = 15;
+/// Frames without a face (5 s at 15 fps) after which whoever comes back gets a new
+/// neutral face for the action units.
+const NEW_PERSON_AFTER_FRAMES: u64 = 75;
 /// Eyeball model (adult averages, millimetres): radius, and the centre's offset from the
 /// middle of the eye opening (the mean of the 12 eyelid points) in the head frame. Looking
 /// straight ahead the upper lid covers about 1.5 mm of an 11.5 mm cornea and the lower lid
@@ -284,8 +287,7 @@ impl FaceAnalyzer {
     fn lost(&mut self) {
         self.tracked = None;
         self.lost_for += 1;
-        // Five seconds without a face: whoever comes back gets a new neutral face.
-        if self.lost_for == 75 {
+        if self.lost_for == NEW_PERSON_AFTER_FRAMES {
             self.aus.reset();
         }
     }
@@ -507,9 +509,6 @@ pub fn face_columns() -> Vec<String> {
     }
     c
 }
-
-/// Layout version of [`face_columns`] (stored with the modality's name).
-pub const FACE_COLUMNS: &str = "face v1: confidence, faces_seen, pose (6), gaze (8), AU intensities (17), AU presences (18), 68 landmarks x then y (pixels), X, Y, Z (mm)";
 
 impl Face {
     /// The `face` modality vector (see [`face_columns`]).
