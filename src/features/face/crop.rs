@@ -113,6 +113,56 @@ impl Roi {
     }
 }
 
+/// Side of the [`appearance_signature`] grid.
+pub const SIGNATURE_SIDE: usize = 16;
+
+/// A coarse grey-level picture of what lies inside `roi`: the mean of B, G and R at the
+/// centres of a 16 x 16 grid over the rotated rectangle (nearest pixel; points outside the
+/// image read the nearest edge pixel). Two frames' signatures of the same tracked face
+/// correlate highly; a camera cut or a crop left on the background does not.
+pub fn appearance_signature(image: &BgrImage, roi: &Roi) -> [f32; SIGNATURE_SIDE * SIGNATURE_SIDE] {
+    let mut out = [0.0f32; SIGNATURE_SIDE * SIGNATURE_SIDE];
+    let n = SIGNATURE_SIDE as f32;
+    let (w, h) = (image.width as i64, image.height as i64);
+    if w == 0 || h == 0 {
+        return out;
+    }
+    for (k, value) in out.iter_mut().enumerate() {
+        let (u, v) = (
+            (k % SIGNATURE_SIDE) as f32 + 0.5,
+            (k / SIGNATURE_SIDE) as f32 + 0.5,
+        );
+        let (x, y) = roi.to_image(u, v, n);
+        let xi = (x.round() as i64).clamp(0, w - 1);
+        let yi = (y.round() as i64).clamp(0, h - 1);
+        let at = ((yi * w + xi) * 3) as usize;
+        let px = &image.data[at..at + 3];
+        *value = (px[0] as f32 + px[1] as f32 + px[2] as f32) / 3.0;
+    }
+    out
+}
+
+/// Normalised cross-correlation of two signatures (1 = same picture up to brightness and
+/// contrast; 0 when either is flat).
+pub fn correlation(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len()) as f32;
+    if n == 0.0 {
+        return 0.0;
+    }
+    let (ma, mb) = (a.iter().sum::<f32>() / n, b.iter().sum::<f32>() / n);
+    let (mut ab, mut aa, mut bb) = (0.0f32, 0.0f32, 0.0f32);
+    for (x, y) in a.iter().zip(b) {
+        let (dx, dy) = (x - ma, y - mb);
+        ab += dx * dy;
+        aa += dx * dx;
+        bb += dy * dy;
+    }
+    if aa <= f32::EPSILON || bb <= f32::EPSILON {
+        return 0.0;
+    }
+    ab / (aa * bb).sqrt()
+}
+
 /// A borrowed OpenCV view of a BGR frame.
 pub fn mat_of(image: &BgrImage) -> Result<Mat, String> {
     let flat =
@@ -178,6 +228,48 @@ pub fn crop_to_tensor(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signature_correlation_ignores_brightness_and_sees_a_move() {
+        // A diagonal ramp with a bright square: the same place correlates fully even when
+        // the frame gets brighter; a crop moved off the square does not.
+        let (w, h) = (200u32, 100u32);
+        let mut data = Vec::with_capacity((w * h * 3) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                let v = if (40..80).contains(&x) && (30..70).contains(&y) {
+                    220
+                } else {
+                    (x + y) / 3
+                };
+                data.extend_from_slice(&[v as u8; 3]);
+            }
+        }
+        let img = BgrImage {
+            width: w,
+            height: h,
+            data,
+        };
+        let brighter = BgrImage {
+            data: img.data.iter().map(|&v| (v / 2 + 20) as u8).collect(),
+            ..img.clone()
+        };
+        let roi = Roi {
+            cx: 60.0,
+            cy: 50.0,
+            w: 60.0,
+            h: 60.0,
+            rotation: 0.0,
+        };
+        let a = appearance_signature(&img, &roi);
+        assert!((correlation(&a, &appearance_signature(&brighter, &roi)) - 1.0).abs() < 1e-3);
+        let moved = Roi { cx: 150.0, ..roi };
+        assert!(correlation(&a, &appearance_signature(&img, &moved)) < 0.5);
+        assert_eq!(
+            correlation(&a, &[5.0; SIGNATURE_SIDE * SIGNATURE_SIDE]),
+            0.0
+        );
+    }
 
     #[test]
     fn to_image_maps_corners_and_centre() {
