@@ -251,7 +251,7 @@ mod tests {
             data,
         };
         let brighter = BgrImage {
-            data: img.data.iter().map(|&v| (v / 2 + 20) as u8).collect(),
+            data: img.data.iter().map(|&v| v / 2 + 20).collect(),
             ..img.clone()
         };
         let roi = Roi {
