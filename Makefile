@@ -30,7 +30,7 @@ lint: setup
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
-	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance
+	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face
 	./scripts/replay_throughput.sh
 
 clean:

@@ -58,6 +58,15 @@ def main():
         d = ours(f"gaze_angle_{a}")[both] - ref(f"gaze_angle_{a}")[both]
         print(f"gaze_angle_{a}: MAE {np.abs(d).mean():.3f} rad, mean diff {d.mean():+.3f}, "
               f"r {np.corrcoef(ours(f'gaze_angle_{a}')[both], ref(f'gaze_angle_{a}')[both])[0, 1]:.3f}")
+    # Where the eyes would look to look into the lens (from each tool's own 3D eye-region
+    # landmarks 36-47): for people who face the camera (grid's readers, still's portrait)
+    # the mean gaze should sit near it; the gap shows a tool's own bias.
+    for name, src in (("ours", ours), ("OpenFace", ref)):
+        eye = [np.mean([src(f"{c}_{i}") for i in range(36, 48)], axis=0) for c in "XYZ"]
+        to_cam = (np.arctan2(-eye[0], eye[2])[both], np.arctan2(-eye[1], eye[2])[both])
+        print(f"{name}: mean gaze angle x {src('gaze_angle_x')[both].mean():+.3f}"
+              f" y {src('gaze_angle_y')[both].mean():+.3f} rad; looking into the lens would be"
+              f" x {to_cam[0].mean():+.3f} y {to_cam[1].mean():+.3f}")
     rs = []
     for au in ["01", "02", "04", "06", "12", "25", "26", "45"]:
         o, r = ours(f"AU{au}_r")[both], ref(f"AU{au}_r")[both]
