@@ -279,8 +279,10 @@ impl FaceAnalyzer {
                     .map(|d| d.face_roi().iou(&roi))
                     .fold(0.0f32, f32::max);
                 if !dets.is_empty() && best < CONFIRM_TRACK_IOU {
+                    // Placed again from the detection it overlaps (the same person,
+                    // lagging), else chosen afresh (the crop was on the background).
                     mesh = None;
-                    self.tracked = None;
+                    self.tracked = Some(roi);
                 }
             }
             if mesh.is_none() {
