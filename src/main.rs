@@ -13,7 +13,7 @@ use empathic::config::Config;
 use empathic::exit::{Classify, ExitKind};
 use empathic::features::acoustic::extract::extract_audio_csv;
 use empathic::features::acoustic::LldSet;
-use empathic::features::face::extract::extract_face_csv;
+use empathic::features::face::extract::{extract_face_csv, FaceExtractOptions};
 use empathic::features::face::pose::IntrinsicsArgs;
 use empathic::features::text::SentenceEncoder;
 use empathic::models::manifest::Manifest;
@@ -166,6 +166,10 @@ enum ExtractCommand {
         /// The CSV to write.
         #[arg(long)]
         out: PathBuf,
+        /// Also write the video with the landmarks, gaze, head axes and AUs drawn on every
+        /// frame (Motion-JPEG, *.avi), to check the tracking by eye.
+        #[arg(long)]
+        tracked: Option<PathBuf>,
         /// Camera focal length in pixels (default 500 * width / 640, OpenFace's default).
         #[arg(long)]
         fx: Option<f64>,
@@ -439,6 +443,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 ExtractCommand::Face {
                     input,
                     out,
+                    tracked,
                     fx,
                     fy,
                     cx,
@@ -451,9 +456,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 &input,
                 &out,
                 &config.models.dir,
-                config.models.onnxruntime_library.as_deref(),
-                IntrinsicsArgs { fx, fy, cx, cy },
-                std::io::stderr().is_terminal(),
+                &FaceExtractOptions {
+                    onnxruntime_library: config.models.onnxruntime_library.as_deref(),
+                    intrinsics: IntrinsicsArgs { fx, fy, cx, cy },
+                    tracked: tracked.as_deref(),
+                    progress: std::io::stderr().is_terminal(),
+                },
             )
             .map_err(fail)?;
             eprintln!(

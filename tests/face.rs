@@ -277,6 +277,80 @@ fn extract_face_writes_the_openface_columns_for_every_frame() {
     assert!(!bad_out.exists());
 }
 
+#[test]
+fn extract_face_tracked_video_draws_on_every_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let video = demo_session().join("video.avi");
+    let (csv, tracked) = (tmp.path().join("d.csv"), tmp.path().join("d.avi"));
+    let o = empathic(&[
+        "extract",
+        "face",
+        path_str(&video),
+        "--out",
+        path_str(&csv),
+        "--tracked",
+        path_str(&tracked),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Same frame count and size as the input; each frame differs from its source where
+    // the landmarks are drawn (bright green dots on the nose tip, which is not green).
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(", ").collect();
+    let (xi, yi) = (
+        header.iter().position(|h| *h == "x_30").unwrap(),
+        header.iter().position(|h| *h == "y_30").unwrap(),
+    );
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split(", ")
+                .map(|c| c.parse().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect();
+    let mut drawn = FileVideoSource::open(&tracked).unwrap();
+    let mut source = FileVideoSource::open(&video).unwrap();
+    let mut n = 0;
+    while let Some(f) = drawn.next_frame().unwrap() {
+        let original = source
+            .next_frame()
+            .unwrap()
+            .expect("as many frames as the input");
+        assert_eq!((f.image.width, f.image.height), (640, 480));
+        let (x, y) = (rows[n][xi].round() as usize, rows[n][yi].round() as usize);
+        let at = (y * 640 + x) * 3;
+        let (px, was) = (&f.image.data[at..at + 3], &original.image.data[at..at + 3]);
+        assert!(
+            px[1] > 180 && px[1] as i32 - px[2] as i32 > 60,
+            "frame {n}: nose tip drawn green, got BGR {px:?} over {was:?}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 420);
+    assert!(source.next_frame().unwrap().is_none());
+
+    // A name that is not *.avi is refused up front, and nothing is written.
+    let bad = tmp.path().join("d.mp4");
+    let csv2 = tmp.path().join("e.csv");
+    let o = empathic(&[
+        "extract",
+        "face",
+        path_str(&video),
+        "--out",
+        path_str(&csv2),
+        "--tracked",
+        path_str(&bad),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("d.mp4") && stderr(&o).contains("avi"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!csv2.exists() && !bad.exists());
+}
+
 /// Reads an OpenFace-format CSV: header and rows of cells (empty cells as NaN).
 fn read_openface(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
     let text = std::fs::read_to_string(path).unwrap();

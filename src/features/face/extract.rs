@@ -3,7 +3,7 @@
 //! Contract: frames are read in order with the replay's video source and tracked as in
 //! replay; one row per decoded frame (`frame` 1-based). The CSV is written beside the
 //! target and renamed into place at the end, so a failure never leaves a partial file
-//! under the requested name.
+//! under the requested name; so is the optional tracked video ([`super::overlay`]).
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::overlay::TrackedVideo;
 use super::pose::{Intrinsics, IntrinsicsArgs};
 use super::{openface, FaceAnalyzer, Mode};
 use crate::capture::video_file::FileVideoSource;
@@ -25,6 +26,8 @@ pub enum FaceExtractError {
     Capture(#[from] CaptureError),
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error("cannot write the tracked video: {message}: {path}")]
+    Tracked { path: PathBuf, message: String },
     #[error("cannot write the CSV: {source}: {path}")]
     Write {
         path: PathBuf,
@@ -38,7 +41,7 @@ impl Classify for FaceExtractError {
         match self {
             FaceExtractError::Capture(e) => e.exit_kind(),
             FaceExtractError::Model(e) => e.exit_kind(),
-            FaceExtractError::Write { .. } => ExitKind::Runtime,
+            FaceExtractError::Write { .. } | FaceExtractError::Tracked { .. } => ExitKind::Runtime,
         }
     }
 }
@@ -54,14 +57,29 @@ pub struct FaceExtractSummary {
     pub frames_per_second: f64,
 }
 
+/// How to run an extraction.
+#[derive(Debug, Clone, Default)]
+pub struct FaceExtractOptions<'a> {
+    pub onnxruntime_library: Option<&'a Path>,
+    pub intrinsics: IntrinsicsArgs,
+    /// Also write every frame with the tracking drawn over it (Motion-JPEG AVI).
+    pub tracked: Option<&'a Path>,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+}
+
 pub fn extract_face_csv(
     input: &Path,
     output: &Path,
     models_dir: &Path,
-    onnxruntime_library: Option<&Path>,
-    intrinsics: IntrinsicsArgs,
-    progress: bool,
+    options: &FaceExtractOptions,
 ) -> Result<FaceExtractSummary, FaceExtractError> {
+    let FaceExtractOptions {
+        onnxruntime_library,
+        intrinsics,
+        tracked,
+        progress,
+    } = *options;
     let mut source = FileVideoSource::open(input)?;
     let info = source.info().clone();
     let k = intrinsics.resolve(info.width, info.height);
@@ -78,7 +96,30 @@ pub fn extract_face_csv(
         path: output.to_path_buf(),
         source,
     };
-    let file = std::fs::File::create(&partial).map_err(write_err)?;
+    let mut video = match tracked {
+        Some(path) => Some(
+            TrackedVideo::create(path, info.declared_fps, info.width, info.height).map_err(
+                |message| FaceExtractError::Tracked {
+                    path: path.to_path_buf(),
+                    message,
+                },
+            )?,
+        ),
+        None => None,
+    };
+    let video_err = |message: String| FaceExtractError::Tracked {
+        path: tracked.map(Path::to_path_buf).unwrap_or_default(),
+        message,
+    };
+    let file = match std::fs::File::create(&partial) {
+        Ok(f) => f,
+        Err(e) => {
+            if let Some(v) = video.take() {
+                v.abandon();
+            }
+            return Err(write_err(e));
+        }
+    };
     let mut w = BufWriter::new(file);
     let bar = if progress {
         let bar = ProgressBar::with_draw_target(info.declared_frames, ProgressDrawTarget::stderr());
@@ -110,12 +151,23 @@ pub fn extract_face_csv(
             summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen);
             openface::write_row(&mut w, summary.rows, frame.t_ns as f64 / 1e9, &obs)
                 .map_err(write_err)?;
+            if let Some(v) = video.as_mut() {
+                v.write(summary.rows, &frame.image, &obs, &k)
+                    .map_err(video_err)?;
+            }
             bar.inc(1);
         }
         w.flush().map_err(write_err)
     })();
     bar.finish_and_clear();
+    let result = result.and_then(|()| match video.take() {
+        Some(v) => v.finish().map_err(video_err),
+        None => Ok(()),
+    });
     if let Err(e) = result {
+        if let Some(v) = video.take() {
+            v.abandon();
+        }
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }

@@ -20,6 +20,7 @@ pub mod extract;
 pub mod landmarks;
 pub mod models;
 pub mod openface;
+pub mod overlay;
 pub mod pose;
 
 use std::path::Path;

@@ -1,0 +1,235 @@
+//! The tracked video of `extract face --tracked`: every frame with what the facial stage
+//! found drawn over it, to check the tracking by eye (OpenFace's `-tracked` output).
+//!
+//! Contract: one output frame per input frame, same size and frame rate, Motion-JPEG in
+//! AVI. Drawn on a face: the 68 landmarks (green), the measured eye landmarks (yellow),
+//! each eye's gaze (red, 6 cm from the iris centre), the head's axes (x red, y green,
+//! z blue, 5 cm from the head origin); always a panel with the frame number, the
+//! confidence, the faces seen, and the 17 AU intensities as bars (0-5). The file is written
+//! under a temporary name and renamed into place by [`TrackedVideo::finish`], so a failed
+//! extraction leaves no partial video under the requested name. The video shows the
+//! participant's face: it is made only on request, from a file the user already holds.
+
+use std::path::{Path, PathBuf};
+
+use nalgebra::Vector3;
+use opencv::core::{Mat, Point, Rect, Scalar, Size};
+use opencv::imgproc;
+use opencv::prelude::*;
+use opencv::videoio::VideoWriter;
+
+use super::au::AU_R;
+use super::crop::mat_of;
+use super::pose::Intrinsics;
+use super::FaceObservation;
+use crate::capture::BgrImage;
+
+/// Gaze lines' length (mm).
+const GAZE_LENGTH_MM: f64 = 60.0;
+/// Head axes' length (mm).
+const AXIS_LENGTH_MM: f64 = 50.0;
+
+/// BGR colours.
+fn bgr(b: f64, g: f64, r: f64) -> Scalar {
+    Scalar::new(b, g, r, 0.0)
+}
+
+/// A Motion-JPEG AVI being written.
+pub struct TrackedVideo {
+    writer: VideoWriter,
+    partial: PathBuf,
+    path: PathBuf,
+    size: (u32, u32),
+}
+
+impl TrackedVideo {
+    /// Opens `path` (which must end in `.avi`) for frames of `width` x `height` at `fps`.
+    pub fn create(path: &Path, fps: f64, width: u32, height: u32) -> Result<Self, String> {
+        let is_avi = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("avi"));
+        if !is_avi {
+            return Err("the tracked video is Motion-JPEG in AVI: name it *.avi".into());
+        }
+        let partial = path.with_extension("partial.avi");
+        let name = partial
+            .to_str()
+            .ok_or_else(|| "the path is not valid UTF-8".to_string())?;
+        let fourcc = VideoWriter::fourcc('M', 'J', 'P', 'G').map_err(|e| e.to_string())?;
+        let fps = if fps.is_finite() && fps > 0.0 {
+            fps
+        } else {
+            15.0
+        };
+        let writer = VideoWriter::new(
+            name,
+            fourcc,
+            fps,
+            Size::new(width as i32, height as i32),
+            true,
+        )
+        .map_err(|e| e.to_string())?;
+        if !writer.is_opened().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "OpenCV cannot open {} for writing (directory missing or not writable?)",
+                partial.display()
+            ));
+        }
+        Ok(Self {
+            writer,
+            partial,
+            path: path.to_path_buf(),
+            size: (width, height),
+        })
+    }
+
+    /// Appends `image` with `obs` drawn over it.
+    pub fn write(
+        &mut self,
+        frame_number: u64,
+        image: &BgrImage,
+        obs: &FaceObservation,
+        k: &Intrinsics,
+    ) -> Result<(), String> {
+        if (image.width, image.height) != self.size {
+            return Err(format!(
+                "frame {frame_number} is {}x{}, the video {}x{}",
+                image.width, image.height, self.size.0, self.size.1
+            ));
+        }
+        let mut mat = mat_of(image)?;
+        draw(&mut mat, frame_number, obs, k).map_err(|e| e.to_string())?;
+        self.writer.write(&mat).map_err(|e| e.to_string())
+    }
+
+    /// Closes the file and moves it to its name.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.writer.release().map_err(|e| e.to_string())?;
+        std::fs::rename(&self.partial, &self.path).map_err(|e| e.to_string())
+    }
+
+    /// Closes and removes the unfinished file.
+    pub fn abandon(mut self) {
+        let _ = self.writer.release();
+        let _ = std::fs::remove_file(&self.partial);
+    }
+}
+
+fn point(p: (f64, f64)) -> Point {
+    Point::new(p.0.round() as i32, p.1.round() as i32)
+}
+
+/// Draws one frame's observation onto `img` (BGR).
+pub fn draw(
+    img: &mut Mat,
+    frame_number: u64,
+    obs: &FaceObservation,
+    k: &Intrinsics,
+) -> opencv::Result<()> {
+    let aa = imgproc::LINE_AA;
+    if let Some(face) = &obs.face {
+        // Gaze from each iris centre (the mean of its 8 iris-edge points in 3D).
+        for (eye, gaze) in face.gaze.iter().enumerate() {
+            let ring: Vec<Vector3<f64>> = face.eye_3d[eye * 28..eye * 28 + 8]
+                .iter()
+                .flatten()
+                .copied()
+                .collect();
+            if ring.is_empty() {
+                continue;
+            }
+            let centre = ring.iter().sum::<Vector3<f64>>() / ring.len() as f64;
+            let end = centre + gaze * GAZE_LENGTH_MM;
+            if centre.z > 0.0 && end.z > 0.0 {
+                let (a, b) = (point(k.project(&centre)), point(k.project(&end)));
+                imgproc::line(img, a, b, bgr(0.0, 0.0, 255.0), 2, aa, 0)?;
+            }
+        }
+        let origin = face.pose.translation;
+        if origin.z > 0.0 {
+            let o = point(k.project(&origin));
+            for (axis, colour) in [
+                (Vector3::x(), bgr(0.0, 0.0, 255.0)),
+                (Vector3::y(), bgr(0.0, 255.0, 0.0)),
+                (Vector3::z(), bgr(255.0, 0.0, 0.0)),
+            ] {
+                let end = origin + face.pose.rotation * axis * AXIS_LENGTH_MM;
+                if end.z > 0.0 {
+                    imgproc::line(img, o, point(k.project(&end)), colour, 2, aa, 0)?;
+                }
+            }
+        }
+    }
+    if let Some(face) = &obs.face {
+        // Points last, so the lines never hide them.
+        for &p in &face.landmarks_2d {
+            imgproc::circle(img, point(p), 2, bgr(0.0, 255.0, 0.0), -1, aa, 0)?;
+        }
+        for p in face.eye_2d.iter().flatten() {
+            imgproc::circle(img, point(*p), 1, bgr(0.0, 255.0, 255.0), -1, aa, 0)?;
+        }
+    }
+    panel(img, frame_number, obs)
+}
+
+/// The text and AU bars in the top-left corner, on a dark box so they read on any frame.
+fn panel(img: &mut Mat, frame_number: u64, obs: &FaceObservation) -> opencv::Result<()> {
+    let (row, bar_max) = (12, 60);
+    let height = 22 + row * AU_R.len() as i32 + 4;
+    let width = 170;
+    let shade = Rect::new(0, 0, width.min(img.cols()), height.min(img.rows()));
+    let mut roi = Mat::roi_mut(img, shade)?;
+    let mut dark = Mat::default();
+    roi.convert_to(&mut dark, -1, 0.35, 0.0)?;
+    dark.copy_to(&mut roi)?;
+    let font = imgproc::FONT_HERSHEY_SIMPLEX;
+    let white = bgr(255.0, 255.0, 255.0);
+    let title = match &obs.face {
+        Some(_) => format!(
+            "#{frame_number} conf {:.2} faces {}",
+            obs.confidence, obs.faces_seen
+        ),
+        None => format!("#{frame_number} no face (faces {})", obs.faces_seen),
+    };
+    imgproc::put_text(
+        img,
+        &title,
+        Point::new(4, 14),
+        font,
+        0.4,
+        white,
+        1,
+        imgproc::LINE_AA,
+        false,
+    )?;
+    let Some(face) = &obs.face else {
+        return Ok(());
+    };
+    for (i, (name, &value)) in AU_R.iter().zip(&face.aus.intensity).enumerate() {
+        let y = 22 + row * i as i32;
+        imgproc::put_text(
+            img,
+            &name[2..],
+            Point::new(4, y + 9),
+            font,
+            0.3,
+            white,
+            1,
+            imgproc::LINE_AA,
+            false,
+        )?;
+        let length = (value.clamp(0.0, 5.0) / 5.0 * bar_max as f32).round() as i32;
+        if length > 0 {
+            imgproc::rectangle(
+                img,
+                Rect::new(28, y + 2, length, row - 4),
+                bgr(0.0, 200.0, 255.0),
+                -1,
+                imgproc::LINE_8,
+                0,
+            )?;
+        }
+    }
+    Ok(())
+}
