@@ -48,8 +48,8 @@ pub const MIN_FACE_CONFIDENCE: f32 = 0.5;
 pub const COUNT_FACES_EVERY: u64 = 15;
 /// A detection overlapping the tracked crop by less than this is another face.
 const TRACK_MIN_IOU: f32 = 0.3;
-/// The detector confirms a tracked crop it overlaps by at least this much; below it the
-/// mesh is placed again from the detection (a lagging crop, measured 0.36-0.56 on fast
+/// The detector confirms a tracked crop it overlaps by at least this much; below it (and
+/// when the crop's look changed) the mesh is placed again from the detection (a lagging crop, measured 0.36-0.56 on fast
 /// selfie motion, against 0.69-0.95 for well-tracked faces).
 const CONFIRM_TRACK_IOU: f32 = 0.6;
 /// Correlation of the tracked crop's look with its last confirmed look below which the
@@ -279,7 +279,10 @@ impl FaceAnalyzer {
                     .iter()
                     .map(|d| d.face_roi().iou(&roi))
                     .fold(0.0f32, f32::max);
-                if !dets.is_empty() && best < CONFIRM_TRACK_IOU {
+                // Only a crop whose look changed is placed again: on a steady track a
+                // missing overlap is more likely the detector missing a turned face
+                // (while someone else is in view) than the mesh being lost.
+                if changed && !dets.is_empty() && best < CONFIRM_TRACK_IOU {
                     // Placed again from the detection it overlaps (the same person,
                     // lagging), else chosen afresh (the crop was on the background).
                     mesh = None;
