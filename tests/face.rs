@@ -603,10 +603,10 @@ fn a_fast_pan_is_followed_on_the_frame_it_happens() {
         .landmarks_2d[30]
         .0;
     let mut checked = 0;
-    for i in 1..12usize {
+    for (i, frame) in frames.iter().enumerate().take(12).skip(1) {
         let dx = 100 * i;
         let expected = (start - dx as f64).rem_euclid(640.0);
-        let obs = face.analyze(&panned(&frames[i], dx)).unwrap();
+        let obs = face.analyze(&panned(frame, dx)).unwrap();
         // Skip frames where the wrap splits the face between both edges.
         if !(100.0..=540.0).contains(&expected) {
             continue;
