@@ -16,7 +16,7 @@ use nalgebra::Vector3;
 use opencv::core::{Mat, Point, Rect, Scalar, Size};
 use opencv::imgproc;
 use opencv::prelude::*;
-use opencv::videoio::VideoWriter;
+use opencv::videoio::{self, VideoWriter};
 
 use super::au::AU_R;
 use super::crop::mat_of;
@@ -52,6 +52,11 @@ impl TrackedVideo {
         if !is_avi {
             return Err("the tracked video is Motion-JPEG in AVI: name it *.avi".into());
         }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(format!("no such directory: {}", dir.display()));
+            }
+        }
         let partial = path.with_extension("partial.avi");
         let name = partial
             .to_str()
@@ -62,8 +67,10 @@ impl TrackedVideo {
         } else {
             15.0
         };
-        let writer = VideoWriter::new(
+        // FFmpeg only: other backends (GStreamer, image sequences) would only add noise.
+        let writer = VideoWriter::new_with_backend(
             name,
+            videoio::CAP_FFMPEG,
             fourcc,
             fps,
             Size::new(width as i32, height as i32),
