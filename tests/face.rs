@@ -349,6 +349,20 @@ fn extract_face_tracked_video_draws_on_every_frame() {
         stderr(&o)
     );
     assert!(!csv2.exists() && !bad.exists());
+    // So is a directory that does not exist, named in the error.
+    let nowhere = tmp.path().join("missing-dir").join("d.avi");
+    let o = empathic(&[
+        "extract",
+        "face",
+        path_str(&video),
+        "--out",
+        path_str(&csv2),
+        "--tracked",
+        path_str(&nowhere),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("missing-dir"), "{}", stderr(&o));
+    assert!(!csv2.exists());
 }
 
 /// Reads an OpenFace-format CSV: header and rows of cells (empty cells as NaN).
