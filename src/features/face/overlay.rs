@@ -6,7 +6,8 @@
 //! each eye's gaze (red, 6 cm from the iris centre), the head's axes (x red, y green,
 //! z blue, 5 cm from the head origin); always a panel with the frame number, the
 //! confidence, the faces seen, and the 17 AU intensities as bars (0-5). The file is written
-//! under a temporary name and renamed into place by [`TrackedVideo::finish`], so a failed
+//! under a temporary name and renamed into place by [`TrackedVideo::finish`] once it is
+//! read back with every frame (OpenCV's writer does not report a full disk), so a failed
 //! extraction leaves no partial video under the requested name. The video shows the
 //! participant's face: it is made only on request, from a file the user already holds.
 
@@ -22,7 +23,8 @@ use super::au::AU_R;
 use super::crop::mat_of;
 use super::pose::Intrinsics;
 use super::FaceObservation;
-use crate::capture::BgrImage;
+use crate::capture::video_file::FileVideoSource;
+use crate::capture::{BgrImage, VideoSource};
 
 /// Gaze lines' length (mm).
 const GAZE_LENGTH_MM: f64 = 60.0;
@@ -40,6 +42,7 @@ pub struct TrackedVideo {
     partial: PathBuf,
     path: PathBuf,
     size: (u32, u32),
+    written: u64,
 }
 
 impl TrackedVideo {
@@ -88,6 +91,7 @@ impl TrackedVideo {
             partial,
             path: path.to_path_buf(),
             size: (width, height),
+            written: 0,
         })
     }
 
@@ -107,12 +111,29 @@ impl TrackedVideo {
         }
         let mut mat = mat_of(image)?;
         draw(&mut mat, frame_number, obs, k).map_err(|e| e.to_string())?;
-        self.writer.write(&mat).map_err(|e| e.to_string())
+        self.writer.write(&mat).map_err(|e| e.to_string())?;
+        self.written += 1;
+        Ok(())
     }
 
-    /// Closes the file and moves it to its name.
+    /// Closes the file, checks it holds every frame (OpenCV's writer does not report a
+    /// full disk), and moves it to its name.
     pub fn finish(mut self) -> Result<(), String> {
-        self.writer.release().map_err(|e| e.to_string())?;
+        if let Err(e) = self.writer.release() {
+            let _ = std::fs::remove_file(&self.partial);
+            return Err(e.to_string());
+        }
+        let declared = FileVideoSource::open(&self.partial)
+            .ok()
+            .and_then(|source| source.info().declared_frames);
+        if declared != Some(self.written) {
+            let _ = std::fs::remove_file(&self.partial);
+            return Err(format!(
+                "the written video declares {} of its {} frames (disk full?)",
+                declared.map_or_else(|| "none".to_string(), |n| n.to_string()),
+                self.written
+            ));
+        }
         std::fs::rename(&self.partial, &self.path).map_err(|e| e.to_string())
     }
 
