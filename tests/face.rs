@@ -277,20 +277,25 @@ fn extract_face_writes_the_openface_columns_for_every_frame() {
     assert!(!bad_out.exists());
 }
 
+/// `empathic extract face VIDEO --out CSV --tracked AVI`.
+fn extract_tracked(video: &Path, csv: &Path, tracked: &Path) -> std::process::Output {
+    empathic(&[
+        "extract",
+        "face",
+        path_str(video),
+        "--out",
+        path_str(csv),
+        "--tracked",
+        path_str(tracked),
+    ])
+}
+
 #[test]
 fn extract_face_tracked_video_draws_on_every_frame() {
     let tmp = tempfile::tempdir().unwrap();
     let video = demo_session().join("video.avi");
     let (csv, tracked) = (tmp.path().join("d.csv"), tmp.path().join("d.avi"));
-    let o = empathic(&[
-        "extract",
-        "face",
-        path_str(&video),
-        "--out",
-        path_str(&csv),
-        "--tracked",
-        path_str(&tracked),
-    ]);
+    let o = extract_tracked(&video, &csv, &tracked);
     assert!(o.status.success(), "{}", stderr(&o));
     // Same frame count and size as the input; each frame differs from its source where
     // the landmarks are drawn (bright green dots on the nose tip, which is not green).
@@ -333,15 +338,7 @@ fn extract_face_tracked_video_draws_on_every_frame() {
     // A name that is not *.avi is refused up front, and nothing is written.
     let bad = tmp.path().join("d.mp4");
     let csv2 = tmp.path().join("e.csv");
-    let o = empathic(&[
-        "extract",
-        "face",
-        path_str(&video),
-        "--out",
-        path_str(&csv2),
-        "--tracked",
-        path_str(&bad),
-    ]);
+    let o = extract_tracked(&video, &csv2, &bad);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("d.mp4") && stderr(&o).contains("avi"),
@@ -351,15 +348,7 @@ fn extract_face_tracked_video_draws_on_every_frame() {
     assert!(!csv2.exists() && !bad.exists());
     // So is a directory that does not exist, named in the error.
     let nowhere = tmp.path().join("missing-dir").join("d.avi");
-    let o = empathic(&[
-        "extract",
-        "face",
-        path_str(&video),
-        "--out",
-        path_str(&csv2),
-        "--tracked",
-        path_str(&nowhere),
-    ]);
+    let o = extract_tracked(&video, &csv2, &nowhere);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("missing-dir"), "{}", stderr(&o));
     assert!(!csv2.exists());
