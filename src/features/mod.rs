@@ -22,6 +22,27 @@ use crate::capture::{AudioBlock, VideoFrame};
 use crate::exit::{Classify, ExitKind};
 use crate::Nanos;
 
+/// Pearson correlation of two equal-length slices, in double (0 when either is flat).
+/// Shared by the pitch-period jitter and the face tracker's look check.
+pub fn pearson(a: &[f32], b: &[f32]) -> f64 {
+    let n = a.len() as f64;
+    let ma = a.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let mb = b.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+    for (&x, &y) in a.iter().zip(b) {
+        let (dx, dy) = (f64::from(x) - ma, f64::from(y) - mb);
+        sab += dx * dy;
+        saa += dx * dx;
+        sbb += dy * dy;
+    }
+    let d = saa.sqrt() * sbb.sqrt();
+    if d > 0.0 {
+        sab / d
+    } else {
+        0.0
+    }
+}
+
 /// A modality's name (as stored) and the names of its vector's columns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModalitySpec {

@@ -4,6 +4,8 @@
 //! Contract: frames are processed in order with their gated F0; the state (`last_*`)
 //! carries across frames. The caller gives access to the waveform by absolute sample index.
 
+use crate::features::pearson;
+
 /// One frame's voice-quality values.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct VoiceQuality {
@@ -26,26 +28,6 @@ pub struct PitchJitter {
     last_jitter_local: f32,
     last_jitter_ddp: f32,
     last_shimmer: f32,
-}
-
-/// Pearson correlation of two equal-length slices, in double.
-fn ncc(a: &[f32], b: &[f32]) -> f64 {
-    let n = a.len() as f64;
-    let ma = a.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-    let mb = b.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-    let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
-    for (&x, &y) in a.iter().zip(b) {
-        let (dx, dy) = (f64::from(x) - ma, f64::from(y) - mb);
-        sab += dx * dy;
-        saa += dx * dx;
-        sbb += dy * dy;
-    }
-    let d = saa.sqrt() * sbb.sqrt();
-    if d > 0.0 {
-        sab / d
-    } else {
-        0.0
-    }
 }
 
 /// Peak-to-peak amplitude over elements 1..len-2 (initial max = min = element 1).
@@ -131,7 +113,7 @@ impl PitchJitter {
                     cc[i] = if k == 0 {
                         0.0
                     } else {
-                        ncc(&m[start..start + k], &m[start + k..start + 2 * k])
+                        pearson(&m[start..start + k], &m[start + k..start + 2 * k])
                     };
                 }
                 let mut max_i: Option<usize> = None;

@@ -142,27 +142,6 @@ pub fn appearance_signature(image: &BgrImage, roi: &Roi) -> [f32; SIGNATURE_SIDE
     out
 }
 
-/// Normalised cross-correlation of two signatures (1 = same picture up to brightness and
-/// contrast; 0 when either is flat).
-pub fn correlation(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len()) as f32;
-    if n == 0.0 {
-        return 0.0;
-    }
-    let (ma, mb) = (a.iter().sum::<f32>() / n, b.iter().sum::<f32>() / n);
-    let (mut ab, mut aa, mut bb) = (0.0f32, 0.0f32, 0.0f32);
-    for (x, y) in a.iter().zip(b) {
-        let (dx, dy) = (x - ma, y - mb);
-        ab += dx * dy;
-        aa += dx * dx;
-        bb += dy * dy;
-    }
-    if aa <= f32::EPSILON || bb <= f32::EPSILON {
-        return 0.0;
-    }
-    ab / (aa * bb).sqrt()
-}
-
 /// A borrowed OpenCV view of a BGR frame.
 pub fn mat_of(image: &BgrImage) -> Result<Mat, String> {
     let flat =
@@ -228,6 +207,7 @@ pub fn crop_to_tensor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::pearson;
 
     #[test]
     fn signature_correlation_ignores_brightness_and_sees_a_move() {
@@ -262,13 +242,10 @@ mod tests {
             rotation: 0.0,
         };
         let a = appearance_signature(&img, &roi);
-        assert!((correlation(&a, &appearance_signature(&brighter, &roi)) - 1.0).abs() < 1e-3);
+        assert!((pearson(&a, &appearance_signature(&brighter, &roi)) - 1.0).abs() < 1e-3);
         let moved = Roi { cx: 150.0, ..roi };
-        assert!(correlation(&a, &appearance_signature(&img, &moved)) < 0.5);
-        assert_eq!(
-            correlation(&a, &[5.0; SIGNATURE_SIDE * SIGNATURE_SIDE]),
-            0.0
-        );
+        assert!(pearson(&a, &appearance_signature(&img, &moved)) < 0.5);
+        assert_eq!(pearson(&a, &[5.0; SIGNATURE_SIDE * SIGNATURE_SIDE]), 0.0);
     }
 
     #[test]

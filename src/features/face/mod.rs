@@ -28,11 +28,11 @@ use std::path::Path;
 use nalgebra::{Matrix3, Vector3};
 
 use self::au::{ActionUnits, AuEstimator, HeadFrameGeometry};
-use self::crop::{appearance_signature, correlation, mat_of, Roi, SIGNATURE_SIDE};
+use self::crop::{appearance_signature, mat_of, Roi, SIGNATURE_SIDE};
 use self::landmarks::{eyelids, ibug68, iris_ring, Blend, EYE_CORNERS};
 use self::models::{Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
 use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, IntrinsicsArgs, Pose, Similarity};
-use super::{FrameContext, FrameStage, ModalitySpec, StageError};
+use super::{pearson, FrameContext, FrameStage, ModalitySpec, StageError};
 use crate::capture::{BgrImage, VideoFrame};
 use crate::models::manifest::Manifest;
 use crate::models::ModelError;
@@ -54,7 +54,7 @@ const TRACK_MIN_IOU: f32 = 0.3;
 const CONFIRM_TRACK_IOU: f32 = 0.6;
 /// Correlation of the tracked crop's look with its last confirmed look below which the
 /// detector checks the track at once.
-const MIN_LOOK_CORRELATION: f32 = 0.5;
+const MIN_LOOK_CORRELATION: f64 = 0.5;
 /// Frames without a face (5 s at 15 fps) after which whoever comes back gets a new
 /// neutral face for the action units.
 const NEW_PERSON_AFTER_FRAMES: u64 = 75;
@@ -265,8 +265,7 @@ impl FaceAnalyzer {
         // last confirmed: when it changed too much, the detector checks the track now.
         let changed = match (&mesh, &self.confirmed_look) {
             (Some(m), Some(look)) => {
-                correlation(&appearance_signature(image, &m.next_roi()), look)
-                    < MIN_LOOK_CORRELATION
+                pearson(&appearance_signature(image, &m.next_roi()), look) < MIN_LOOK_CORRELATION
             }
             _ => false,
         };
