@@ -253,30 +253,32 @@ impl FaceAnalyzer {
         let k = self.intrinsics.resolve(image.width, image.height);
         let periodic = self.mode == Mode::StillImages || self.frames % COUNT_FACES_EVERY == 0;
         self.frames += 1;
+        // The mesh with its aligned crop (the next frame's crop), computed once.
         let mut mesh = None;
         if let (Mode::Video, Some(roi)) = (self.mode, self.tracked) {
             let m = self.mesh.run(&frame, roi)?;
             if m.score >= MIN_FACE_CONFIDENCE {
-                mesh = Some(m);
+                let crop = m.next_roi();
+                mesh = Some((m, crop));
             }
         }
         // The mesh's own confidence stays high on a crop left on the background or on the
         // next shot after a cut, so the crop's look is compared with the one the detector
         // last confirmed: when it changed too much, the detector checks the track now.
-        let changed = match (&mesh, &self.confirmed_look) {
-            (Some(m), Some(look)) => {
-                pearson(&appearance_signature(image, &m.next_roi()), look) < MIN_LOOK_CORRELATION
-            }
+        let mut look = mesh
+            .as_ref()
+            .map(|(_, crop)| appearance_signature(image, crop));
+        let changed = match (&look, &self.confirmed_look) {
+            (Some(now), Some(confirmed)) => pearson(now, confirmed) < MIN_LOOK_CORRELATION,
             _ => false,
         };
         if periodic || changed || mesh.is_none() {
             let dets = self.detector.detect(&frame, image.width, image.height)?;
             self.faces_seen = dets.len() as u32;
-            if let Some(m) = &mesh {
-                let roi = m.next_roi();
+            if let Some((_, crop)) = &mesh {
                 let best = dets
                     .iter()
-                    .map(|d| d.face_roi().iou(&roi))
+                    .map(|d| d.face_roi().iou(crop))
                     .fold(0.0f32, f32::max);
                 // Only a crop whose look changed is placed again: on a steady track a
                 // missing overlap is more likely the detector missing a turned face
@@ -284,20 +286,21 @@ impl FaceAnalyzer {
                 if changed && !dets.is_empty() && best < CONFIRM_TRACK_IOU {
                     // Placed again from the detection it overlaps (the same person,
                     // lagging), else chosen afresh (the crop was on the background).
+                    self.tracked = Some(*crop);
                     mesh = None;
-                    self.tracked = Some(roi);
                 }
             }
             if mesh.is_none() {
                 if let Some(d) = self.choose(&dets, image.width, image.height) {
-                    mesh = Some(self.mesh.run(&frame, d.face_roi())?);
+                    let m = self.mesh.run(&frame, d.face_roi())?;
+                    let crop = m.next_roi();
+                    look = Some(appearance_signature(image, &crop));
+                    mesh = Some((m, crop));
                 }
             }
-            self.confirmed_look = mesh
-                .as_ref()
-                .map(|m| appearance_signature(image, &m.next_roi()));
+            self.confirmed_look = if mesh.is_some() { look } else { None };
         }
-        let Some(mesh) = mesh else {
+        let Some((mesh, aligned_crop)) = mesh else {
             self.lost();
             return Ok(FaceObservation {
                 faces_seen: self.faces_seen,
@@ -314,7 +317,6 @@ impl FaceAnalyzer {
                 face: None,
             });
         }
-        let aligned_crop = mesh.next_roi();
         self.tracked = Some(aligned_crop);
         self.lost_for = 0;
         let face = self.describe(&frame, mesh, aligned_crop, &k)?;
