@@ -96,30 +96,16 @@ pub fn extract_face_csv(
         path: output.to_path_buf(),
         source,
     };
-    let mut video = match tracked {
-        Some(path) => Some(
-            TrackedVideo::create(path, info.declared_fps, info.width, info.height).map_err(
-                |message| FaceExtractError::Tracked {
-                    path: path.to_path_buf(),
-                    message,
-                },
-            )?,
-        ),
-        None => None,
-    };
     let video_err = |message: String| FaceExtractError::Tracked {
         path: tracked.map(Path::to_path_buf).unwrap_or_default(),
         message,
     };
-    let file = match std::fs::File::create(&partial) {
-        Ok(f) => f,
-        Err(e) => {
-            if let Some(v) = video.take() {
-                v.abandon();
-            }
-            return Err(write_err(e));
-        }
-    };
+    // Dropped unfinished on any error below, it removes its partial file.
+    let mut video = tracked
+        .map(|path| TrackedVideo::create(path, info.declared_fps, info.width, info.height))
+        .transpose()
+        .map_err(video_err)?;
+    let file = std::fs::File::create(&partial).map_err(write_err)?;
     let mut w = BufWriter::new(file);
     let bar = if progress {
         let bar = ProgressBar::with_draw_target(info.declared_frames, ProgressDrawTarget::stderr());
@@ -165,9 +151,6 @@ pub fn extract_face_csv(
         None => Ok(()),
     });
     if let Err(e) = result {
-        if let Some(v) = video.take() {
-            v.abandon();
-        }
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }

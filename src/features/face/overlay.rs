@@ -43,6 +43,7 @@ pub struct TrackedVideo {
     path: PathBuf,
     size: (u32, u32),
     written: u64,
+    finished: bool,
 }
 
 impl TrackedVideo {
@@ -92,6 +93,7 @@ impl TrackedVideo {
             path: path.to_path_buf(),
             size: (width, height),
             written: 0,
+            finished: false,
         })
     }
 
@@ -117,30 +119,32 @@ impl TrackedVideo {
     }
 
     /// Closes the file, checks it holds every frame (OpenCV's writer does not report a
-    /// full disk), and moves it to its name.
+    /// full disk), and moves it to its name. On error the partial file is removed (drop).
     pub fn finish(mut self) -> Result<(), String> {
-        if let Err(e) = self.writer.release() {
-            let _ = std::fs::remove_file(&self.partial);
-            return Err(e.to_string());
-        }
+        self.writer.release().map_err(|e| e.to_string())?;
         let declared = FileVideoSource::open(&self.partial)
             .ok()
             .and_then(|source| source.info().declared_frames);
         if declared != Some(self.written) {
-            let _ = std::fs::remove_file(&self.partial);
             return Err(format!(
                 "the written video declares {} of its {} frames (disk full?)",
                 declared.map_or_else(|| "none".to_string(), |n| n.to_string()),
                 self.written
             ));
         }
-        std::fs::rename(&self.partial, &self.path).map_err(|e| e.to_string())
+        std::fs::rename(&self.partial, &self.path).map_err(|e| e.to_string())?;
+        self.finished = true;
+        Ok(())
     }
+}
 
-    /// Closes and removes the unfinished file.
-    pub fn abandon(mut self) {
-        let _ = self.writer.release();
-        let _ = std::fs::remove_file(&self.partial);
+impl Drop for TrackedVideo {
+    /// An unfinished video (an error anywhere in the extraction) leaves no file behind.
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.writer.release();
+            let _ = std::fs::remove_file(&self.partial);
+        }
     }
 }
 
