@@ -591,7 +591,7 @@ fn a_fast_pan_is_followed_on_the_frame_it_happens() {
     // The face jumps 100 px a frame with the background scrolling behind it (a fast pan, or
     // a camera cut). The mesh's own confidence stays near 1 on the stale crop, which then
     // sits on half a face or on background: before the look check this left the nose tip
-    // 80-100 px off on 5 of these 7 frames, at confidence 0.97-1.00.
+    // 80-100 px off on 5 of these 7 frames, at confidence 1.00.
     let frames = demo_frames();
     let mut face = analyzer(Mode::Video);
     let start = face
