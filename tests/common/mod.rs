@@ -15,7 +15,8 @@ pub fn demo_session() -> PathBuf {
 }
 
 /// The shared fixtures (`EMPATHIC_FIXTURES` or `../shared/fixtures`), when present; when
-/// absent, says so in one line that shows even though test output is captured.
+/// absent, says so in one line that shows even though test output is captured, or fails
+/// the test when `EMPATHIC_REQUIRE_FIXTURES=1`.
 pub fn fixtures_or_skip(test: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("EMPATHIC_FIXTURES")
         .map(PathBuf::from)
@@ -23,6 +24,11 @@ pub fn fixtures_or_skip(test: &str) -> Option<PathBuf> {
     if dir.is_dir() {
         return Some(dir);
     }
+    assert!(
+        !fixtures_required(),
+        "{test}: shared fixtures not found at {} and EMPATHIC_REQUIRE_FIXTURES=1 (set EMPATHIC_FIXTURES)",
+        dir.display()
+    );
     // Written to the stream directly: libtest captures only the print macros.
     use std::io::Write;
     let _ = writeln!(
@@ -86,4 +92,12 @@ pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
         args.extend(["--config", path_str(c)]);
     }
     empathic(&args)
+}
+
+pub mod store;
+
+/// Whether a missing fixture must fail the test (CI sets `EMPATHIC_REQUIRE_FIXTURES=1`,
+/// since CI has the fixtures beside the clone: a skip there would pass silently).
+pub fn fixtures_required() -> bool {
+    std::env::var("EMPATHIC_REQUIRE_FIXTURES").is_ok_and(|v| v == "1")
 }

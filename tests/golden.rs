@@ -1,0 +1,182 @@
+//! Stored rows are byte-identical to those of the build before the runtime was reshaped
+//! (issue "One pipeline for every source"): a digest per table of what replaying the demo
+//! session and every shared session stores, compared with `tests/data/golden/*.txt`.
+//!
+//! The digests were taken with the build before the change (`EMPATHIC_BLESS=1` writes them).
+//! ONNX Runtime's kernels differ between CPU classes (AVX2 only, AVX-512, VNNI), so the
+//! rows computed by ONNX models (face, appearance, text) are compared exactly only on the
+//! CPU class the digests were taken on; on another class they are compared by their
+//! present-frame counts and means (relative 1e-2), and every other table stays exact.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::store::{digest, table_lines, table_lines_where, SESSION_TABLES};
+use common::*;
+use rusqlite::Connection;
+
+/// Modalities computed by ONNX models.
+const MODEL_MODALITIES: &[&str] = &["face", "appearance", "text"];
+/// Tables whose rows hold model outputs or figures derived from them.
+const MODEL_TABLES: &[&str] = &["sessions"];
+
+fn cpu_class() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    ["avx2", "fma", "avx512f", "avx512_vnni", "avx512bw"]
+        .iter()
+        .filter(|f| flags.contains(f))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `key value` lines describing what a replay stored for session `id`.
+fn describe(db: &Path, id: &str) -> BTreeMap<String, String> {
+    let conn = Connection::open(db).unwrap();
+    let mut out = BTreeMap::new();
+    for (table, key) in SESSION_TABLES {
+        if matches!(*table, "frame_features" | "window_features") {
+            let modalities: Vec<String> = common::store::column(
+                &conn,
+                &format!("SELECT DISTINCT modality FROM {table} WHERE session_id = '{id}'"),
+            );
+            for m in modalities {
+                let lines = table_lines_where(
+                    &conn,
+                    table,
+                    &format!("session_id = '{id}' AND modality = ?1"),
+                    &m,
+                );
+                out.insert(format!("{table}:{m}"), digest(&lines));
+                if MODEL_MODALITIES.contains(&m.as_str()) {
+                    out.insert(format!("stats:{table}:{m}"), stats(&conn, table, id, &m));
+                }
+            }
+        } else {
+            out.insert(
+                table.to_string(),
+                digest(&table_lines(&conn, table, key, id)),
+            );
+        }
+    }
+    let frames: i64 = common::store::count(
+        &conn,
+        &format!("SELECT frames FROM sessions WHERE id = '{id}'"),
+    );
+    out.insert("stats:sessions".into(), format!("frames={frames}"));
+    out
+}
+
+/// Present rows and the mean of every stored value of one modality.
+fn stats(conn: &Connection, table: &str, id: &str, modality: &str) -> String {
+    let column = if table == "frame_features" {
+        "vec"
+    } else {
+        "mean"
+    };
+    let blobs: Vec<Option<Vec<u8>>> = common::store::column(
+        conn,
+        &format!(
+            "SELECT {column} FROM {table} WHERE session_id = '{id}' AND modality = '{modality}'"
+        ),
+    );
+    let (mut n, mut sum, mut present) = (0u64, 0f64, 0u64);
+    for b in blobs.into_iter().flatten() {
+        present += 1;
+        for c in b.chunks_exact(4) {
+            sum += f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+            n += 1;
+        }
+    }
+    format!("present={present} mean={:.9e}", sum / n.max(1) as f64)
+}
+
+fn parse_stats(s: &str) -> (f64, f64) {
+    let mut present = 0.0;
+    let mut mean = 0.0;
+    for part in s.split_whitespace() {
+        if let Some(v) = part.strip_prefix("present=") {
+            present = v.parse().unwrap();
+        }
+        if let Some(v) = part.strip_prefix("mean=") {
+            mean = v.parse().unwrap();
+        }
+    }
+    (present, mean)
+}
+
+fn check(name: &str, session: &Path, id: &str, config: Option<&Path>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("golden.db");
+    let out = replay_cli(session, &db, config);
+    assert!(out.status.success(), "{name}: {}", stderr(&out));
+    let got = describe(&db, id);
+    let file = root().join(format!("tests/data/golden/{name}.txt"));
+    let cpu = cpu_class();
+    if std::env::var("EMPATHIC_BLESS").is_ok_and(|v| v == "1") {
+        let mut text = format!("cpu {cpu}\n");
+        for (k, v) in &got {
+            text.push_str(&format!("{k} {v}\n"));
+        }
+        std::fs::write(&file, text).unwrap();
+        return;
+    }
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut want = BTreeMap::new();
+    let mut blessed_cpu = String::new();
+    for line in text.lines() {
+        let (k, v) = line.split_once(' ').unwrap();
+        if k == "cpu" {
+            blessed_cpu = v.to_string();
+        } else {
+            want.insert(k.to_string(), v.to_string());
+        }
+    }
+    let same_cpu = blessed_cpu == cpu;
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>(),
+        "{name}: the stored tables and modalities changed"
+    );
+    for (k, w) in &want {
+        let g = &got[k];
+        let model_dependent = k.starts_with("stats:")
+            || MODEL_TABLES.contains(&k.as_str())
+            || k.split_once(':')
+                .is_some_and(|(_, m)| MODEL_MODALITIES.contains(&m));
+        if same_cpu || !model_dependent {
+            assert_eq!(w, g, "{name}: {k} differs from the golden digest");
+        } else if k.starts_with("stats:") && k != "stats:sessions" {
+            let (wp, wm) = parse_stats(w);
+            let (gp, gm) = parse_stats(g);
+            assert!(
+                (wp - gp).abs() <= 0.01 * wp.max(1.0)
+                    && (wm - gm).abs() <= 1e-2 * wm.abs().max(1e-3),
+                "{name}: {k}: {g} vs golden {w} (CPU {cpu}, golden taken on {blessed_cpu})"
+            );
+        }
+    }
+}
+
+#[test]
+fn demo_session_stores_the_golden_rows() {
+    check("demo", &demo_session(), "demo-0001", None);
+}
+
+#[test]
+fn shared_sessions_store_the_golden_rows() {
+    let Some(fixtures) = fixtures_or_skip("shared_sessions_store_the_golden_rows") else {
+        return;
+    };
+    for name in ["grid", "still", "selfie"] {
+        check(name, &fixtures.join("sessions").join(name), name, None);
+    }
+}
