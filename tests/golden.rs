@@ -67,11 +67,6 @@ fn describe(db: &Path, id: &str) -> BTreeMap<String, String> {
             );
         }
     }
-    let frames: i64 = common::store::count(
-        &conn,
-        &format!("SELECT frames FROM sessions WHERE id = '{id}'"),
-    );
-    out.insert("stats:sessions".into(), format!("frames={frames}"));
     out
 }
 
@@ -154,7 +149,7 @@ fn check(name: &str, session: &Path, id: &str, config: Option<&Path>) {
                 .is_some_and(|(_, m)| MODEL_MODALITIES.contains(&m));
         if same_cpu || !model_dependent {
             assert_eq!(w, g, "{name}: {k} differs from the golden digest");
-        } else if k.starts_with("stats:") && k != "stats:sessions" {
+        } else if k.starts_with("stats:") {
             let (wp, wm) = parse_stats(w);
             let (gp, gm) = parse_stats(g);
             assert!(
