@@ -10,12 +10,14 @@
 //! - [`windows`]: aligns audio to video frames and assembles sliding windows with presence masks.
 //! - [`store`]: the SQLite session store (migrations, one batched writer thread).
 //! - [`runtime`]: the threads, bounded queues, pacing and graceful stop that tie it together.
+//! - [`cli`]: the body of each command (progress bars and output files live here).
 //! - [`config`], [`clock`], [`report`], [`doctor`]: configuration, the injected clock, the
 //!   end-of-run summary, and the installation check.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod capture;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod doctor;

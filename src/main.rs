@@ -1,29 +1,16 @@
-//! The `empathic` command: parses the command line, sets up logging, calls the library.
+//! The `empathic` command: parses the command line, sets up logging and dispatches to the
+//! command bodies in [`empathic::cli`]; nothing else lives here.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use empathic::clock::{MonotonicClock, Speed};
-use empathic::config::Config;
-use empathic::exit::{Classify, ExitKind};
-use empathic::features::acoustic::extract::extract_audio_csv;
+use empathic::cli::{self, Failure};
+use empathic::clock::Speed;
 use empathic::features::acoustic::LldSet;
-use empathic::features::face::extract::{extract_face_csv, FaceExtractOptions};
 use empathic::features::face::pose::IntrinsicsArgs;
-use empathic::features::text::SentenceEncoder;
-use empathic::models::manifest::Manifest;
-use empathic::models::verify::verify_all;
-use empathic::runtime::replay::{replay, ReplayOptions};
-use empathic::runtime::{stop_flag, RunError};
-use empathic::store::Store;
-use empathic::stories::{import, read_bank, session_context, Hit, StoryIndex};
-use empathic::{doctor, report};
-use indicatif::ProgressBar;
 
 #[derive(Parser)]
 #[command(
@@ -217,7 +204,7 @@ enum SessionsCommand {
 fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    match run(cli) {
+    match dispatch(cli.command) {
         Ok(code) => code,
         Err((kind, message)) => {
             eprintln!("error: {message}");
@@ -226,127 +213,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs go to stderr without colours or targets, one event per line, so a station's
+/// journal (systemd captures stderr) reads them well. `EMPATHIC_LOG` takes an
+/// `EnvFilter` directive (`debug` prints each thread's figures at the end of a run).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("EMPATHIC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ort=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ort=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }
 
-type Failure = (ExitKind, String);
-
-fn fail<E: Classify + std::fmt::Display>(e: E) -> Failure {
-    (e.exit_kind(), e.to_string())
-}
-
-fn db_path(db: Option<PathBuf>, config: &Config) -> PathBuf {
-    db.unwrap_or_else(|| config.store.db_path.clone())
-}
-
-fn open_existing_store(path: &Path) -> Result<Store, Failure> {
-    if !path.exists() {
-        return Err((
-            ExitKind::BadInput,
-            format!("no session database at {}", path.display()),
-        ));
-    }
-    Store::open(path).map_err(fail)
-}
-
-fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
-    let text = serde_json::to_string_pretty(value)
-        .map_err(|e| (ExitKind::Runtime, format!("cannot encode JSON: {e}")))?;
-    println!("{text}");
-    Ok(())
-}
-
-fn open_encoder(config: &Config, name: &str) -> Result<SentenceEncoder, Failure> {
-    let dir = &config.models.dir;
-    let manifest = Manifest::load(dir).map_err(fail)?;
-    let entry = manifest.get(name, dir).map_err(fail)?;
-    SentenceEncoder::open(dir, entry, config.models.onnxruntime_library.as_deref()).map_err(fail)
-}
-
-fn print_hits(hits: &[Hit], json: bool) -> Result<(), Failure> {
-    if json {
-        return print_json(&hits);
-    }
-    for (i, h) in hits.iter().enumerate() {
-        println!("{}. {:.4}  {}  {}", i + 1, h.score, h.id, h.title);
-    }
-    Ok(())
-}
-
-fn stories(command: StoriesCommand) -> Result<ExitCode, Failure> {
+fn dispatch(command: Command) -> Result<ExitCode, Failure> {
     match command {
-        StoriesCommand::Import { file, db, config } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let bank = read_bank(&file).map_err(fail)?;
-            let model = config.models.sentence_encoder.clone();
-            let mut encoder = open_encoder(&config, &model)?;
-            let mut store = Store::open(&db_path(db, &config)).map_err(fail)?;
-            let bar = if std::io::stderr().is_terminal() {
-                ProgressBar::new(bank.len() as u64)
-            } else {
-                ProgressBar::hidden()
-            };
-            let n =
-                import(store.connection_mut(), &bank, &model, &mut encoder, &bar).map_err(fail)?;
-            bar.finish_and_clear();
-            println!(
-                "imported {n} stories from {} (embedded with {model}) into {}",
-                file.display(),
-                store.path().display()
-            );
-        }
-        StoriesCommand::Search {
-            text,
-            k,
-            db,
-            config,
-            json,
-        } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let model = config.models.sentence_encoder.clone();
-            let store = open_existing_store(&db_path(db, &config))?;
-            let index = StoryIndex::load(store.connection(), &model).map_err(fail)?;
-            let mut encoder = open_encoder(&config, &model)?;
-            let query = encoder.embed(&[text.as_str()]).map_err(fail)?.remove(0);
-            print_hits(&index.top_k(&query, k, &[]), json)?;
-        }
-        StoriesCommand::Retrieve {
-            session_id,
-            k,
-            db,
-            config,
-            json,
-        } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let model = config.models.sentence_encoder.clone();
-            let store = open_existing_store(&db_path(db, &config))?;
-            let (shared, seen) =
-                session_context(store.connection(), &session_id, &config.text.speaker)
-                    .map_err(fail)?;
-            let index = StoryIndex::load(store.connection(), &model).map_err(fail)?;
-            let mut encoder = open_encoder(&config, &model)?;
-            let query = encoder.embed(&[shared.as_str()]).map_err(fail)?.remove(0);
-            if !json && !seen.is_empty() {
-                println!(
-                    "leaving out {} stories seen in earlier sessions",
-                    seen.len()
-                );
-            }
-            print_hits(&index.top_k(&query, k, &seen), json)?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn run(cli: Cli) -> Result<ExitCode, Failure> {
-    match cli.command {
         Command::Replay {
             session_dir,
             db,
@@ -354,90 +236,29 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             speed,
             replace,
             json,
-        } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let stop = stop_flag().map_err(|e| {
-                (
-                    ExitKind::Runtime,
-                    format!("cannot install signal handlers: {e}"),
-                )
-            })?;
-            let opts = ReplayOptions {
-                session_dir,
-                db_path: db_path(db, &config),
-                config,
-                speed,
-                replace,
-                progress: std::io::stderr().is_terminal(),
-            };
-            let summary = replay(&opts, Arc::new(MonotonicClock::new()), stop)
-                .map_err(|e: RunError| fail(e))?;
-            if json {
-                print_json(&summary)?;
-            } else {
-                print!("{}", summary.render());
-            }
-            // A replay stopped by a signal did not finish: say so in the exit code.
-            Ok(if summary.status == "complete" {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(ExitKind::Runtime.code() as u8)
-            })
-        }
-        Command::Sessions { command } => {
-            match command {
-                SessionsCommand::List { db, config, json } => {
-                    let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-                    let store = open_existing_store(&db_path(db, &config))?;
-                    let sessions = store.list_sessions().map_err(fail)?;
-                    if json {
-                        print_json(&sessions)?;
-                    } else {
-                        print!("{}", report::render_session_list(&sessions));
-                    }
-                }
+        } => cli::replay(session_dir, db, config.as_deref(), speed, replace, json),
+        Command::Sessions {
+            command: SessionsCommand::List { db, config, json },
+        } => cli::sessions_list(db, config.as_deref(), json),
+        Command::Sessions {
+            command:
                 SessionsCommand::Show {
                     id,
                     db,
                     config,
                     json,
-                } => {
-                    let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-                    let store = open_existing_store(&db_path(db, &config))?;
-                    let detail = store.session_detail(&id).map_err(fail)?;
-                    if json {
-                        print_json(&detail)?;
-                    } else {
-                        print!("{}", report::render_session_detail(&detail));
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+                },
+        } => cli::sessions_show(&id, db, config.as_deref(), json),
         Command::Extract {
             command: ExtractCommand::Audio { input, out, set },
-        } => {
-            let set = match set {
+        } => cli::extract_audio(
+            &input,
+            &out,
+            match set {
                 FeatureSet::Compare => LldSet::Compare,
                 FeatureSet::Egemaps => LldSet::Egemaps,
-            };
-            let summary = extract_audio_csv(&input, &out, set, std::io::stderr().is_terminal())
-                .map_err(fail)?;
-            eprintln!(
-                "wrote {} rows of {} {} LLDs ({:.2} s at {} Hz, {} channel(s)) to {}",
-                summary.rows,
-                set.dims(),
-                match set {
-                    LldSet::Compare => "ComParE-2016",
-                    LldSet::Egemaps => "eGeMAPSv02",
-                },
-                summary.duration_secs,
-                summary.sample_rate_hz,
-                summary.input_channels,
-                out.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+            },
+        ),
         Command::Extract {
             command:
                 ExtractCommand::Face {
@@ -450,83 +271,46 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     cy,
                     config,
                 },
-        } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let summary = extract_face_csv(
-                &input,
-                &out,
-                &config.models.dir,
-                &FaceExtractOptions {
-                    onnxruntime_library: config.models.onnxruntime_library.as_deref(),
-                    intrinsics: IntrinsicsArgs { fx, fy, cx, cy },
-                    tracked: tracked.as_deref(),
-                    progress: std::io::stderr().is_terminal(),
-                },
-            )
-            .map_err(fail)?;
-            eprintln!(
-                "wrote {} rows of the 714 OpenFace columns to {}: face on {} frames ({:.1} %), at most {} face(s) seen, fx {:.1} fy {:.1} cx {:.1} cy {:.1}, {:.0} frames/s",
-                summary.rows,
-                out.display(),
-                summary.frames_with_face,
-                100.0 * summary.frames_with_face as f64 / summary.rows.max(1) as f64,
-                summary.max_faces_seen,
-                summary.intrinsics.fx,
-                summary.intrinsics.fy,
-                summary.intrinsics.cx,
-                summary.intrinsics.cy,
-                summary.frames_per_second
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        } => cli::extract_face(
+            &input,
+            &out,
+            tracked.as_deref(),
+            IntrinsicsArgs { fx, fy, cx, cy },
+            config.as_deref(),
+        ),
         Command::Embed {
             text,
             model,
             config,
-        } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let name = model.unwrap_or_else(|| config.models.sentence_encoder.clone());
-            let mut encoder = open_encoder(&config, &name)?;
-            let v = encoder.embed(&[text.as_str()]).map_err(fail)?;
-            print_json(&v.first())?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Stories { command } => stories(command),
+        } => cli::embed(&text, model, config.as_deref()),
+        Command::Stories {
+            command: StoriesCommand::Import { file, db, config },
+        } => cli::stories_import(&file, db, config.as_deref()),
+        Command::Stories {
+            command:
+                StoriesCommand::Search {
+                    text,
+                    k,
+                    db,
+                    config,
+                    json,
+                },
+        } => cli::stories_search(&text, k, db, config.as_deref(), json),
+        Command::Stories {
+            command:
+                StoriesCommand::Retrieve {
+                    session_id,
+                    k,
+                    db,
+                    config,
+                    json,
+                },
+        } => cli::stories_retrieve(&session_id, k, db, config.as_deref(), json),
         Command::Models {
             command: ModelsCommand::Verify { config },
-        } => {
-            let config = Config::load_or_default(config.as_deref()).map_err(fail)?;
-            let reports = verify_all(
-                &config.models.dir,
-                config.models.onnxruntime_library.as_deref(),
-            )
-            .map_err(fail)?;
-            let mut failed = 0;
-            for r in &reports {
-                match &r.result {
-                    Ok(detail) => println!("ok      {:<24} {detail}", r.name),
-                    Err(e) => {
-                        failed += 1;
-                        println!("FAILED  {:<24} {e}", r.name);
-                    }
-                }
-            }
-            println!("{} models, {failed} failed", reports.len());
-            Ok(if failed == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(ExitKind::BadInput.code() as u8)
-            })
-        }
+        } => cli::models_verify(config.as_deref()),
         Command::Doctor { config, db, live } => {
-            let checks = doctor::run_checks(config.as_deref(), db.as_deref());
-            let (text, ready) = doctor::render(&checks, live);
-            print!("{text}");
-            Ok(if ready {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(ExitKind::Runtime.code() as u8)
-            })
+            cli::doctor(config.as_deref(), db.as_deref(), live)
         }
     }
 }

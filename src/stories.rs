@@ -11,13 +11,12 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection};
 use serde::{Deserialize, Serialize};
 
 use crate::exit::{Classify, ExitKind};
 use crate::features::text::SentenceEncoder;
 use crate::models::ModelError;
-use crate::store::rows::{blob_to_vec, vec_to_blob};
+use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoryError {
@@ -37,12 +36,8 @@ pub enum StoryError {
     Format { path: PathBuf },
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error("story store error while {context}: {source}")]
-    Sqlite {
-        context: &'static str,
-        #[source]
-        source: rusqlite::Error,
-    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("no session `{id}` in the store")]
     NoSession { id: String },
     #[error("session `{id}` has no utterances by `{speaker}` to retrieve stories for")]
@@ -55,14 +50,10 @@ impl Classify for StoryError {
     fn exit_kind(&self) -> ExitKind {
         match self {
             StoryError::Model(e) => e.exit_kind(),
-            StoryError::Sqlite { .. } => ExitKind::Runtime,
+            StoryError::Store(e) => e.exit_kind(),
             _ => ExitKind::BadInput,
         }
     }
-}
-
-fn sql(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoryError {
-    move |source| StoryError::Sqlite { context, source }
 }
 
 /// One story as written in a bank file.
@@ -131,37 +122,22 @@ pub fn read_bank(path: &Path) -> Result<Vec<Story>, StoryError> {
 }
 
 /// Embeds and stores `stories` under `model`, in one transaction. Returns how many.
+/// `progress` is called after each story is embedded.
 pub fn import(
-    conn: &mut Connection,
+    store: &mut Store,
     stories: &[Story],
     model: &str,
     encoder: &mut SentenceEncoder,
-    progress: &indicatif::ProgressBar,
+    progress: &dyn Fn(),
 ) -> Result<usize, StoryError> {
     let mut vectors = Vec::with_capacity(stories.len());
     for s in stories {
         // Title and text together, as the robot presents them.
         let input = format!("{}. {}", s.title, s.text);
         vectors.push(encoder.embed(&[input.as_str()])?.remove(0));
-        progress.inc(1);
+        progress();
     }
-    let tx = conn.transaction().map_err(sql("starting the import"))?;
-    for (s, v) in stories.iter().zip(&vectors) {
-        tx.execute(
-            "INSERT INTO stories (id, title, text, source, licence, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-             ON CONFLICT(id) DO UPDATE SET title = excluded.title, text = excluded.text,
-               source = excluded.source, licence = excluded.licence",
-            params![s.id, s.title, s.text, s.source, s.licence],
-        )
-        .map_err(sql("writing stories"))?;
-        tx.execute(
-            "INSERT OR REPLACE INTO story_embeddings (story_id, model, dims, vec) VALUES (?1, ?2, ?3, ?4)",
-            params![s.id, model, v.len() as i64, vec_to_blob(v)],
-        )
-        .map_err(sql("writing story embeddings"))?;
-    }
-    tx.commit().map_err(sql("committing the import"))?;
+    store.import_stories(stories, &vectors, model)?;
     Ok(stories.len())
 }
 
@@ -183,32 +159,15 @@ pub struct StoryIndex {
 
 impl StoryIndex {
     /// Loads every story embedded with `model`.
-    pub fn load(conn: &Connection, model: &str) -> Result<Self, StoryError> {
-        let mut stmt = conn
-            .prepare(
-                "SELECT s.id, s.title, e.dims, e.vec FROM story_embeddings e
-                 JOIN stories s ON s.id = e.story_id WHERE e.model = ?1 ORDER BY s.id",
-            )
-            .map_err(sql("reading story embeddings"))?;
+    pub fn load(store: &Store, model: &str) -> Result<Self, StoryError> {
         let mut index = StoryIndex {
             ids: Vec::new(),
             titles: Vec::new(),
             dims: 0,
             matrix: Vec::new(),
         };
-        let rows = stmt
-            .query_map([model], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Vec<u8>>(3)?,
-                ))
-            })
-            .map_err(sql("reading story embeddings"))?;
-        for row in rows {
-            let (id, title, dims, blob) = row.map_err(sql("reading story embeddings"))?;
-            index.push(id, title, &blob_to_vec(&blob), dims as usize);
+        for (id, title, dims, v) in store.story_embeddings(model)? {
+            index.push(id, title, &v, dims);
         }
         if index.ids.is_empty() {
             return Err(StoryError::EmptyBank {
@@ -294,73 +253,20 @@ impl StoryIndex {
 
 /// What the participant shared in session `id`, and the stories they saw before it.
 pub fn session_context(
-    conn: &Connection,
+    store: &Store,
     id: &str,
     speaker: &str,
 ) -> Result<(String, Vec<String>), StoryError> {
-    let participant: Option<Option<String>> = conn
-        .query_row(
-            "SELECT participant_id FROM sessions WHERE id = ?1",
-            [id],
-            |r| r.get(0),
-        )
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })
-        .map_err(sql("reading the session"))?;
-    let Some(participant) = participant else {
+    let Some(ctx) = store.retrieval_context(id, speaker)? else {
         return Err(StoryError::NoSession { id: id.to_string() });
     };
-    let has_phases: bool = conn
-        .query_row(
-            "SELECT count(*) > 0 FROM phases WHERE session_id = ?1 AND phase = 'story_share'",
-            [id],
-            |r| r.get(0),
-        )
-        .map_err(sql("reading phases"))?;
-    let query = if has_phases {
-        "SELECT u.text FROM utterances u JOIN phases p ON p.session_id = u.session_id
-         WHERE u.session_id = ?1 AND u.speaker = ?2 AND p.phase = 'story_share'
-           AND u.start_ns >= p.start_ns AND (p.end_ns IS NULL OR u.start_ns < p.end_ns)
-         ORDER BY u.start_ns"
-    } else {
-        "SELECT text FROM utterances WHERE session_id = ?1 AND speaker = ?2 ORDER BY start_ns"
-    };
-    let shared: Vec<String> = conn
-        .prepare(query)
-        .and_then(|mut s| {
-            s.query_map(params![id, speaker], |r| r.get(0))?
-                .collect::<Result<Vec<String>, _>>()
-        })
-        .map_err(sql("reading utterances"))?;
-    if shared.is_empty() {
+    if ctx.shared.is_empty() {
         return Err(StoryError::NothingShared {
             id: id.to_string(),
             speaker: speaker.to_string(),
         });
     }
-    // Earlier sessions of the same participant: by start time when both have one, else by
-    // when they were stored.
-    let seen: Vec<String> = match participant {
-        None => Vec::new(),
-        Some(p) => conn
-            .prepare(
-                "SELECT DISTINCT e.story_id FROM story_exposures e
-                 JOIN sessions s ON s.id = e.session_id
-                 JOIN sessions me ON me.id = ?1
-                 WHERE s.participant_id = ?2 AND s.id != me.id
-                   AND coalesce(s.start_time, s.created_at) < coalesce(me.start_time, me.created_at)
-                 ORDER BY e.story_id",
-            )
-            .and_then(|mut s| {
-                s.query_map(params![id, p], |r| r.get(0))?
-                    .collect::<Result<Vec<String>, _>>()
-            })
-            .map_err(sql("reading earlier exposures"))?,
-    };
-    Ok((shared.join(" "), seen))
+    Ok((ctx.shared.join(" "), ctx.seen))
 }
 
 #[cfg(test)]

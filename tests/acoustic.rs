@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use empathic::features::acoustic::extract::extract_audio_csv;
+use empathic::cli::extract_audio::extract_audio_csv;
 use empathic::features::acoustic::{column_names, LldExtractor, LldSet};
 use proptest::prelude::*;
 
@@ -97,9 +97,9 @@ fn agrees_with_opensmile_on_committed_references() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "wav") {
             let out = tmp.path().join("out.csv");
-            extract_audio_csv(&path, &out, LldSet::Compare, false).unwrap();
+            extract_audio_csv(&path, &out, LldSet::Compare, &indicatif::ProgressBar::hidden()).unwrap();
             assert_agrees(&out, &path.with_extension("compare.csv"));
-            extract_audio_csv(&path, &out, LldSet::Egemaps, false).unwrap();
+            extract_audio_csv(&path, &out, LldSet::Egemaps, &indicatif::ProgressBar::hidden()).unwrap();
             assert_egemaps_agrees(&out, &path.with_extension("egemaps.csv"));
             checked += 1;
         }
@@ -122,7 +122,7 @@ fn agrees_with_opensmile_on_shared_sessions() {
             &fixtures.join(format!("sessions/{name}/audio.wav")),
             &out,
             LldSet::Compare,
-            false,
+            &indicatif::ProgressBar::hidden(),
         )
         .unwrap();
         assert_agrees(
@@ -133,7 +133,7 @@ fn agrees_with_opensmile_on_shared_sessions() {
             &fixtures.join(format!("sessions/{name}/audio.wav")),
             &out,
             LldSet::Egemaps,
-            false,
+            &indicatif::ProgressBar::hidden(),
         )
         .unwrap();
         assert_egemaps_agrees(
@@ -284,7 +284,7 @@ fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
         &demo_session().join("audio.wav"),
         &csv,
         LldSet::Compare,
-        false,
+        &indicatif::ProgressBar::hidden(),
     )
     .unwrap();
     let (_, rows) = read_csv(&csv);

@@ -19,7 +19,7 @@ fn options(dir: &std::path::Path, db: &std::path::Path, speed: Speed) -> ReplayO
         config: Config::default(),
         speed,
         replace: false,
-        progress: false,
+        progress: indicatif::ProgressBar::hidden(),
     }
 }
 

@@ -6,9 +6,12 @@
 //! [`AudioSource`] now; the live camera and microphone implement the same traits, so the
 //! runtime and stages never know which they have. Sources do no pacing: the runtime paces.
 //! Audio leaves a source mono at the configured rate (16 kHz by default), resampled with
-//! rubato when the input rate differs.
+//! rubato when the input rate differs. Session events (utterances, phases, stories,
+//! ratings) come from an [`events::EventSource`] the same way: a recorded file, or the
+//! live control socket.
 
 pub mod audio_file;
+pub mod events;
 pub mod resample;
 pub mod timeline;
 pub mod video_file;
@@ -79,6 +82,34 @@ pub trait VideoSource: Send {
     fn info(&self) -> &VideoInfo;
     /// The next frame, or `None` at the end of the stream.
     fn next_frame(&mut self) -> Result<Option<VideoFrame>, CaptureError>;
+}
+
+/// A video source whose first frame was read ahead (so an undecodable file fails before
+/// any thread starts) and is handed out first.
+pub struct ReadAhead {
+    first: Option<VideoFrame>,
+    inner: Box<dyn VideoSource>,
+}
+
+impl ReadAhead {
+    /// Reads the first frame of `inner` now.
+    pub fn new(mut inner: Box<dyn VideoSource>) -> Result<Self, CaptureError> {
+        let first = inner.next_frame()?;
+        Ok(Self { first, inner })
+    }
+}
+
+impl VideoSource for ReadAhead {
+    fn info(&self) -> &VideoInfo {
+        self.inner.info()
+    }
+
+    fn next_frame(&mut self) -> Result<Option<VideoFrame>, CaptureError> {
+        match self.first.take() {
+            Some(f) => Ok(Some(f)),
+            None => self.inner.next_frame(),
+        }
+    }
 }
 
 /// A source of stamped mono audio blocks: a recorded file now, a microphone later.

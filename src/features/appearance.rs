@@ -55,12 +55,14 @@ impl AppearanceEncoder {
         let session = onnx::open_session(&entry.name, &entry.path(dir), 1, onnxruntime_library)?;
         Ok(Self {
             name: entry.name.clone(),
-            spec: ModalitySpec {
-                name: "appearance",
-                columns: (0..entry.output_dim)
+            spec: ModalitySpec::new(
+                "appearance",
+                (0..entry.output_dim)
                     .map(|i| format!("appearance_{i}"))
                     .collect(),
-            },
+                entry.name.clone(),
+                1,
+            ),
             session,
             input: vec![0.0; 3 * (INPUT_SIZE * INPUT_SIZE) as usize],
             source: AppearanceInput::Frame,

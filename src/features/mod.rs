@@ -43,14 +43,32 @@ pub fn pearson(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
-/// A modality's name (as stored) and the names of its vector's columns.
+/// A modality's name (as stored), the names of its vector's columns, what produces it and
+/// the version of its column layout (bumped whenever a column's meaning changes).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModalitySpec {
     pub name: &'static str,
     pub columns: Vec<String>,
+    /// The stage, or the model id, that computes the vectors.
+    pub producer: String,
+    pub layout_version: u32,
 }
 
 impl ModalitySpec {
+    pub fn new(
+        name: &'static str,
+        columns: Vec<String>,
+        producer: impl Into<String>,
+        layout_version: u32,
+    ) -> Self {
+        Self {
+            name,
+            columns,
+            producer: producer.into(),
+            layout_version,
+        }
+    }
+
     pub fn dims(&self) -> usize {
         self.columns.len()
     }
@@ -95,6 +113,10 @@ pub trait AudioStage: Send {
     /// How rows that fall in one video frame become that frame's vector. A plain function
     /// (no stage state), so the aligner can pool on its own thread.
     fn pooling(&self) -> PoolFn;
+    /// A warning about the whole stream, for the log at its end (input it had to repair).
+    fn end_warning(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Pools the rows of one video frame into its vector; `None` when the modality is absent.

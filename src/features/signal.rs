@@ -24,6 +24,20 @@ pub const SILENCE_DBFS: f32 = -120.0;
 /// Audio row length.
 pub const ROW_MS: u32 = 10;
 
+/// Column positions of the `video_signal` vector (window quality reads them by these).
+pub mod video_columns {
+    pub const BRIGHTNESS: usize = 0;
+    pub const CONTRAST: usize = 1;
+    pub const SHARPNESS: usize = 2;
+}
+
+/// Column positions of the `audio_signal` vector.
+pub mod audio_columns {
+    pub const LEVEL_DBFS: usize = 0;
+    pub const CLIPPED_FRACTION: usize = 1;
+    pub const VOICE_ACTIVITY: usize = 2;
+}
+
 /// Per-frame brightness, contrast and sharpness.
 pub struct VideoSignalStage {
     spec: ModalitySpec,
@@ -42,10 +56,12 @@ pub struct VideoSignalTotals {
 impl VideoSignalStage {
     pub fn new() -> Self {
         Self {
-            spec: ModalitySpec {
-                name: "video_signal",
-                columns: vec!["brightness".into(), "contrast".into(), "sharpness".into()],
-            },
+            spec: ModalitySpec::new(
+                "video_signal",
+                vec!["brightness".into(), "contrast".into(), "sharpness".into()],
+                "signal::VideoSignalStage",
+                1,
+            ),
             totals: VideoSignalTotals::default(),
             luma: Vec::new(),
         }
@@ -161,14 +177,16 @@ pub struct AudioSignalTotals {
 impl AudioSignalStage {
     pub fn new(quality: &QualityConfig, rate_hz: u32) -> Self {
         Self {
-            spec: ModalitySpec {
-                name: "audio_signal",
-                columns: vec![
+            spec: ModalitySpec::new(
+                "audio_signal",
+                vec![
                     "level_dbfs".into(),
                     "clipped_fraction".into(),
                     "voice_activity".into(),
                 ],
-            },
+                "signal::AudioSignalStage",
+                1,
+            ),
             clipping_level: quality.clipping_level as f32,
             vad_floor_dbfs: quality.vad_floor_dbfs as f32,
             vad_margin_db: quality.vad_margin_db as f32,

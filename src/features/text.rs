@@ -12,6 +12,7 @@ use ort::value::Tensor;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use crate::models::manifest::ModelEntry;
+use crate::features::ModalitySpec;
 use crate::models::{onnx, ModelError};
 use crate::session::{Event, EventKind};
 use crate::Nanos;
@@ -83,6 +84,11 @@ impl SentenceEncoder {
 
     pub fn dim(&self) -> usize {
         self.dim
+    }
+
+    /// The model's name in the manifest.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// One L2-normalised embedding per text. Each text runs on its own: with int8 dynamic
@@ -177,45 +183,106 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 ///
 /// Contract: built once per session from the time-sorted `events.jsonl` utterances of one
 /// speaker (each embedded once); [`TextTrack::at`] is a pure lookup by frame time.
-pub struct TextTrack {
-    /// (start, end, embedding), sorted by start.
-    spans: Vec<(Nanos, Nanos, std::sync::Arc<Vec<f32>>)>,
-    horizon_ns: Nanos,
+/// The text stage: embeds the participant's utterances as their events arrive.
+pub struct TextStage {
+    encoder: SentenceEncoder,
+    speaker: String,
+    spec: ModalitySpec,
 }
 
-impl TextTrack {
-    /// Embeds every utterance of `speaker` in `events`.
-    pub fn build(
-        events: &[Event],
-        speaker: &str,
-        horizon_ns: Nanos,
-        encoder: &mut SentenceEncoder,
-    ) -> Result<Self, ModelError> {
-        let mut spans = Vec::new();
+/// An embedded utterance: `[start_ns, end_ns)` and its vector.
+pub type EmbeddedUtterance = (Nanos, Nanos, std::sync::Arc<Vec<f32>>);
+
+impl TextStage {
+    /// Embeds utterances of `speaker` (others are stored but carry no text vector).
+    pub fn new(encoder: SentenceEncoder, speaker: &str) -> Self {
+        let spec = ModalitySpec::new(
+            "text",
+            (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),
+            encoder.name().to_string(),
+            1,
+        );
+        Self {
+            encoder,
+            speaker: speaker.to_string(),
+            spec,
+        }
+    }
+
+    pub fn spec(&self) -> &ModalitySpec {
+        &self.spec
+    }
+
+    /// The embeddings of the speaker's utterances among `events`, in event order.
+    pub fn embed_utterances(&mut self, events: &[Event]) -> Result<Vec<EmbeddedUtterance>, ModelError> {
+        let mut out = Vec::new();
         for e in events {
             if let EventKind::Utterance {
-                speaker: s,
+                speaker,
                 start_ms,
                 end_ms,
                 text,
             } = &e.kind
             {
-                if s == speaker {
-                    let v = encoder
+                if *speaker == self.speaker {
+                    let v = self
+                        .encoder
                         .embed(&[text.as_str()])?
                         .into_iter()
                         .next()
                         .unwrap_or_default();
-                    spans.push((
-                        start_ms * 1_000_000,
-                        end_ms * 1_000_000,
+                    out.push((
+                        start_ms.saturating_mul(1_000_000),
+                        end_ms.saturating_mul(1_000_000),
                         std::sync::Arc::new(v),
                     ));
                 }
             }
         }
-        spans.sort_by_key(|s| s.0);
-        Ok(Self { spans, horizon_ns })
+        Ok(out)
+    }
+}
+
+pub struct TextTrack {
+    /// (start, end, embedding), sorted by start (equal starts in arrival order).
+    spans: Vec<(Nanos, Nanos, std::sync::Arc<Vec<f32>>)>,
+    horizon_ns: Nanos,
+    /// Every utterance event stamped at or before this time has been added.
+    known_until_ns: Option<Nanos>,
+    ended: bool,
+}
+
+impl TextTrack {
+    /// An empty track: nothing known yet. `horizon_ns`: how long an utterance's vector
+    /// stays after it ended.
+    pub fn new(horizon_ns: Nanos) -> Self {
+        Self {
+            spans: Vec::new(),
+            horizon_ns,
+            known_until_ns: None,
+            ended: false,
+        }
+    }
+
+    /// Adds an utterance spoken over `[start_ns, end_ns)`.
+    pub fn push(&mut self, start_ns: Nanos, end_ns: Nanos, v: std::sync::Arc<Vec<f32>>) {
+        let at = self.spans.partition_point(|s| s.0 <= start_ns);
+        self.spans.insert(at, (start_ns, end_ns, v));
+    }
+
+    /// Every utterance event stamped at or before `t_ns` has been added.
+    pub fn known_until(&mut self, t_ns: Nanos) {
+        self.known_until_ns = Some(self.known_until_ns.map_or(t_ns, |k| k.max(t_ns)));
+    }
+
+    /// No more utterances will come.
+    pub fn end(&mut self) {
+        self.ended = true;
+    }
+
+    /// Whether the track is complete up to `t_ns` (a lookup there cannot change later).
+    pub fn is_known_at(&self, t_ns: Nanos) -> bool {
+        self.ended || self.known_until_ns.is_some_and(|k| k >= t_ns)
     }
 
     /// Utterances in the track.
@@ -250,13 +317,11 @@ mod tests {
     use std::sync::Arc;
 
     fn track(spans: &[(u64, u64, f32)], horizon_ms: u64) -> TextTrack {
-        TextTrack {
-            spans: spans
-                .iter()
-                .map(|&(s, e, v)| (s * 1_000_000, e * 1_000_000, Arc::new(vec![v])))
-                .collect(),
-            horizon_ns: horizon_ms * 1_000_000,
+        let mut t = TextTrack::new(horizon_ms * 1_000_000);
+        for &(s, e, v) in spans {
+            t.push(s * 1_000_000, e * 1_000_000, Arc::new(vec![v]));
         }
+        t
     }
 
     #[test]

@@ -1,29 +1,33 @@
 //! The runtime: the only place with threads, channels, pacing and signals.
 //!
-//! Contract: [`replay::replay`] runs a recorded session through the same stages a live
-//! station runs, on named threads joined by bounded queues ([`queues`]):
-//!
-//! ```text
-//! video-capture -> video-features -+
-//!                                  +-> align-windows -> store-writer
-//! audio-capture -> audio-features -+
-//! ```
+//! Contract: [`pipeline::run`] is the one thread graph every run goes through, whatever
+//! its sources; [`stages::Stages`] sets up the stages and their modality layout; front
+//! ends open their sources and the session row around it: [`replay::replay`] for a
+//! recorded folder (a live front end will be the other). [`WriterThread`] runs the store
+//! writer actor on its own named thread. Queues are bounded with a written overflow policy
+//! ([`queues`]).
 //!
 //! Stop is a flag ([`stop_flag`]): sources stop reading, every queue drains, everything
 //! already computed is written and the session is closed as `incomplete`.
 
+pub mod pipeline;
 pub mod queues;
 pub mod replay;
+pub mod stages;
 
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::capture::CaptureError;
 use crate::config::ConfigError;
 use crate::exit::{Classify, ExitKind};
 use crate::features::StageError;
 use crate::session::SessionError;
-use crate::store::StoreError;
+use crate::store::writer::BatchLimits;
+use crate::store::{StoreError, StoreWriter};
 
 /// Errors of a run, each classified for the exit code.
 #[derive(Debug, thiserror::Error)]
@@ -41,16 +45,10 @@ pub enum RunError {
     #[error(transparent)]
     Model(#[from] crate::models::ModelError),
     #[error("runtime thread {thread} failed: {message}")]
-    Thread {
-        thread: &'static str,
-        message: String,
-    },
+    Thread { thread: String, message: String },
     /// The thread a queue feeds ended early; that thread's own error is the cause.
     #[error("runtime thread {thread} failed: {next} stopped")]
-    NextStopped {
-        thread: &'static str,
-        next: &'static str,
-    },
+    NextStopped { thread: String, next: String },
 }
 
 impl Classify for RunError {
@@ -77,4 +75,66 @@ pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
         signal_hook::flag::register(signal, stop.clone())?;
     }
     Ok(stop)
+}
+
+/// The store writer actor on its own thread (`store-writer`), with a handle to it.
+pub struct WriterThread {
+    writer: Option<StoreWriter>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WriterThread {
+    /// Connects to the store at `path` (already opened and migrated) and starts the actor.
+    pub fn spawn(path: &Path, config: &crate::config::StoreConfig) -> Result<Self, RunError> {
+        let limits = BatchLimits {
+            max_rows: config.batch_max_rows,
+            max_age: Duration::from_millis(config.batch_max_ms),
+        };
+        let (writer, actor) = StoreWriter::open(path, limits)?;
+        let thread = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || {
+                let _span = tracing::info_span!("thread", name = "store-writer").entered();
+                actor.run();
+            })
+            .map_err(|e| RunError::Thread {
+                thread: "store-writer".into(),
+                message: format!("cannot start: {e}"),
+            })?;
+        Ok(Self {
+            writer: Some(writer),
+            thread: Some(thread),
+        })
+    }
+
+    /// The handle (clone it for each thread that writes).
+    pub fn writer(&self) -> Result<&StoreWriter, StoreError> {
+        self.writer
+            .as_ref()
+            .ok_or_else(|| StoreError::WriterGone("already closed".into()))
+    }
+
+    /// Commits what is queued, then stops and joins the writer thread (every other
+    /// handle must be gone by then, as they are once the pipeline's threads have ended).
+    pub fn close(mut self) -> Result<(), RunError> {
+        let flushed = self.writer().and_then(StoreWriter::flush);
+        self.shutdown();
+        Ok(flushed?)
+    }
+
+    fn shutdown(&mut self) {
+        self.writer.take();
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the store writer thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        // Dropping the last handle ends the actor's loop after it has committed what it holds.
+        self.shutdown();
+    }
 }

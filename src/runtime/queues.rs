@@ -11,7 +11,7 @@
 //! Control (end of stream, stop) is never a queued item that could be evicted: a stream ends
 //! when its sender is dropped, and stop is a flag.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver, SendError, Sender, TrySendError};
@@ -30,6 +30,9 @@ pub struct PolicySender<T> {
     evict: Option<Receiver<T>>,
     consumer_gone: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
+    /// Most items seen queued right after a send (for the end-of-run summary).
+    max_depth: AtomicUsize,
+    capacity: usize,
 }
 
 /// The consuming end; dropping it tells the producer nobody is listening.
@@ -47,7 +50,8 @@ pub fn policy_queue<T>(
     capacity: usize,
     overflow: Overflow,
 ) -> (PolicySender<T>, PolicyReceiver<T>) {
-    let (tx, rx) = bounded(capacity.max(1));
+    let capacity = capacity.max(1);
+    let (tx, rx) = bounded(capacity);
     let consumer_gone = Arc::new(AtomicBool::new(false));
     let evict = (overflow == Overflow::DropOldest).then(|| rx.clone());
     (
@@ -56,6 +60,8 @@ pub fn policy_queue<T>(
             evict,
             consumer_gone: consumer_gone.clone(),
             dropped: Arc::new(AtomicU64::new(0)),
+            max_depth: AtomicUsize::new(0),
+            capacity,
         },
         PolicyReceiver { rx, consumer_gone },
     )
@@ -67,6 +73,12 @@ impl<T> PolicySender<T> {
         if self.consumer_gone.load(Ordering::Acquire) {
             return Err(Disconnected(item));
         }
+        let sent = self.send_by_policy(item);
+        self.max_depth.fetch_max(self.tx.len(), Ordering::Relaxed);
+        sent
+    }
+
+    fn send_by_policy(&self, item: T) -> Result<(), Disconnected<T>> {
         let Some(evict) = &self.evict else {
             return self.tx.send(item).map_err(|SendError(i)| Disconnected(i));
         };
@@ -91,6 +103,11 @@ impl<T> PolicySender<T> {
     /// Items evicted so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The most items seen waiting in the queue, and its capacity.
+    pub fn depth(&self) -> (usize, usize) {
+        (self.max_depth.load(Ordering::Relaxed), self.capacity)
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod rows;
 pub mod schema;
+pub mod sql;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -50,14 +51,20 @@ pub enum StoreError {
     NoSuchSession { id: String, path: PathBuf },
     #[error("the session store writer stopped: {0}")]
     WriterGone(String),
+    #[error("cannot encode {what} for the session database: {message}")]
+    Encode { what: &'static str, message: String },
+    #[error("{message}")]
+    Invalid { message: String },
+    #[error("an earlier write to the session database failed, nothing more is written: {reason}")]
+    Poisoned { reason: String },
 }
 
 impl Classify for StoreError {
     fn exit_kind(&self) -> ExitKind {
         match self {
-            StoreError::AlreadyStored { .. } | StoreError::NoSuchSession { .. } => {
-                ExitKind::BadInput
-            }
+            StoreError::AlreadyStored { .. }
+            | StoreError::NoSuchSession { .. }
+            | StoreError::Invalid { .. } => ExitKind::BadInput,
             _ => ExitKind::Runtime,
         }
     }
@@ -367,9 +374,32 @@ impl Store {
         &self.conn
     }
 
-    /// The connection for a command's own transaction (`stories import`), outside a run.
-    pub fn connection_mut(&mut self) -> &mut Connection {
-        &mut self.conn
+    /// Embeds are computed by the caller; this stores each story with its embedding under
+    /// `model` in one transaction.
+    pub fn import_stories(
+        &mut self,
+        stories: &[crate::stories::Story],
+        vectors: &[Vec<f32>],
+        model: &str,
+    ) -> Result<(), StoreError> {
+        sql::stories::upsert(&mut self.conn, stories, vectors, model)
+    }
+
+    /// Every story embedded with `model`: id, title, stored dims and embedding.
+    pub fn story_embeddings(
+        &self,
+        model: &str,
+    ) -> Result<Vec<(String, String, usize, Vec<f32>)>, StoreError> {
+        sql::stories::embeddings(&self.conn, model)
+    }
+
+    /// What story retrieval for session `id` needs; `None` when there is no such session.
+    pub fn retrieval_context(
+        &self,
+        id: &str,
+        speaker: &str,
+    ) -> Result<Option<sql::stories::RetrievalContext>, StoreError> {
+        sql::stories::retrieval_context(&self.conn, id, speaker)
     }
 }
 

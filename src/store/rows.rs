@@ -2,30 +2,43 @@
 //!
 //! Contract: vectors are stored as little-endian f32 blobs; presence masks as one byte
 //! (0 or 1) per frame of the window. [`WindowRow::from_window`] is the one place that turns
-//! an in-memory [`Window`] into its stored form (quality figures included), so replay and
-//! live runs store windows identically.
+//! an in-memory [`Window`] into its stored form (its quality figures come from
+//! [`crate::windows::quality`]), so replay and live runs store windows identically.
 
 use serde::Serialize;
 
-use crate::session::{Event, Phase, PhaseSpan};
-use crate::windows::{ModalityLayout, Stream, Window};
+use crate::session::Phase;
+use crate::windows::quality::QualitySources;
+use crate::windows::{ModalityLayout, Window, WindowQuality};
 use crate::Nanos;
 
-/// Everything written when a session starts.
+/// Where a session's media came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionSource {
+    Replay,
+    Live,
+}
+
+impl SessionSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionSource::Replay => "replay",
+            SessionSource::Live => "live",
+        }
+    }
+}
+
+/// Everything written when a session starts (its events follow as they arrive).
 #[derive(Debug, Clone)]
 pub struct SessionStart {
     pub id: String,
     pub station_id: String,
     pub participant_id: Option<String>,
-    /// `replay` or `live`.
-    pub source: &'static str,
+    pub source: SessionSource,
     pub source_path: Option<String>,
     pub format_version: Option<u32>,
     pub start_time: Option<String>,
     pub nominal_fps: f64,
-    pub events: Vec<Event>,
-    /// Phase spans; the last one's end is only known at the end of the session.
-    pub phases: Vec<PhaseSpan>,
     pub layout: ModalityLayout,
     /// Replace a complete session with the same id (otherwise that is an error).
     pub replace: bool,
@@ -69,14 +82,7 @@ pub struct WindowRow {
     pub start_ns: Nanos,
     pub end_ns: Nanos,
     pub phase: Option<Phase>,
-    /// Fraction of frames with a decoded video frame / with audio.
-    pub video_presence: f64,
-    pub audio_presence: f64,
-    pub brightness: Option<f64>,
-    pub sharpness: Option<f64>,
-    pub level_dbfs: Option<f64>,
-    pub voice_activity: Option<f64>,
-    pub clipped_fraction: Option<f64>,
+    pub quality: WindowQuality,
     pub modalities: Vec<WindowModalityRow>,
 }
 
@@ -91,60 +97,28 @@ pub struct WindowModalityRow {
 }
 
 impl WindowRow {
-    pub fn from_window(window: &Window, layout: &ModalityLayout, phase: Option<Phase>) -> Self {
-        let n = window.frames.len().max(1) as f64;
-        let stream_presence = |stream: Stream| {
-            let present = window
-                .frames
-                .iter()
-                .filter(|f| {
-                    layout
-                        .modalities
-                        .iter()
-                        .zip(&f.features)
-                        .any(|((s, _), v)| *s == stream && v.is_some())
-                })
-                .count();
-            present as f64 / n
-        };
-        let video_presence = window.frames.iter().filter(|f| f.decoded).count() as f64 / n;
+    pub fn from_window(window: &Window, layout: &ModalityLayout, sources: &QualitySources) -> Self {
         let modalities: Vec<WindowModalityRow> = layout
-            .modalities
             .iter()
-            .enumerate()
-            .map(|(m, (_, spec))| {
-                let presence: Vec<u8> = window.presence(m).into_iter().map(u8::from).collect();
+            .map(|(id, m)| {
+                let presence: Vec<u8> = window.presence(id).into_iter().map(u8::from).collect();
                 WindowModalityRow {
-                    name: spec.name,
+                    name: m.spec.name,
                     present_frames: presence.iter().map(|&p| u64::from(p)).sum(),
                     presence,
-                    mean: window.mean(m),
+                    mean: window.mean(id),
                 }
             })
             .collect();
-        let column = |modality: &str, column: &str| -> Option<f64> {
-            let m = layout.index_of(modality)?;
-            let c = layout.modalities[m]
-                .1
-                .columns
-                .iter()
-                .position(|x| x == column)?;
-            modalities[m].mean.as_ref().map(|v| f64::from(v[c]))
-        };
+        let means: Vec<Option<Vec<f32>>> = modalities.iter().map(|m| m.mean.clone()).collect();
         WindowRow {
             index: window.index,
             start_frame: window.start_frame,
             end_frame: window.end_frame,
             start_ns: window.start_ns,
             end_ns: window.end_ns,
-            phase,
-            video_presence,
-            audio_presence: stream_presence(Stream::Audio),
-            brightness: column("video_signal", "brightness"),
-            sharpness: column("video_signal", "sharpness"),
-            level_dbfs: column("audio_signal", "level_dbfs"),
-            voice_activity: column("audio_signal", "voice_activity"),
-            clipped_fraction: column("audio_signal", "clipped_fraction"),
+            phase: window.phase,
+            quality: WindowQuality::of(window, sources, &means),
             modalities,
         }
     }
@@ -166,7 +140,7 @@ pub fn blob_to_vec(b: &[u8]) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::features::ModalitySpec;
-    use crate::windows::FrameRecord;
+    use crate::windows::{FrameRecord, Stream};
     use std::sync::Arc;
 
     #[test]
@@ -177,28 +151,33 @@ mod tests {
 
     #[test]
     fn window_row_has_presence_and_quality() {
-        let layout = ModalityLayout {
-            modalities: vec![
-                (
-                    Stream::Video,
-                    ModalitySpec {
-                        name: "video_signal",
-                        columns: vec!["brightness".into(), "contrast".into(), "sharpness".into()],
-                    },
+        let mut layout = ModalityLayout::new();
+        layout
+            .add(
+                Stream::Video,
+                ModalitySpec::new(
+                    "video_signal",
+                    vec!["brightness".into(), "contrast".into(), "sharpness".into()],
+                    "test",
+                    1,
                 ),
-                (
-                    Stream::Audio,
-                    ModalitySpec {
-                        name: "audio_signal",
-                        columns: vec![
-                            "level_dbfs".into(),
-                            "clipped_fraction".into(),
-                            "voice_activity".into(),
-                        ],
-                    },
+            )
+            .unwrap();
+        layout
+            .add(
+                Stream::Audio,
+                ModalitySpec::new(
+                    "audio_signal",
+                    vec![
+                        "level_dbfs".into(),
+                        "clipped_fraction".into(),
+                        "voice_activity".into(),
+                    ],
+                    "test",
+                    1,
                 ),
-            ],
-        };
+            )
+            .unwrap();
         let frames: Vec<Arc<FrameRecord>> = (0..4)
             .map(|i| {
                 Arc::new(FrameRecord {
@@ -218,14 +197,16 @@ mod tests {
             end_frame: 4,
             start_ns: 0,
             end_ns: 40,
+            phase: Some(Phase::WarmUp),
             frames,
         };
-        let row = WindowRow::from_window(&window, &layout, Some(Phase::WarmUp));
-        assert_eq!(row.video_presence, 0.75);
-        assert_eq!(row.audio_presence, 0.5);
-        assert_eq!(row.brightness, Some(0.5));
-        assert_eq!(row.sharpness, Some(10.0));
-        assert_eq!(row.voice_activity, Some(1.0));
+        let row = WindowRow::from_window(&window, &layout, &QualitySources::new(&layout));
+        assert_eq!(row.quality.video_presence, 0.75);
+        assert_eq!(row.quality.audio_presence, 0.5);
+        assert_eq!(row.quality.brightness, Some(0.5));
+        assert_eq!(row.quality.sharpness, Some(10.0));
+        assert_eq!(row.quality.voice_activity, Some(1.0));
+        assert_eq!(row.phase, Some(Phase::WarmUp));
         assert_eq!(row.modalities[0].presence, vec![1, 1, 1, 0]);
         assert_eq!(row.modalities[1].present_frames, 2);
     }

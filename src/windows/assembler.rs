@@ -60,6 +60,7 @@ impl WindowAssembler {
             end_frame: end,
             start_ns: first.t_ns,
             end_ns: last.t_ns + self.period_ns.round() as u64,
+            phase: None,
             frames,
         };
         self.next_window += 1;
@@ -121,14 +122,21 @@ mod tests {
 
     #[test]
     fn presence_and_mean_skip_absent_frames() {
+        let mut layout = crate::windows::ModalityLayout::new();
+        let m = layout
+            .add(
+                crate::windows::Stream::Video,
+                crate::features::ModalitySpec::new("x", vec!["x".into()], "test", 1),
+            )
+            .unwrap();
         let mut asm = WindowAssembler::new(4, 4, 1.0);
         let mut out = None;
         for i in 0..4 {
             out = asm.push(record(i, i != 1));
         }
         let w = out.unwrap();
-        assert_eq!(w.presence(0), vec![true, false, true, true]);
-        assert_eq!(w.mean(0), Some(vec![(0.0 + 2.0 + 3.0) / 3.0]));
+        assert_eq!(w.presence(m), vec![true, false, true, true]);
+        assert_eq!(w.mean(m), Some(vec![(0.0 + 2.0 + 3.0) / 3.0]));
     }
 
     #[test]

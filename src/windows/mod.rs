@@ -1,67 +1,37 @@
 //! From per-frame outputs to sliding windows.
 //!
 //! Contract:
+//! - [`layout::ModalityLayout`] fixes at set-up which modalities a run carries; every
+//!   [`FrameRecord`] holds one entry per modality, found by [`ModalityId`].
 //! - [`align::FrameAligner`] joins the video stages' output for each frame slot with the
 //!   audio rows whose time falls in that slot's interval `[t_slot, t_slot + period)`, pooled
-//!   by each audio stage, giving one [`FrameRecord`] per slot with every modality present or
-//!   absent. A slot is released once every audio stage has produced a row at or after the
-//!   slot's end, or audio has ended.
+//!   by each audio stage, and with the text vector at the slot's start, giving one
+//!   [`FrameRecord`] per slot with every modality present or absent. A slot is released once
+//!   every audio stage has produced a row at or after the slot's end (or audio has ended)
+//!   and the session events are known up to the slot's start (or have ended).
 //! - [`assembler::WindowAssembler`] cuts the stream of frame records into windows of
 //!   `length` frames starting every `hop` frames. Window `i` covers frames
-//!   `[i * hop, i * hop + length)`; a trailing partial window is not emitted.
+//!   `[i * hop, i * hop + length)`; a trailing partial window is not emitted. Its phase is
+//!   decided by whoever emits it (the phase in force at its midpoint, from the phase events
+//!   known then).
+//! - [`quality::WindowQuality`] is the one computation of a window's quality figures.
 //!
-//! Both are plain structs with no clock and no threads; the runtime drives them.
+//! All are plain structs with no clock and no threads; the runtime drives them.
 
 pub mod align;
 pub mod assembler;
+pub mod layout;
+pub mod quality;
 
 use std::sync::Arc;
 
-use crate::features::ModalitySpec;
+use crate::session::Phase;
 use crate::Nanos;
 
 pub use align::{FrameAligner, VideoSlot};
 pub use assembler::WindowAssembler;
-
-/// Where a modality comes from: computed per video frame slot (video, and text, which
-/// follows the utterance events at the slot's time), or pooled from the audio stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    Video,
-    Text,
-    Audio,
-}
-
-impl Stream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stream::Video => "video",
-            Stream::Text => "text",
-            Stream::Audio => "audio",
-        }
-    }
-}
-
-/// The modalities of a pipeline, in the order of [`FrameRecord::features`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModalityLayout {
-    pub modalities: Vec<(Stream, ModalitySpec)>,
-}
-
-impl ModalityLayout {
-    /// Index of the modality called `name`.
-    pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.modalities.iter().position(|(_, m)| m.name == name)
-    }
-
-    pub fn len(&self) -> usize {
-        self.modalities.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.modalities.is_empty()
-    }
-}
+pub use layout::{Modality, ModalityId, ModalityLayout, Stream};
+pub use quality::WindowQuality;
 
 /// Everything known about one frame slot.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +46,13 @@ pub struct FrameRecord {
     pub features: Vec<Option<Vec<f32>>>,
 }
 
+impl FrameRecord {
+    /// Modality `m` on this frame, when present.
+    pub fn get(&self, m: ModalityId) -> Option<&[f32]> {
+        self.features.get(m.index())?.as_deref()
+    }
+}
+
 /// A window of consecutive frame records.
 #[derive(Debug, Clone)]
 pub struct Window {
@@ -86,27 +63,22 @@ pub struct Window {
     pub start_ns: Nanos,
     /// End of the last frame's interval.
     pub end_ns: Nanos,
+    /// The phase in force at the window's midpoint, decided when it was emitted.
+    pub phase: Option<Phase>,
     pub frames: Vec<Arc<FrameRecord>>,
 }
 
 impl Window {
     /// Per-frame presence of modality `m`.
-    pub fn presence(&self, m: usize) -> Vec<bool> {
-        self.frames
-            .iter()
-            .map(|f| f.features.get(m).is_some_and(Option::is_some))
-            .collect()
+    pub fn presence(&self, m: ModalityId) -> Vec<bool> {
+        self.frames.iter().map(|f| f.get(m).is_some()).collect()
     }
 
     /// Column-wise mean of modality `m` over the frames where it is present.
-    pub fn mean(&self, m: usize) -> Option<Vec<f32>> {
+    pub fn mean(&self, m: ModalityId) -> Option<Vec<f32>> {
         let mut sum: Option<Vec<f64>> = None;
         let mut n = 0usize;
-        for v in self
-            .frames
-            .iter()
-            .filter_map(|f| f.features.get(m)?.as_ref())
-        {
+        for v in self.frames.iter().filter_map(|f| f.get(m)) {
             let s = sum.get_or_insert_with(|| vec![0.0; v.len()]);
             for (a, b) in s.iter_mut().zip(v) {
                 *a += f64::from(*b);

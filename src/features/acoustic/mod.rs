@@ -27,7 +27,6 @@
 //! those take their unvoiced values (F0 0, jitter 0, shimmer 0, log HNR -100).
 
 pub mod egemaps;
-pub mod extract;
 pub mod jitter;
 pub mod pitch;
 pub mod spectral;
@@ -241,10 +240,12 @@ impl LldExtractor {
         Self {
             set,
             egemaps,
-            spec: ModalitySpec {
-                name: set.modality(),
-                columns: set.columns(),
-            },
+            spec: ModalitySpec::new(
+                set.modality(),
+                set.columns(),
+                format!("acoustic::LldExtractor {}", set.modality()),
+                1,
+            ),
             rate: sample_rate_hz,
             hop: (0.010 * sr).round() as usize,
             len20,
@@ -590,6 +591,15 @@ impl AudioStage for LldExtractor {
 
     fn finish(&mut self) -> Result<Vec<AudioRow>, StageError> {
         Ok(self.finish_rows())
+    }
+
+    fn end_warning(&self) -> Option<String> {
+        (self.sanitised_samples() > 0).then(|| {
+            format!(
+                "{} non-finite audio samples were replaced by 0 for the acoustic features",
+                self.sanitised_samples()
+            )
+        })
     }
 
     fn pooling(&self) -> PoolFn {

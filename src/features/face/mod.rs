@@ -16,11 +16,9 @@
 pub mod au;
 pub mod canonical;
 pub mod crop;
-pub mod extract;
 pub mod landmarks;
 pub mod models;
 pub mod openface;
-pub mod overlay;
 pub mod pose;
 
 use std::path::Path;
@@ -588,10 +586,7 @@ impl FaceStage {
     pub fn new(analyzer: FaceAnalyzer) -> Self {
         Self {
             analyzer,
-            spec: ModalitySpec {
-                name: "face",
-                columns: face_columns(),
-            },
+            spec: ModalitySpec::new("face", face_columns(), "face::FaceStage", 1),
         }
     }
 }

@@ -19,10 +19,10 @@ use opencv::imgproc;
 use opencv::prelude::*;
 use opencv::videoio::{self, VideoWriter};
 
-use super::au::AU_R;
-use super::crop::mat_of;
-use super::pose::Intrinsics;
-use super::FaceObservation;
+use crate::features::face::au::AU_R;
+use crate::features::face::crop::mat_of;
+use crate::features::face::pose::Intrinsics;
+use crate::features::face::FaceObservation;
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{BgrImage, VideoSource};
 

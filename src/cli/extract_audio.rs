@@ -10,9 +10,9 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 
-use super::{LldExtractor, LldSet};
+use crate::features::acoustic::{LldExtractor, LldSet};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::{AudioSource, CaptureError};
 use crate::exit::{Classify, ExitKind};
@@ -54,7 +54,7 @@ pub fn extract_audio_csv(
     input: &Path,
     output: &Path,
     set: LldSet,
-    progress: bool,
+    progress: &ProgressBar,
 ) -> Result<ExtractSummary, ExtractError> {
     let rate = hound::WavReader::open(input)
         .map(|r| r.spec().sample_rate)
@@ -80,18 +80,10 @@ pub fn extract_audio_csv(
             header.push_str(&name);
         }
         writeln!(w, "{header}").map_err(write_err)?;
-        let bar = if progress {
-            let bar =
-                ProgressBar::with_draw_target(info.expected_samples, ProgressDrawTarget::stderr());
-            if let Ok(style) =
-                ProgressStyle::with_template("{spinner} extract [{bar:40}] {percent}%  eta {eta}")
-            {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar
-        } else {
-            ProgressBar::hidden()
-        };
+        let bar = progress;
+        if let Some(n) = info.expected_samples {
+            bar.set_length(n);
+        }
         let mut rows = 0u64;
         let mut write_rows = |out: Vec<AudioRow>, w: &mut BufWriter<std::fs::File>| {
             for r in out {

@@ -3,21 +3,21 @@
 //! Contract: frames are read in order with the replay's video source and tracked as in
 //! replay; one row per decoded frame (`frame` 1-based). The CSV is written beside the
 //! target and renamed into place at the end, so a failure never leaves a partial file
-//! under the requested name; so is the optional tracked video ([`super::overlay`]).
+//! under the requested name; so is the optional tracked video ([`super::tracked_video`]).
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 
-use super::overlay::TrackedVideo;
-use super::pose::{Intrinsics, IntrinsicsArgs};
-use super::{openface, FaceAnalyzer, Mode};
+use super::tracked_video::TrackedVideo;
+use crate::features::face::pose::{Intrinsics, IntrinsicsArgs};
+use crate::features::face::{openface, FaceAnalyzer, Mode};
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{CaptureError, VideoSource};
 use crate::exit::{Classify, ExitKind};
-use crate::models::manifest::Manifest;
+use super::ModelFiles;
 use crate::models::ModelError;
 
 #[derive(Debug, thiserror::Error)]
@@ -58,24 +58,22 @@ pub struct FaceExtractSummary {
 }
 
 /// How to run an extraction.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FaceExtractOptions<'a> {
-    pub onnxruntime_library: Option<&'a Path>,
     pub intrinsics: IntrinsicsArgs,
     /// Also write every frame with the tracking drawn over it (Motion-JPEG AVI).
     pub tracked: Option<&'a Path>,
-    /// Show a progress bar on stderr.
-    pub progress: bool,
+    /// Advanced by one per frame; its length is set to the video's declared frames.
+    pub progress: &'a ProgressBar,
 }
 
 pub fn extract_face_csv(
     input: &Path,
     output: &Path,
-    models_dir: &Path,
+    models: &ModelFiles,
     options: &FaceExtractOptions,
 ) -> Result<FaceExtractSummary, FaceExtractError> {
     let FaceExtractOptions {
-        onnxruntime_library,
         intrinsics,
         tracked,
         progress,
@@ -83,11 +81,10 @@ pub fn extract_face_csv(
     let mut source = FileVideoSource::open(input)?;
     let info = source.info().clone();
     let k = intrinsics.resolve(info.width, info.height);
-    let manifest = Manifest::load(models_dir)?;
     let mut analyzer = FaceAnalyzer::open(
-        models_dir,
-        &manifest,
-        onnxruntime_library,
+        models.dir(),
+        &models.manifest,
+        models.onnxruntime_library(),
         IntrinsicsArgs::from(k),
         Mode::Video,
     )?;
@@ -107,17 +104,10 @@ pub fn extract_face_csv(
         .map_err(video_err)?;
     let file = std::fs::File::create(&partial).map_err(write_err)?;
     let mut w = BufWriter::new(file);
-    let bar = if progress {
-        let bar = ProgressBar::with_draw_target(info.declared_frames, ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} face [{bar:40}] {pos}/{len} frames  {per_sec}  eta {eta}",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress;
+    if let Some(n) = info.declared_frames {
+        bar.set_length(n);
+    }
     let mut summary = FaceExtractSummary {
         rows: 0,
         frames_with_face: 0,

@@ -1,0 +1,294 @@
+//! One function per command: the work and its printed output. Arguments arrive parsed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::extract_audio::extract_audio_csv;
+use super::extract_face::{extract_face_csv, FaceExtractOptions};
+use super::{
+    db_path, fail, open_existing_store, print_json, progress_bar, Failure, ModelFiles,
+};
+use crate::clock::{MonotonicClock, Speed};
+use crate::config::Config;
+use crate::doctor;
+use crate::exit::ExitKind;
+use crate::features::acoustic::LldSet;
+use crate::features::face::pose::IntrinsicsArgs;
+use crate::models::verify::verify_all;
+use crate::report;
+use crate::runtime::replay::{replay as run_replay, ReplayOptions};
+use crate::runtime::stop_flag;
+use crate::store::Store;
+use crate::stories::{self, read_bank, session_context, Hit, StoryIndex};
+
+fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
+    Config::load_or_default(path).map_err(fail)
+}
+
+fn exit_code(kind: ExitKind) -> ExitCode {
+    ExitCode::from(kind.code() as u8)
+}
+
+/// `empathic replay`.
+pub fn replay(
+    session_dir: PathBuf,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    speed: Speed,
+    replace: bool,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let stop = stop_flag().map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let progress = progress_bar("frames");
+    let opts = ReplayOptions {
+        session_dir,
+        db_path: db_path(db, &config),
+        config,
+        speed,
+        replace,
+        progress: progress.clone(),
+    };
+    let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);
+    progress.finish_and_clear();
+    let summary = result.map_err(fail)?;
+    if json {
+        print_json(&summary)?;
+    } else {
+        print!("{}", summary.render());
+    }
+    // A replay stopped by a signal did not finish: say so in the exit code.
+    Ok(if summary.status == "complete" {
+        ExitCode::SUCCESS
+    } else {
+        exit_code(ExitKind::Runtime)
+    })
+}
+
+/// `empathic sessions list`.
+pub fn sessions_list(
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    let sessions = store.list_sessions().map_err(fail)?;
+    if json {
+        print_json(&sessions)?;
+    } else {
+        print!("{}", report::render_session_list(&sessions));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic sessions show ID`.
+pub fn sessions_show(
+    id: &str,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    let detail = store.session_detail(id).map_err(fail)?;
+    if json {
+        print_json(&detail)?;
+    } else {
+        print!("{}", report::render_session_detail(&detail));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic extract audio`.
+pub fn extract_audio(input: &Path, out: &Path, set: LldSet) -> Result<ExitCode, Failure> {
+    let progress = progress_bar("samples");
+    let result = extract_audio_csv(input, out, set, &progress);
+    progress.finish_and_clear();
+    let summary = result.map_err(fail)?;
+    eprintln!(
+        "wrote {} rows of {} {} LLDs ({:.2} s at {} Hz, {} channel(s)) to {}",
+        summary.rows,
+        set.dims(),
+        match set {
+            LldSet::Compare => "ComParE-2016",
+            LldSet::Egemaps => "eGeMAPSv02",
+        },
+        summary.duration_secs,
+        summary.sample_rate_hz,
+        summary.input_channels,
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic extract face`.
+pub fn extract_face(
+    input: &Path,
+    out: &Path,
+    tracked: Option<&Path>,
+    intrinsics: IntrinsicsArgs,
+    config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let models = ModelFiles::open(&config)?;
+    let progress = progress_bar("frames");
+    let result = extract_face_csv(
+        input,
+        out,
+        &models,
+        &FaceExtractOptions {
+            intrinsics,
+            tracked,
+            progress: &progress,
+        },
+    );
+    progress.finish_and_clear();
+    let summary = result.map_err(fail)?;
+    eprintln!(
+        "wrote {} rows of the 714 OpenFace columns to {}: face on {} frames ({:.1} %), at most {} face(s) seen, fx {:.1} fy {:.1} cx {:.1} cy {:.1}, {:.0} frames/s",
+        summary.rows,
+        out.display(),
+        summary.frames_with_face,
+        100.0 * summary.frames_with_face as f64 / summary.rows.max(1) as f64,
+        summary.max_faces_seen,
+        summary.intrinsics.fx,
+        summary.intrinsics.fy,
+        summary.intrinsics.cx,
+        summary.intrinsics.cy,
+        summary.frames_per_second
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic embed TEXT`: the sentence embedding as a JSON array.
+pub fn embed(text: &str, model: Option<String>, config: Option<&Path>) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let name = model.unwrap_or_else(|| config.models.sentence_encoder.clone());
+    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&name)?;
+    let v = encoder.embed(&[text]).map_err(fail)?;
+    print_json(&v.first())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic stories import FILE`.
+pub fn stories_import(
+    file: &Path,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let bank = read_bank(file).map_err(fail)?;
+    let model = config.models.sentence_encoder.clone();
+    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
+    let mut store = Store::open(&db_path(db, &config)).map_err(fail)?;
+    let progress = progress_bar("stories");
+    progress.set_length(bank.len() as u64);
+    let result = stories::import(&mut store, &bank, &model, &mut encoder, &|| progress.inc(1));
+    progress.finish_and_clear();
+    let n = result.map_err(fail)?;
+    println!(
+        "imported {n} stories from {} (embedded with {model}) into {}",
+        file.display(),
+        store.path().display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_hits(hits: &[Hit], json: bool) -> Result<(), Failure> {
+    if json {
+        return print_json(&hits);
+    }
+    for (i, h) in hits.iter().enumerate() {
+        println!("{}. {:.4}  {}  {}", i + 1, h.score, h.id, h.title);
+    }
+    Ok(())
+}
+
+/// `empathic stories search TEXT`.
+pub fn stories_search(
+    text: &str,
+    k: usize,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let model = config.models.sentence_encoder.clone();
+    let store = open_existing_store(&db_path(db, &config))?;
+    let index = StoryIndex::load(&store, &model).map_err(fail)?;
+    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
+    let query = encoder.embed(&[text]).map_err(fail)?.remove(0);
+    print_hits(&index.top_k(&query, k, &[]), json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic stories retrieve SESSION_ID`.
+pub fn stories_retrieve(
+    session_id: &str,
+    k: usize,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let model = config.models.sentence_encoder.clone();
+    let store = open_existing_store(&db_path(db, &config))?;
+    let (shared, seen) =
+        session_context(&store, session_id, &config.text.speaker).map_err(fail)?;
+    let index = StoryIndex::load(&store, &model).map_err(fail)?;
+    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
+    let query = encoder.embed(&[shared.as_str()]).map_err(fail)?.remove(0);
+    if !json && !seen.is_empty() {
+        println!(
+            "leaving out {} stories seen in earlier sessions",
+            seen.len()
+        );
+    }
+    print_hits(&index.top_k(&query, k, &seen), json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic models verify`.
+pub fn models_verify(config: Option<&Path>) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let reports = verify_all(
+        &config.models.dir,
+        config.models.onnxruntime_library.as_deref(),
+    )
+    .map_err(fail)?;
+    let mut failed = 0;
+    for r in &reports {
+        match &r.result {
+            Ok(detail) => println!("ok      {:<24} {detail}", r.name),
+            Err(e) => {
+                failed += 1;
+                println!("FAILED  {:<24} {e}", r.name);
+            }
+        }
+    }
+    println!("{} models, {failed} failed", reports.len());
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        exit_code(ExitKind::BadInput)
+    })
+}
+
+/// `empathic doctor`.
+pub fn doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<ExitCode, Failure> {
+    let checks = doctor::run_checks(config, db);
+    let (text, ready) = doctor::render(&checks, live);
+    print!("{text}");
+    Ok(if ready {
+        ExitCode::SUCCESS
+    } else {
+        exit_code(ExitKind::Runtime)
+    })
+}

@@ -1,0 +1,103 @@
+//! The bodies of the `empathic` commands: everything a command does between parsing its
+//! arguments (in `main.rs`) and its exit code.
+//!
+//! Contract: each function here takes plain arguments, does its work through the library
+//! (the stages, the runtime, the store) and prints its result to stdout (summaries) or
+//! stderr (progress, notes). Errors come back as a [`Failure`]: the exit kind (see
+//! [`crate::exit`]) and a message naming what and where. This is the only place besides
+//! the tests that draws a progress bar ([`progress_bar`]) or turns a config into an opened
+//! model manifest ([`ModelFiles`]); the files written by `extract` live here too, so that
+//! `features/` stays free of output files.
+
+pub mod extract_audio;
+pub mod extract_face;
+pub mod tracked_video;
+
+mod commands;
+
+pub use commands::*;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::Config;
+use crate::exit::{Classify, ExitKind};
+use crate::features::text::SentenceEncoder;
+use crate::models::manifest::Manifest;
+use crate::store::Store;
+
+/// A command that did not succeed: how to exit and what to say.
+pub type Failure = (ExitKind, String);
+
+/// Turns any classified error into a [`Failure`].
+pub fn fail<E: Classify + std::fmt::Display>(e: E) -> Failure {
+    (e.exit_kind(), e.to_string())
+}
+
+/// A progress bar on stderr when it is a terminal (a person is watching), else hidden, so a
+/// systemd journal or a CI log never fills with redraws. `unit` names what is counted.
+pub fn progress_bar(unit: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    let template =
+        format!("{{spinner}} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit} ({{eta}})");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// The session database a command uses: `--db`, else `store.db_path` from the config.
+pub fn db_path(db: Option<PathBuf>, config: &Config) -> PathBuf {
+    db.unwrap_or_else(|| config.store.db_path.clone())
+}
+
+/// Opens a database that must already exist (reading commands never create one).
+pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
+    if !path.exists() {
+        return Err((
+            ExitKind::BadInput,
+            format!("no session database at {}", path.display()),
+        ));
+    }
+    Store::open(path).map_err(fail)
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| (ExitKind::Runtime, format!("cannot encode JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+/// The model folder of a config with its manifest read: the one way commands reach models.
+pub struct ModelFiles<'a> {
+    pub config: &'a Config,
+    pub manifest: Manifest,
+}
+
+impl<'a> ModelFiles<'a> {
+    pub fn open(config: &'a Config) -> Result<Self, Failure> {
+        let manifest = Manifest::load(&config.models.dir).map_err(fail)?;
+        Ok(ModelFiles { config, manifest })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.config.models.dir
+    }
+
+    pub fn onnxruntime_library(&self) -> Option<&Path> {
+        self.config.models.onnxruntime_library.as_deref()
+    }
+
+    /// The sentence encoder `name` of the manifest.
+    pub fn sentence_encoder(&self, name: &str) -> Result<SentenceEncoder, Failure> {
+        let entry = self.manifest.get(name, self.dir()).map_err(fail)?;
+        SentenceEncoder::open(self.dir(), entry, self.onnxruntime_library()).map_err(fail)
+    }
+}

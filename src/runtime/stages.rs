@@ -1,0 +1,127 @@
+//! Set-up of a run's stages and the modality layout they make.
+//!
+//! Contract: [`Stages::load`] opens every model the config asks for (a missing or broken
+//! model fails here, naming the file), builds the stages, and fixes the
+//! [`ModalityLayout`]: each stage's modality is added once, here, in this order. Adding a
+//! modality is one `add` here plus its stage; every later part finds it by name or id.
+
+use crate::config::Config;
+use crate::features::acoustic::LldExtractor;
+use crate::features::appearance::AppearanceEncoder;
+use crate::features::face::pose::IntrinsicsArgs;
+use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
+use crate::features::signal::{AudioSignalStage, VideoSignalStage};
+use crate::features::text::{SentenceEncoder, TextStage};
+use crate::features::{AudioStage, FrameStage};
+use crate::models::manifest::Manifest;
+use crate::session::CameraIntrinsics;
+use crate::windows::{ModalityId, ModalityLayout, Stream};
+
+use super::RunError;
+
+/// A frame stage with its modality.
+pub struct FrameStageSlot {
+    pub modality: ModalityId,
+    pub stage: Box<dyn FrameStage>,
+}
+
+/// An audio stage with its modality.
+pub struct AudioStageSlot {
+    pub modality: ModalityId,
+    pub stage: Box<dyn AudioStage>,
+}
+
+/// The stages of one run and the modality layout they make.
+pub struct Stages {
+    /// Video frame stages in pipeline order (each on its own thread after the first).
+    /// The first is the signal stage, run with the slot grid.
+    pub video_signal: (ModalityId, VideoSignalStage),
+    pub frame_stages: Vec<FrameStageSlot>,
+    pub text: (ModalityId, TextStage),
+    pub audio_signal: (ModalityId, AudioSignalStage),
+    pub audio_stages: Vec<AudioStageSlot>,
+    pub layout: ModalityLayout,
+    pub period_ns: f64,
+}
+
+fn add(layout: &mut ModalityLayout, stream: Stream, spec: &crate::features::ModalitySpec) -> Result<ModalityId, RunError> {
+    layout.add(stream, spec.clone()).map_err(|e| RunError::Thread {
+        thread: "set-up".into(),
+        message: e.to_string(),
+    })
+}
+
+impl Stages {
+    /// Sets up the stages for a session at `nominal_fps`; `camera` is the session's own
+    /// calibration, which wins over the station's config.
+    pub fn load(
+        config: &Config,
+        nominal_fps: f64,
+        camera: Option<CameraIntrinsics>,
+    ) -> Result<Self, RunError> {
+        let models = &config.models;
+        let manifest = Manifest::load(&models.dir)?;
+        let entry = manifest.get(&models.sentence_encoder, &models.dir)?;
+        let encoder =
+            SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?;
+        let mut frame_stages: Vec<Box<dyn FrameStage>> = Vec::new();
+        if config.face.enabled {
+            let intrinsics = match camera {
+                Some(k) => IntrinsicsArgs::from(k),
+                None => IntrinsicsArgs {
+                    fx: config.face.fx,
+                    fy: config.face.fy,
+                    cx: config.face.cx,
+                    cy: config.face.cy,
+                },
+            };
+            let analyzer = FaceAnalyzer::open(
+                &models.dir,
+                &manifest,
+                models.onnxruntime_library.as_deref(),
+                intrinsics,
+                Mode::Video,
+            )?;
+            frame_stages.push(Box::new(FaceStage::new(analyzer)));
+        }
+        if !models.appearance_encoder.is_empty() {
+            let entry = manifest.get(&models.appearance_encoder, &models.dir)?;
+            frame_stages.push(Box::new(
+                AppearanceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?
+                    .with_input(models.appearance_input),
+            ));
+        }
+        let video_signal = VideoSignalStage::new();
+        let text = TextStage::new(encoder, &config.text.speaker);
+        let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
+        let audio_stages: Vec<Box<dyn AudioStage>> = vec![Box::new(LldExtractor::new(
+            config.audio.lld_set,
+            config.audio.sample_rate_hz,
+        ))];
+
+        // The layout: one entry per modality, in the order frame records carry them.
+        let mut layout = ModalityLayout::new();
+        let video_signal_id = add(&mut layout, Stream::Video, video_signal.spec())?;
+        let mut frame_slots = Vec::new();
+        for stage in frame_stages {
+            let modality = add(&mut layout, Stream::Video, stage.spec())?;
+            frame_slots.push(FrameStageSlot { modality, stage });
+        }
+        let text_id = add(&mut layout, Stream::Text, text.spec())?;
+        let audio_signal_id = add(&mut layout, Stream::Audio, audio_signal.spec())?;
+        let mut audio_slots = Vec::new();
+        for stage in audio_stages {
+            let modality = add(&mut layout, Stream::Audio, stage.spec())?;
+            audio_slots.push(AudioStageSlot { modality, stage });
+        }
+        Ok(Self {
+            video_signal: (video_signal_id, video_signal),
+            frame_stages: frame_slots,
+            text: (text_id, text),
+            audio_signal: (audio_signal_id, audio_signal),
+            audio_stages: audio_slots,
+            layout,
+            period_ns: 1e9 / nominal_fps,
+        })
+    }
+}

@@ -1,0 +1,316 @@
+//! The session row (start, end, failure) and the session's events as they arrive.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::{ctx, NOW};
+use crate::session::{Event, EventKind};
+use crate::store::rows::{SessionEnd, SessionSource, SessionStart};
+use crate::store::{Owner, StoreError};
+
+/// The stored status of session `id`, if it exists.
+pub fn status(tx: &Transaction<'_>, id: &str) -> Result<Option<String>, StoreError> {
+    tx.query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map_err(ctx("looking up the session"))
+}
+
+fn record_station(tx: &Transaction<'_>, station_id: &str) -> Result<(), StoreError> {
+    tx.execute(
+        &format!("INSERT OR IGNORE INTO stations (id, first_seen_at) VALUES (?1, {NOW})"),
+        [station_id],
+    )
+    .map_err(ctx("recording the station"))?;
+    Ok(())
+}
+
+/// Removes session `id` and everything it holds (its survey responses too).
+pub fn delete(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    tx.execute("DELETE FROM survey_responses WHERE session_id = ?1", [id])
+        .map_err(ctx("removing the earlier run's surveys"))?;
+    tx.execute("DELETE FROM sessions WHERE id = ?1", [id])
+        .map_err(ctx("removing the earlier run of this session"))?;
+    Ok(())
+}
+
+/// Writes the session row `running` and its modalities. A session already stored under
+/// the id is replaced when it is not complete, or when `start.replace` says so; otherwise
+/// that is [`StoreError::AlreadyStored`] (with `path` for the message).
+pub fn begin(
+    tx: &Transaction<'_>,
+    s: &SessionStart,
+    owner: &Owner,
+    path: &std::path::Path,
+) -> Result<(), StoreError> {
+    if let Some(existing) = status(tx, &s.id)? {
+        if existing == "complete" && !s.replace {
+            return Err(StoreError::AlreadyStored {
+                id: s.id.clone(),
+                path: path.to_path_buf(),
+            });
+        }
+        delete(tx, &s.id)?;
+    }
+    record_station(tx, &s.station_id)?;
+    if let Some(p) = &s.participant_id {
+        tx.execute(
+            &format!("INSERT OR IGNORE INTO participants (id, first_seen_at) VALUES (?1, {NOW})"),
+            [p],
+        )
+        .map_err(ctx("recording the participant"))?;
+    }
+    tx.execute(
+        &format!(
+            "INSERT INTO sessions (id, station_id, participant_id, source, source_path,
+                format_version, start_time, nominal_fps, status, owner_host, owner_pid,
+                owner_boot_id, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11, {NOW}, {NOW})"
+        ),
+        params![
+            s.id,
+            s.station_id,
+            s.participant_id,
+            s.source.as_str(),
+            s.source_path,
+            s.format_version,
+            s.start_time,
+            s.nominal_fps,
+            owner.host,
+            owner.pid,
+            owner.boot_id
+        ],
+    )
+    .map_err(ctx("creating the session row"))?;
+    for (_, m) in s.layout.iter() {
+        let columns = serde_json::to_string(&m.spec.columns).map_err(|e| StoreError::Encode {
+            what: "modality columns",
+            message: e.to_string(),
+        })?;
+        tx.execute(
+            "INSERT INTO modalities (session_id, name, stream, dims, columns) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                s.id,
+                m.spec.name,
+                m.stream.as_str(),
+                m.spec.dims() as i64,
+                columns
+            ],
+        )
+        .map_err(ctx("writing modalities"))?;
+    }
+    Ok(())
+}
+
+/// Where the next event of a running session goes: its sequence number, the position of
+/// the next story shown, and the phase row still open.
+#[derive(Debug, Clone, Default)]
+pub struct EventCursor {
+    pub next_seq: i64,
+    pub stories_shown: i64,
+    pub phases: i64,
+}
+
+/// Writes events of session `id` (time-sorted, after those already written). A phase
+/// event closes the phase still open and opens its own (its end is set by the next phase
+/// or by [`finish`]).
+pub fn write_events(
+    tx: &Transaction<'_>,
+    id: &str,
+    participant_id: Option<&str>,
+    cursor: &mut EventCursor,
+    events: &[Event],
+) -> Result<(), StoreError> {
+    for e in events {
+        let seq = cursor.next_seq;
+        cursor.next_seq += 1;
+        let payload = serde_json::to_string(&e.kind).map_err(|err| StoreError::Encode {
+            what: "an event",
+            message: err.to_string(),
+        })?;
+        let t_ns = e.t_ns as i64;
+        tx.execute(
+            "INSERT INTO events (session_id, seq, t_ns, type, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, seq, t_ns, e.kind.type_name(), payload],
+        )
+        .map_err(ctx("writing events"))?;
+        match &e.kind {
+            EventKind::Phase { phase } => {
+                tx.execute(
+                    "UPDATE phases SET end_ns = ?2 WHERE session_id = ?1 AND end_ns IS NULL",
+                    params![id, t_ns],
+                )
+                .map_err(ctx("writing phases"))?;
+                tx.execute(
+                    "INSERT INTO phases (session_id, seq, phase, start_ns, end_ns) VALUES (?1, ?2, ?3, ?4, NULL)",
+                    params![id, cursor.phases, phase.as_str(), t_ns],
+                )
+                .map_err(ctx("writing phases"))?;
+                cursor.phases += 1;
+            }
+            EventKind::Utterance {
+                speaker,
+                start_ms,
+                end_ms,
+                text,
+            } => {
+                tx.execute(
+                    "INSERT INTO utterances (session_id, seq, speaker, start_ns, end_ns, text)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![
+                        id,
+                        seq,
+                        speaker,
+                        (*start_ms as i64).saturating_mul(1_000_000),
+                        (*end_ms as i64).saturating_mul(1_000_000),
+                        text
+                    ],
+                )
+                .map_err(ctx("writing utterances"))?;
+            }
+            EventKind::StoryShown {
+                story_id,
+                title,
+                text,
+            } => {
+                tx.execute(
+                    &format!(
+                        "INSERT OR IGNORE INTO stories (id, title, text, source, created_at)
+                         VALUES (?1, ?2, ?3, 'session events', {NOW})"
+                    ),
+                    params![story_id, title, text],
+                )
+                .map_err(ctx("writing stories"))?;
+                cursor.stories_shown += 1;
+                tx.execute(
+                    "INSERT INTO story_exposures (session_id, story_id, position, shown_ns)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![id, story_id, cursor.stories_shown, t_ns],
+                )
+                .map_err(ctx("writing story exposures"))?;
+            }
+            EventKind::Rating { story_id, value } => {
+                tx.execute(
+                    "INSERT INTO self_ratings (session_id, story_id, value, t_ns) VALUES (?1, ?2, ?3, ?4)",
+                    params![id, story_id, value, t_ns],
+                )
+                .map_err(ctx("writing self-ratings"))?;
+            }
+            EventKind::Survey {
+                instrument,
+                item,
+                value,
+                time_point,
+            } => {
+                let participant = participant_id.ok_or_else(|| StoreError::Invalid {
+                    message: format!(
+                        "event line {}: a survey response needs a participant_id in session.json",
+                        e.line
+                    ),
+                })?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO survey_responses
+                     (participant_id, instrument, item, time_point, value, session_id, t_ns)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![
+                        participant,
+                        instrument,
+                        item,
+                        time_point.as_str(),
+                        value,
+                        id,
+                        t_ns
+                    ],
+                )
+                .map_err(ctx("writing survey responses"))?;
+            }
+            EventKind::Note { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// Closes session `id`: the last phase ends at the session's end, and the row gets its
+/// status, counts and quality report.
+pub fn finish(tx: &Transaction<'_>, id: &str, end: &SessionEnd) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE phases SET end_ns = ?2 WHERE session_id = ?1 AND end_ns IS NULL",
+        params![id, end.duration_ns as i64],
+    )
+    .map_err(ctx("closing the last phase"))?;
+    tx.execute(
+        &format!(
+            "UPDATE sessions SET status = ?2, status_reason = ?3, frames = ?4, windows = ?5,
+                duration_ns = ?6, quality_json = ?7, updated_at = {NOW}
+             WHERE id = ?1"
+        ),
+        params![
+            id,
+            end.status.as_str(),
+            end.reason,
+            end.frames as i64,
+            end.windows as i64,
+            end.duration_ns as i64,
+            end.quality_json
+        ],
+    )
+    .map_err(ctx("closing the session"))?;
+    Ok(())
+}
+
+/// What [`fail`] is told about the failed session.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub id: String,
+    pub station_id: String,
+    pub source: SessionSource,
+    pub reason: String,
+}
+
+/// Marks a session failed with its reason and removes its derived rows (frames, windows,
+/// features, predictions); creates the session row when the run failed before writing
+/// it; never touches a session stored complete.
+pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), StoreError> {
+    match status(tx, &f.id)?.as_deref() {
+        Some("complete") => {
+            tracing::warn!(
+                session = f.id,
+                "not marking a complete session failed: {}",
+                f.reason
+            );
+        }
+        Some(_) => {
+            super::predictions::delete_for_session(tx, &f.id)?;
+            super::frames::delete_for_session(tx, &f.id)?;
+            tx.execute(
+                &format!(
+                    "UPDATE sessions SET status = 'failed', status_reason = ?2, frames = 0,
+                        windows = 0, updated_at = {NOW} WHERE id = ?1"
+                ),
+                params![f.id, f.reason],
+            )
+            .map_err(ctx("marking the session failed"))?;
+        }
+        None => {
+            record_station(tx, &f.station_id)?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO sessions (id, station_id, source, nominal_fps, status,
+                        status_reason, owner_host, owner_pid, owner_boot_id, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, 0, 'failed', ?4, ?5, ?6, ?7, {NOW}, {NOW})"
+                ),
+                params![
+                    f.id,
+                    f.station_id,
+                    f.source.as_str(),
+                    f.reason,
+                    owner.host,
+                    owner.pid,
+                    owner.boot_id
+                ],
+            )
+            .map_err(ctx("recording the failed session"))?;
+        }
+    }
+    Ok(())
+}

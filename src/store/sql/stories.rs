@@ -1,0 +1,134 @@
+//! The story bank (stories and their embeddings) and what a session's retrieval needs.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{ctx, NOW};
+use crate::store::rows::{blob_to_vec, vec_to_blob};
+use crate::store::StoreError;
+use crate::stories::Story;
+
+/// Stores each story with its embedding under `model`, in one transaction (an id already
+/// stored is replaced).
+pub fn upsert(
+    conn: &mut Connection,
+    stories: &[Story],
+    vectors: &[Vec<f32>],
+    model: &str,
+) -> Result<(), StoreError> {
+    let tx = conn.transaction().map_err(ctx("starting the import"))?;
+    for (s, v) in stories.iter().zip(vectors) {
+        tx.execute(
+            &format!(
+                "INSERT INTO stories (id, title, text, source, licence, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, {NOW})
+                 ON CONFLICT(id) DO UPDATE SET title = excluded.title, text = excluded.text,
+                   source = excluded.source, licence = excluded.licence"
+            ),
+            params![s.id, s.title, s.text, s.source, s.licence],
+        )
+        .map_err(ctx("writing stories"))?;
+        tx.execute(
+            "INSERT OR REPLACE INTO story_embeddings (story_id, model, dims, vec) VALUES (?1, ?2, ?3, ?4)",
+            params![s.id, model, v.len() as i64, vec_to_blob(v)],
+        )
+        .map_err(ctx("writing story embeddings"))?;
+    }
+    tx.commit().map_err(ctx("committing the import"))?;
+    Ok(())
+}
+
+/// Every story embedded with `model`: id, title, stored dims and embedding, by id.
+pub fn embeddings(
+    conn: &Connection,
+    model: &str,
+) -> Result<Vec<(String, String, usize, Vec<f32>)>, StoreError> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT s.id, s.title, e.dims, e.vec FROM story_embeddings e
+             JOIN stories s ON s.id = e.story_id WHERE e.model = ?1 ORDER BY s.id",
+        )
+        .map_err(ctx("reading story embeddings"))?;
+    let rows = stmt
+        .query_map([model], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?.max(0) as usize,
+                blob_to_vec(&r.get::<_, Vec<u8>>(3)?),
+            ))
+        })
+        .map_err(ctx("reading story embeddings"))?;
+    rows.collect::<Result<_, _>>()
+        .map_err(ctx("reading story embeddings"))
+}
+
+/// What retrieval for a session needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalContext {
+    /// The speaker's utterances in the `story_share` phase (all of theirs when the session
+    /// has no such phase), in time order.
+    pub shared: Vec<String>,
+    /// Stories the session's participant was shown in earlier sessions.
+    pub seen: Vec<String>,
+}
+
+/// The retrieval context of session `id`, or `None` when there is no such session.
+pub fn retrieval_context(
+    conn: &Connection,
+    id: &str,
+    speaker: &str,
+) -> Result<Option<RetrievalContext>, StoreError> {
+    let participant: Option<Option<String>> = conn
+        .query_row(
+            "SELECT participant_id FROM sessions WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(ctx("reading the session"))?;
+    let Some(participant) = participant else {
+        return Ok(None);
+    };
+    let has_phases: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM phases WHERE session_id = ?1 AND phase = 'story_share'",
+            [id],
+            |r| r.get(0),
+        )
+        .map_err(ctx("reading phases"))?;
+    let query = if has_phases {
+        "SELECT u.text FROM utterances u JOIN phases p ON p.session_id = u.session_id
+         WHERE u.session_id = ?1 AND u.speaker = ?2 AND p.phase = 'story_share'
+           AND u.start_ns >= p.start_ns AND (p.end_ns IS NULL OR u.start_ns < p.end_ns)
+         ORDER BY u.start_ns"
+    } else {
+        "SELECT text FROM utterances WHERE session_id = ?1 AND speaker = ?2 ORDER BY start_ns"
+    };
+    let shared: Vec<String> = conn
+        .prepare(query)
+        .and_then(|mut s| {
+            s.query_map(params![id, speaker], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(ctx("reading utterances"))?;
+    // Earlier sessions of the same participant: by start time when both have one, else by
+    // when they were stored.
+    let seen: Vec<String> = match participant {
+        None => Vec::new(),
+        Some(p) => conn
+            .prepare(
+                "SELECT DISTINCT e.story_id FROM story_exposures e
+                 JOIN sessions s ON s.id = e.session_id
+                 JOIN sessions me ON me.id = ?1
+                 WHERE s.participant_id = ?2 AND s.id != me.id
+                   AND coalesce(s.start_time, s.created_at) < coalesce(me.start_time, me.created_at)
+                 ORDER BY e.story_id",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![id, p], |r| r.get(0))?
+                    .collect::<Result<Vec<String>, _>>()
+            })
+            .map_err(ctx("reading earlier exposures"))?,
+    };
+    Ok(Some(RetrievalContext { shared, seen }))
+}
