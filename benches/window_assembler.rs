@@ -10,23 +10,18 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use empathic::features::ModalitySpec;
 use empathic::store::rows::WindowRow;
+use empathic::windows::quality::QualitySources;
 use empathic::windows::{FrameRecord, ModalityLayout, Stream, WindowAssembler};
 
 fn layout(dims: &[(&'static str, Stream, usize)]) -> ModalityLayout {
-    ModalityLayout {
-        modalities: dims
-            .iter()
-            .map(|&(name, stream, d)| {
-                (
-                    stream,
-                    ModalitySpec {
-                        name,
-                        columns: (0..d).map(|i| format!("c{i}")).collect(),
-                    },
-                )
-            })
-            .collect(),
+    let mut layout = ModalityLayout::new();
+    for &(name, stream, d) in dims {
+        let columns = (0..d).map(|i| format!("c{i}")).collect();
+        layout
+            .add(stream, ModalitySpec::new(name, columns, "bench", 1))
+            .expect("distinct names");
     }
+    layout
 }
 
 fn frames(layout: &ModalityLayout, n: u64) -> Vec<Arc<FrameRecord>> {
@@ -37,13 +32,11 @@ fn frames(layout: &ModalityLayout, n: u64) -> Vec<Arc<FrameRecord>> {
                 t_ns: i * 66_666_667,
                 decoded: true,
                 features: layout
-                    .modalities
                     .iter()
-                    .enumerate()
-                    .map(|(m, (_, spec))| {
+                    .map(|(id, m)| {
                         // Every 7th frame lacks the first modality (no face, say).
-                        (m != 0 || i % 7 != 0).then(|| {
-                            (0..spec.dims())
+                        (id.index() != 0 || i % 7 != 0).then(|| {
+                            (0..m.spec.dims())
                                 .map(|k| (k as f32 + i as f32) * 1e-3)
                                 .collect()
                         })
@@ -78,6 +71,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(N));
     for (name, layout) in &layouts {
         let input = frames(layout, N);
+        let quality = QualitySources::new(layout);
         group.bench_with_input(BenchmarkId::new("assemble", name), &input, |b, input| {
             b.iter(|| {
                 let mut asm = WindowAssembler::new(120, 15, 1e9 / 15.0);
@@ -99,7 +93,7 @@ fn bench(c: &mut Criterion) {
                     let mut rows = 0;
                     for f in input {
                         if let Some(w) = asm.push(f.clone()) {
-                            black_box(WindowRow::from_window(&w, layout, None));
+                            black_box(WindowRow::from_window(&w, layout, &quality));
                             rows += 1;
                         }
                     }

@@ -309,8 +309,6 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Models {
             command: ModelsCommand::Verify { config },
         } => cli::models_verify(config.as_deref()),
-        Command::Doctor { config, db, live } => {
-            cli::doctor(config.as_deref(), db.as_deref(), live)
-        }
+        Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }
 }

@@ -166,8 +166,8 @@ impl StoryIndex {
             dims: 0,
             matrix: Vec::new(),
         };
-        for (id, title, dims, v) in store.story_embeddings(model)? {
-            index.push(id, title, &v, dims);
+        for e in store.story_embeddings(model)? {
+            index.push(e.story_id, e.title, &e.vec, e.dims);
         }
         if index.ids.is_empty() {
             return Err(StoryError::EmptyBank {

@@ -97,9 +97,21 @@ fn agrees_with_opensmile_on_committed_references() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "wav") {
             let out = tmp.path().join("out.csv");
-            extract_audio_csv(&path, &out, LldSet::Compare, &indicatif::ProgressBar::hidden()).unwrap();
+            extract_audio_csv(
+                &path,
+                &out,
+                LldSet::Compare,
+                &indicatif::ProgressBar::hidden(),
+            )
+            .unwrap();
             assert_agrees(&out, &path.with_extension("compare.csv"));
-            extract_audio_csv(&path, &out, LldSet::Egemaps, &indicatif::ProgressBar::hidden()).unwrap();
+            extract_audio_csv(
+                &path,
+                &out,
+                LldSet::Egemaps,
+                &indicatif::ProgressBar::hidden(),
+            )
+            .unwrap();
             assert_egemaps_agrees(&out, &path.with_extension("egemaps.csv"));
             checked += 1;
         }

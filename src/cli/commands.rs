@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use super::extract_audio::extract_audio_csv;
 use super::extract_face::{extract_face_csv, FaceExtractOptions};
-use super::{
-    db_path, fail, open_existing_store, print_json, progress_bar, Failure, ModelFiles,
-};
+use super::{db_path, fail, open_existing_store, print_json, progress_bar, Failure, ModelFiles};
 use crate::clock::{MonotonicClock, Speed};
 use crate::config::Config;
 use crate::doctor;
@@ -168,7 +166,11 @@ pub fn extract_face(
 }
 
 /// `empathic embed TEXT`: the sentence embedding as a JSON array.
-pub fn embed(text: &str, model: Option<String>, config: Option<&Path>) -> Result<ExitCode, Failure> {
+pub fn embed(
+    text: &str,
+    model: Option<String>,
+    config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let name = model.unwrap_or_else(|| config.models.sentence_encoder.clone());
     let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&name)?;
@@ -240,8 +242,7 @@ pub fn stories_retrieve(
     let config = load_config(config)?;
     let model = config.models.sentence_encoder.clone();
     let store = open_existing_store(&db_path(db, &config))?;
-    let (shared, seen) =
-        session_context(&store, session_id, &config.text.speaker).map_err(fail)?;
+    let (shared, seen) = session_context(&store, session_id, &config.text.speaker).map_err(fail)?;
     let index = StoryIndex::load(&store, &model).map_err(fail)?;
     let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
     let query = encoder.embed(&[shared.as_str()]).map_err(fail)?.remove(0);

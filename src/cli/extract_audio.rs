@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 use indicatif::ProgressBar;
 
-use crate::features::acoustic::{LldExtractor, LldSet};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::{AudioSource, CaptureError};
 use crate::exit::{Classify, ExitKind};
+use crate::features::acoustic::{LldExtractor, LldSet};
 use crate::features::AudioRow;
 
 /// Errors of an extraction.

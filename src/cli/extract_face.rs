@@ -12,12 +12,12 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 
 use super::tracked_video::TrackedVideo;
-use crate::features::face::pose::{Intrinsics, IntrinsicsArgs};
-use crate::features::face::{openface, FaceAnalyzer, Mode};
+use super::ModelFiles;
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{CaptureError, VideoSource};
 use crate::exit::{Classify, ExitKind};
-use super::ModelFiles;
+use crate::features::face::pose::{Intrinsics, IntrinsicsArgs};
+use crate::features::face::{openface, FaceAnalyzer, Mode};
 use crate::models::ModelError;
 
 #[derive(Debug, thiserror::Error)]

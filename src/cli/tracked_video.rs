@@ -19,12 +19,12 @@ use opencv::imgproc;
 use opencv::prelude::*;
 use opencv::videoio::{self, VideoWriter};
 
+use crate::capture::video_file::FileVideoSource;
+use crate::capture::{BgrImage, VideoSource};
 use crate::features::face::au::AU_R;
 use crate::features::face::crop::mat_of;
 use crate::features::face::pose::Intrinsics;
 use crate::features::face::FaceObservation;
-use crate::capture::video_file::FileVideoSource;
-use crate::capture::{BgrImage, VideoSource};
 
 /// Gaze lines' length (mm).
 const GAZE_LENGTH_MM: f64 = 60.0;

@@ -11,8 +11,8 @@ use ort::session::Session;
 use ort::value::Tensor;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::models::manifest::ModelEntry;
 use crate::features::ModalitySpec;
+use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
 use crate::session::{Event, EventKind};
 use crate::Nanos;
@@ -214,7 +214,10 @@ impl TextStage {
     }
 
     /// The embeddings of the speaker's utterances among `events`, in event order.
-    pub fn embed_utterances(&mut self, events: &[Event]) -> Result<Vec<EmbeddedUtterance>, ModelError> {
+    pub fn embed_utterances(
+        &mut self,
+        events: &[Event],
+    ) -> Result<Vec<EmbeddedUtterance>, ModelError> {
         let mut out = Vec::new();
         for e in events {
             if let EventKind::Utterance {

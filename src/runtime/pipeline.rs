@@ -268,10 +268,25 @@ pub fn run(
         let (stopped, figures_ref, layout_ref) = (&stopped_early, &figures, &layout);
         let clock_v = clock.clone();
         let video_capture = spawn(scope, "video-capture", move || {
-            capture_video(video, frame_tx, &pacer, clock_v.as_ref(), stop, stopped, figures_ref)
+            capture_video(
+                video,
+                frame_tx,
+                &pacer,
+                clock_v.as_ref(),
+                stop,
+                stopped,
+                figures_ref,
+            )
         })?;
         let video_features = spawn(scope, "video-features", move || {
-            video_features(frame_rx, pending_tx, video_signal, layout_ref, period_ns, figures_ref)
+            video_features(
+                frame_rx,
+                pending_tx,
+                video_signal,
+                layout_ref,
+                period_ns,
+                figures_ref,
+            )
         })?;
         // One thread per frame stage, chained: video-features -> face -> appearance ->
         // video-forward -> align (video-forward turns pending slots into aligner slots).
@@ -293,7 +308,15 @@ pub fn run(
         stage_threads.push(("video-forward".into(), forward));
         let clock_a = clock.clone();
         let audio_capture = spawn(scope, "audio-capture", move || {
-            capture_audio(audio, block_tx, &pacer, clock_a.as_ref(), stop, stopped, figures_ref)
+            capture_audio(
+                audio,
+                block_tx,
+                &pacer,
+                clock_a.as_ref(),
+                stop,
+                stopped,
+                figures_ref,
+            )
         })?;
         let audio_features = spawn(scope, "audio-features", move || {
             audio_features(block_rx, rows_tx, audio_signal, audio_stages, figures_ref)
@@ -621,7 +644,11 @@ fn frame_stage(
             }
             None => None,
         };
-        tracing::trace!(slot = p.slot.index, present = v.is_some(), "frame stage done");
+        tracing::trace!(
+            slot = p.slot.index,
+            present = v.is_some(),
+            "frame stage done"
+        );
         presence.present_frames += u64::from(v.is_some());
         p.slot.features[modality.index()] = v;
         if tx.send(p).is_err() {

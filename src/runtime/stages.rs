@@ -44,11 +44,17 @@ pub struct Stages {
     pub period_ns: f64,
 }
 
-fn add(layout: &mut ModalityLayout, stream: Stream, spec: &crate::features::ModalitySpec) -> Result<ModalityId, RunError> {
-    layout.add(stream, spec.clone()).map_err(|e| RunError::Thread {
-        thread: "set-up".into(),
-        message: e.to_string(),
-    })
+fn add(
+    layout: &mut ModalityLayout,
+    stream: Stream,
+    spec: &crate::features::ModalitySpec,
+) -> Result<ModalityId, RunError> {
+    layout
+        .add(stream, spec.clone())
+        .map_err(|e| RunError::Thread {
+            thread: "set-up".into(),
+            message: e.to_string(),
+        })
 }
 
 impl Stages {

@@ -389,7 +389,7 @@ impl Store {
     pub fn story_embeddings(
         &self,
         model: &str,
-    ) -> Result<Vec<(String, String, usize, Vec<f32>)>, StoreError> {
+    ) -> Result<Vec<sql::stories::StoredEmbedding>, StoreError> {
         sql::stories::embeddings(&self.conn, model)
     }
 

@@ -20,8 +20,8 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
 use super::rows::{SessionEnd, SessionSource, SessionStart, WindowRow};
-use super::sql::sessions::{self, EventCursor, Failure};
 use super::sql::frames;
+use super::sql::sessions::{self, EventCursor, Failure};
 use super::{connect, Owner, StoreError};
 use crate::session::Event;
 use crate::windows::FrameRecord;
@@ -44,9 +44,10 @@ enum Command {
 impl Command {
     fn ack(&self) -> Option<&Ack> {
         match self {
-            Command::Begin(_, a) | Command::Finish(_, a) | Command::Fail(_, a) | Command::Flush(a) => {
-                Some(a)
-            }
+            Command::Begin(_, a)
+            | Command::Finish(_, a)
+            | Command::Fail(_, a)
+            | Command::Flush(a) => Some(a),
             Command::Events(_) | Command::Frame(_) | Command::Window(_) => None,
         }
     }
@@ -241,11 +242,12 @@ impl WriterActor {
             .transaction()
             .map_err(super::sql("starting a transaction"))?;
         let mut session = self.session.take();
-        let no_session = |what: &str| StoreError::WriterGone(format!("{what} arrived with no session started"));
+        let no_session =
+            |what: &str| StoreError::WriterGone(format!("{what} arrived with no session started"));
         for cmd in batch {
             let step = match cmd {
-                Command::Begin(start, _) => {
-                    sessions::begin(&tx, start, &self.owner, &self.path).map(|()| {
+                Command::Begin(start, _) => sessions::begin(&tx, start, &self.owner, &self.path)
+                    .map(|()| {
                         session = Some(ActiveSession {
                             id: start.id.clone(),
                             participant_id: start.participant_id.clone(),
@@ -253,8 +255,7 @@ impl WriterActor {
                             layout: start.layout.clone(),
                             events: EventCursor::default(),
                         });
-                    })
-                }
+                    }),
                 Command::Events(events) => match &mut session {
                     Some(s) => sessions::write_events(
                         &tx,

@@ -78,7 +78,10 @@ impl FrameAligner {
     /// set-up error and its rows are ignored).
     pub fn push_audio(&mut self, m: ModalityId, rows: Vec<AudioRow>) {
         let Some(q) = self.audio.iter_mut().find(|q| q.pool.modality == m) else {
-            debug_assert!(false, "rows for an audio modality the aligner was not given");
+            debug_assert!(
+                false,
+                "rows for an audio modality the aligner was not given"
+            );
             return;
         };
         if let Some(last) = rows.last() {
@@ -169,7 +172,10 @@ mod tests {
     fn layout() -> (ModalityId, ModalityId) {
         let mut l = ModalityLayout::new();
         let v = l
-            .add(Stream::Video, ModalitySpec::new("v", vec!["v".into()], "test", 1))
+            .add(
+                Stream::Video,
+                ModalitySpec::new("v", vec!["v".into()], "test", 1),
+            )
             .unwrap();
         let a = l
             .add(
@@ -244,7 +250,10 @@ mod tests {
     fn slots_wait_for_the_transcript_to_be_known_up_to_their_start() {
         let mut l = ModalityLayout::new();
         let t = l
-            .add(Stream::Text, ModalitySpec::new("t", vec!["t".into()], "test", 1))
+            .add(
+                Stream::Text,
+                ModalitySpec::new("t", vec!["t".into()], "test", 1),
+            )
             .unwrap();
         let mut a = FrameAligner::new(vec![], Some((t, TextTrack::new(0))));
         let mut s = slot(0);
@@ -259,7 +268,11 @@ mod tests {
         track.known_until(60_000_000);
         let out = a.drain_ready();
         assert_eq!(out.len(), 1, "slot 1 starts after what is known");
-        assert_eq!(out[0].get(t), None, "the utterance starts after slot 0's start");
+        assert_eq!(
+            out[0].get(t),
+            None,
+            "the utterance starts after slot 0's start"
+        );
         let out = a.finish();
         assert_eq!(out[0].get(t), Some(&[7.0f32][..]));
     }

@@ -64,7 +64,11 @@ impl ModalityLayout {
     }
 
     /// Adds a modality; its id is its place in every frame record.
-    pub fn add(&mut self, stream: Stream, spec: ModalitySpec) -> Result<ModalityId, DuplicateModality> {
+    pub fn add(
+        &mut self,
+        stream: Stream,
+        spec: ModalitySpec,
+    ) -> Result<ModalityId, DuplicateModality> {
         if self.id(spec.name).is_some() {
             return Err(DuplicateModality(spec.name));
         }
@@ -145,7 +149,12 @@ mod tests {
     use super::*;
 
     fn spec(name: &'static str, dims: usize) -> ModalitySpec {
-        ModalitySpec::new(name, (0..dims).map(|i| format!("c{i}")).collect(), "test", 1)
+        ModalitySpec::new(
+            name,
+            (0..dims).map(|i| format!("c{i}")).collect(),
+            "test",
+            1,
+        )
     }
 
     #[test]
@@ -156,9 +165,15 @@ mod tests {
         assert_eq!((a.index(), b.index()), (0, 1));
         assert_eq!(l.id("b"), Some(b));
         assert_eq!(l.of_stream(Stream::Audio), vec![b]);
-        assert_eq!(l.add(Stream::Text, spec("a", 3)), Err(DuplicateModality("a")));
+        assert_eq!(
+            l.add(Stream::Text, spec("a", 3)),
+            Err(DuplicateModality("a"))
+        );
         assert!(l.check(&[Some(vec![0.0, 1.0]), None]).is_ok());
-        assert!(l.check(&[Some(vec![0.0]), None]).unwrap_err().contains("`a`"));
+        assert!(l
+            .check(&[Some(vec![0.0]), None])
+            .unwrap_err()
+            .contains("`a`"));
         assert!(l.check(&[None]).is_err());
     }
 }

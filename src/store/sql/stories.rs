@@ -37,11 +37,18 @@ pub fn upsert(
     Ok(())
 }
 
-/// Every story embedded with `model`: id, title, stored dims and embedding, by id.
-pub fn embeddings(
-    conn: &Connection,
-    model: &str,
-) -> Result<Vec<(String, String, usize, Vec<f32>)>, StoreError> {
+/// One stored story embedding with what retrieval shows of its story.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEmbedding {
+    pub story_id: String,
+    pub title: String,
+    /// The width recorded at import (checked against the vector when loaded).
+    pub dims: usize,
+    pub vec: Vec<f32>,
+}
+
+/// Every story embedded with `model`, by id.
+pub fn embeddings(conn: &Connection, model: &str) -> Result<Vec<StoredEmbedding>, StoreError> {
     let mut stmt = conn
         .prepare(
             "SELECT s.id, s.title, e.dims, e.vec FROM story_embeddings e
@@ -50,12 +57,12 @@ pub fn embeddings(
         .map_err(ctx("reading story embeddings"))?;
     let rows = stmt
         .query_map([model], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?.max(0) as usize,
-                blob_to_vec(&r.get::<_, Vec<u8>>(3)?),
-            ))
+            Ok(StoredEmbedding {
+                story_id: r.get(0)?,
+                title: r.get(1)?,
+                dims: r.get::<_, i64>(2)?.max(0) as usize,
+                vec: blob_to_vec(&r.get::<_, Vec<u8>>(3)?),
+            })
         })
         .map_err(ctx("reading story embeddings"))?;
     rows.collect::<Result<_, _>>()
