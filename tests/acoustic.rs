@@ -5,31 +5,11 @@ mod common;
 
 use std::path::Path;
 
+use common::csv::read_csv;
 use common::*;
 use empathic::cli::extract_audio::extract_audio_csv;
 use empathic::features::acoustic::{column_names, LldExtractor, LldSet};
 use proptest::prelude::*;
-
-/// (header, rows) of a CSV of numbers.
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    let header = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .collect();
-    let rows = lines
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            l.split(',')
-                .map(|v| v.trim().parse::<f64>().unwrap())
-                .collect()
-        })
-        .collect();
-    (header, rows)
-}
 
 /// Per column, the share of rows with |err| <= 1e-4 + 1e-3 |ref| (the reference's last 4
 /// rows excluded).

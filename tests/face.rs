@@ -6,6 +6,7 @@ mod common;
 
 use std::path::Path;
 
+use common::csv::read_csv;
 use common::*;
 use empathic::capture::video_file::FileVideoSource;
 use empathic::capture::{BgrImage, VideoSource};
@@ -354,26 +355,6 @@ fn extract_face_tracked_video_draws_on_every_frame() {
     assert!(!csv2.exists());
 }
 
-/// Reads an OpenFace-format CSV: header and rows of cells (empty cells as NaN).
-fn read_openface(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .map(|h| h.trim().to_string())
-        .collect();
-    let rows = lines
-        .map(|l| {
-            l.split(',')
-                .map(|c| c.trim().parse::<f64>().unwrap_or(f64::NAN))
-                .collect()
-        })
-        .collect();
-    (header, rows)
-}
-
 fn pearson(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len() as f64;
     let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
@@ -394,8 +375,8 @@ struct Agreement {
 }
 
 fn agreement(ours: &Path, reference: &Path) -> Agreement {
-    let (h_o, o) = read_openface(ours);
-    let (h_r, r) = read_openface(reference);
+    let (h_o, o) = read_csv(ours);
+    let (h_r, r) = read_csv(reference);
     assert_eq!(h_o, h_r, "same 714 columns in the same order");
     assert_eq!(o.len(), r.len());
     let c = |name: &str| h_o.iter().position(|h| h == name).unwrap();
@@ -503,8 +484,8 @@ fn held_out_sessions_and_expressions() {
     let a = agreement(&ours, &fixtures.join("references/openface/selfie.csv"));
     eprintln!("selfie: {a:?}");
     assert!(a.landmark_error_iod <= 0.2, "selfie landmarks regressed");
-    let (h, o) = read_openface(&ours);
-    let (_, r) = read_openface(&fixtures.join("references/openface/selfie.csv"));
+    let (h, o) = read_csv(&ours);
+    let (_, r) = read_csv(&fixtures.join("references/openface/selfie.csv"));
     let c = |name: &str| h.iter().position(|x| x == name).unwrap();
     // A turned face (frame 22: a three-quarter view, OpenFace yaw 30 degrees): found, and
     // turned the same way by more than 10 degrees.

@@ -213,6 +213,33 @@ fn print_hits(hits: &[Hit], json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A stored story bank ready to query: its index for the configured sentence encoder, and
+/// the encoder for queries.
+struct Bank {
+    index: StoryIndex,
+    encoder: crate::features::text::SentenceEncoder,
+}
+
+impl Bank {
+    fn open(db: Option<PathBuf>, config: Option<&Path>) -> Result<Self, Failure> {
+        let config = load_config(config)?;
+        let store = open_existing_store(&db_path(db, &config))?;
+        Self::load(&config, &store)
+    }
+
+    fn load(config: &Config, store: &Store) -> Result<Self, Failure> {
+        let model = config.models.sentence_encoder.clone();
+        let index = StoryIndex::load(store, &model).map_err(fail)?;
+        let encoder = ModelFiles::open(config)?.sentence_encoder(&model)?;
+        Ok(Bank { index, encoder })
+    }
+
+    fn top_k(&mut self, text: &str, k: usize, exclude: &[String]) -> Result<Vec<Hit>, Failure> {
+        let query = self.encoder.embed(&[text]).map_err(fail)?.remove(0);
+        Ok(self.index.top_k(&query, k, exclude))
+    }
+}
+
 /// `empathic stories search TEXT`.
 pub fn stories_search(
     text: &str,
@@ -221,13 +248,8 @@ pub fn stories_search(
     config: Option<&Path>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let model = config.models.sentence_encoder.clone();
-    let store = open_existing_store(&db_path(db, &config))?;
-    let index = StoryIndex::load(&store, &model).map_err(fail)?;
-    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
-    let query = encoder.embed(&[text]).map_err(fail)?.remove(0);
-    print_hits(&index.top_k(&query, k, &[]), json)?;
+    let mut bank = Bank::open(db, config)?;
+    print_hits(&bank.top_k(text, k, &[])?, json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -240,19 +262,17 @@ pub fn stories_retrieve(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
-    let model = config.models.sentence_encoder.clone();
     let store = open_existing_store(&db_path(db, &config))?;
+    // The session is checked before the bank: a wrong id is the likelier mistake.
     let (shared, seen) = session_context(&store, session_id, &config.text.speaker).map_err(fail)?;
-    let index = StoryIndex::load(&store, &model).map_err(fail)?;
-    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
-    let query = encoder.embed(&[shared.as_str()]).map_err(fail)?.remove(0);
+    let mut bank = Bank::load(&config, &store)?;
     if !json && !seen.is_empty() {
         println!(
             "leaving out {} stories seen in earlier sessions",
             seen.len()
         );
     }
-    print_hits(&index.top_k(&query, k, &seen), json)?;
+    print_hits(&bank.top_k(&shared, k, &seen)?, json)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -266,17 +266,17 @@ pub fn run(
 
     let result = std::thread::scope(|scope| -> Result<_, RunError> {
         let (stopped, figures_ref, layout_ref) = (&stopped_early, &figures, &layout);
-        let clock_v = clock.clone();
+        let cx = CaptureContext {
+            pacer: &pacer,
+            clock: clock.as_ref(),
+            stop,
+            stopped,
+            figures: figures_ref,
+        };
+        let mut video = video;
         let video_capture = spawn(scope, "video-capture", move || {
-            capture_video(
-                video,
-                frame_tx,
-                &pacer,
-                clock_v.as_ref(),
-                stop,
-                stopped,
-                figures_ref,
-            )
+            let next = || video.next_frame().map_err(RunError::from);
+            capture("video-capture", next, |f: &VideoFrame| f.t_ns, frame_tx, cx)
         })?;
         let video_features = spawn(scope, "video-features", move || {
             video_features(
@@ -306,17 +306,10 @@ pub fn run(
             forward_slots(input, slot_tx).map(|()| None)
         })?;
         stage_threads.push(("video-forward".into(), forward));
-        let clock_a = clock.clone();
+        let mut audio = audio;
         let audio_capture = spawn(scope, "audio-capture", move || {
-            capture_audio(
-                audio,
-                block_tx,
-                &pacer,
-                clock_a.as_ref(),
-                stop,
-                stopped,
-                figures_ref,
-            )
+            let next = || audio.next_block().map_err(RunError::from);
+            capture("audio-capture", next, |b: &AudioBlock| b.t_ns, block_tx, cx)
         })?;
         let audio_features = spawn(scope, "audio-features", move || {
             audio_features(block_rx, rows_tx, audio_signal, audio_stages, figures_ref)
@@ -508,57 +501,44 @@ fn next_stopped(thread: &str, next: &str) -> RunError {
     }
 }
 
-/// Reads frames, paces them, hands them on. Stops early when `stop` is set. Returns how
-/// many frames the queue evicted (live only; replay blocks).
-fn capture_video(
-    mut source: Box<dyn VideoSource>,
-    tx: PolicySender<VideoFrame>,
-    pacer: &Pacer,
-    clock: &dyn Clock,
-    stop: &AtomicBool,
-    stopped: &AtomicBool,
-    figures: &Figures,
+/// What a capture thread shares with the run: pacing, the clock and the stop flags.
+#[derive(Clone, Copy)]
+struct CaptureContext<'a> {
+    pacer: &'a Pacer,
+    clock: &'a dyn Clock,
+    stop: &'a AtomicBool,
+    /// Set when `stop` ended the capture before the end of its input.
+    stopped: &'a AtomicBool,
+    figures: &'a Figures,
+}
+
+/// The capture loop of one source: reads an item, stops early when the stop flag is set,
+/// paces the item to its stamp, hands it on. Returns how many items the queue evicted
+/// (live video only; every other queue blocks).
+fn capture<T>(
+    thread: &str,
+    mut next: impl FnMut() -> Result<Option<T>, RunError>,
+    stamp: impl Fn(&T) -> Nanos,
+    tx: PolicySender<T>,
+    cx: CaptureContext<'_>,
 ) -> Result<u64, RunError> {
-    let mut meter = Meter::new("video-capture");
-    while let Some(frame) = meter.time(|| source.next_frame())? {
-        if stop.load(Ordering::SeqCst) {
-            stopped.store(true, Ordering::SeqCst);
+    let mut meter = Meter::new(thread);
+    while let Some(item) = meter.time(&mut next)? {
+        if cx.stop.load(Ordering::SeqCst) {
+            cx.stopped.store(true, Ordering::SeqCst);
             break;
         }
-        pacer.wait(clock, frame.t_ns);
-        tracing::trace!(seq = frame.seq, t_ns = frame.t_ns, "frame captured");
-        if tx.send(frame).is_err() {
+        let t_ns = stamp(&item);
+        cx.pacer.wait(cx.clock, t_ns);
+        tracing::trace!(t_ns, "captured");
+        if tx.send(item).is_err() {
             // The consumer ended (its error is reported by its own thread).
             break;
         }
     }
     let drops = tx.dropped();
-    meter.done(figures, Some(&tx));
+    meter.done(cx.figures, Some(&tx));
     Ok(drops)
-}
-
-fn capture_audio(
-    mut source: Box<dyn AudioSource>,
-    tx: PolicySender<AudioBlock>,
-    pacer: &Pacer,
-    clock: &dyn Clock,
-    stop: &AtomicBool,
-    stopped: &AtomicBool,
-    figures: &Figures,
-) -> Result<(), RunError> {
-    let mut meter = Meter::new("audio-capture");
-    while let Some(block) = meter.time(|| source.next_block())? {
-        if stop.load(Ordering::SeqCst) {
-            stopped.store(true, Ordering::SeqCst);
-            break;
-        }
-        pacer.wait(clock, block.t_ns);
-        if tx.send(block).is_err() {
-            break;
-        }
-    }
-    meter.done(figures, Some(&tx));
-    Ok(())
 }
 
 /// Puts frames on the slot grid, fills gaps with absent slots and runs the signal stage.

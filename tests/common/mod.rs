@@ -94,6 +94,7 @@ pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
     empathic(&args)
 }
 
+pub mod csv;
 pub mod store;
 
 /// Whether a missing fixture must fail the test (CI sets `EMPATHIC_REQUIRE_FIXTURES=1`,
