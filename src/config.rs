@@ -202,6 +202,13 @@ pub struct StoreConfig {
     pub batch_max_rows: usize,
     /// ... or once the oldest pending row is this old.
     pub batch_max_ms: u64,
+    /// How long a write waits for a lock another process holds on the database (a
+    /// `sessions list` mid-commit, a backup) before the run fails with that reason.
+    pub busy_timeout_ms: u64,
+    /// The most the database file may grow to, in MiB (0: no limit but the disk). A
+    /// station shares its disk with the robot: past the limit the run fails as on a full
+    /// disk, with everything committed before kept.
+    pub max_db_mib: u64,
 }
 
 impl Default for StoreConfig {
@@ -210,6 +217,8 @@ impl Default for StoreConfig {
             db_path: PathBuf::from("empathic.db"),
             batch_max_rows: 512,
             batch_max_ms: 500,
+            busy_timeout_ms: 10_000,
+            max_db_mib: 0,
         }
     }
 }
@@ -307,9 +316,16 @@ impl Config {
             field,
             problem,
         };
-        if self.station.id.trim().is_empty() {
-            return Err(invalid("station.id", "must not be empty".into()));
-        }
+        // Integers within [lo, hi].
+        let within = |field: &'static str, v: u64, lo: u64, hi: u64| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(invalid(field, format!("must be between {lo} and {hi}, got {v}")))
+            }
+        };
+        crate::session::manifest::check_id("station.id", &self.station.id)
+            .map_err(|m| invalid("station.id", m))?;
         let fps = self.video.nominal_fps;
         if !(fps.is_finite() && (1.0..=240.0).contains(&fps)) {
             return Err(invalid(
@@ -332,12 +348,13 @@ impl Config {
                 format!("must be between 1 and 1000, got {}", self.audio.block_ms),
             ));
         }
-        if self.windows.length_frames == 0 {
-            return Err(invalid(
-                "windows.length_frames",
-                "must be at least 1".into(),
-            ));
-        }
+        // Ten minutes at 60 fps; the assembler holds one window of frame references.
+        within(
+            "windows.length_frames",
+            self.windows.length_frames as u64,
+            1,
+            36_000,
+        )?;
         if self.windows.hop_frames == 0 || self.windows.hop_frames > self.windows.length_frames {
             return Err(invalid(
                 "windows.hop_frames",
@@ -372,14 +389,11 @@ impl Config {
             ("face.cy", self.face.cy),
         ] {
             if let Some(v) = v {
-                if !(v.is_finite() && v > 0.0) {
-                    return Err(invalid(
-                        field,
-                        format!("must be a positive number of pixels, got {v}"),
-                    ));
-                }
+                crate::features::face::pose::check_intrinsic(field, v)
+                    .map_err(|m| invalid(field, m))?;
             }
         }
+        within("text.horizon_ms", self.text.horizon_ms, 0, 600_000)?;
         if self.models.appearance_input == crate::features::appearance::AppearanceInput::Face
             && !self.models.appearance_encoder.is_empty()
             && !self.face.enabled
@@ -389,23 +403,34 @@ impl Config {
                 "is `face`, which needs the facial stage: set face.enabled = true or appearance_input = \"frame\"".into(),
             ));
         }
-        if self.runtime.video_queue_frames == 0 {
-            return Err(invalid(
-                "runtime.video_queue_frames",
-                "must be at least 1".into(),
-            ));
-        }
-        if self.runtime.audio_queue_blocks == 0 {
-            return Err(invalid(
-                "runtime.audio_queue_blocks",
-                "must be at least 1".into(),
-            ));
-        }
-        if self.store.batch_max_rows == 0 {
-            return Err(invalid("store.batch_max_rows", "must be at least 1".into()));
-        }
-        if self.store.batch_max_ms == 0 {
-            return Err(invalid("store.batch_max_ms", "must be at least 1".into()));
+        within(
+            "runtime.video_queue_frames",
+            self.runtime.video_queue_frames as u64,
+            1,
+            1024,
+        )?;
+        within(
+            "runtime.audio_queue_blocks",
+            self.runtime.audio_queue_blocks as u64,
+            1,
+            16_384,
+        )?;
+        within(
+            "store.batch_max_rows",
+            self.store.batch_max_rows as u64,
+            1,
+            100_000,
+        )?;
+        within("store.batch_max_ms", self.store.batch_max_ms, 1, 60_000)?;
+        within("store.busy_timeout_ms", self.store.busy_timeout_ms, 0, 600_000)?;
+        within("store.max_db_mib", self.store.max_db_mib, 0, 1 << 30)?;
+        if let Some(lib) = &self.models.onnxruntime_library {
+            if !lib.is_file() {
+                return Err(invalid(
+                    "models.onnxruntime_library",
+                    format!("no such file: {}", lib.display()),
+                ));
+            }
         }
         Ok(())
     }

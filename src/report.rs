@@ -195,7 +195,7 @@ impl ReplaySummary {
             );
         }
         if q.phases.is_empty() {
-            let _ = writeln!(s, "phases    none (no events.jsonl)");
+            let _ = writeln!(s, "phases    none (no phase events)");
         } else {
             let list: Vec<String> = q
                 .phases

@@ -91,6 +91,16 @@ impl WavAudioSource {
             let skip = audio_offset_ms.unsigned_abs() * u64::from(sample_rate_hz) / 1000;
             (skip, 0)
         };
+        if skip_samples > 0 && skip_samples >= output_samples {
+            return Err(CaptureError::Unsupported {
+                what: "audio",
+                path: path.to_path_buf(),
+                message: format!(
+                    "audio_offset_ms = {audio_offset_ms} skips all {:.1} s of the audio",
+                    output_samples as f64 / f64::from(sample_rate_hz)
+                ),
+            });
+        }
         let block_samples = usize::try_from(u64::from(sample_rate_hz) * u64::from(block_ms) / 1000)
             .unwrap_or(1)
             .max(1);

@@ -22,6 +22,8 @@ use crate::features::AudioRow;
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     #[error(transparent)]
+    Output(#[from] super::OutputRefused),
+    #[error(transparent)]
     Capture(#[from] CaptureError),
     #[error("cannot write the CSV: {source}: {path}")]
     Write {
@@ -35,6 +37,7 @@ impl Classify for ExtractError {
     fn exit_kind(&self) -> ExitKind {
         match self {
             ExtractError::Capture(e) => e.exit_kind(),
+            ExtractError::Output(e) => e.exit_kind(),
             ExtractError::Write { .. } => ExitKind::Runtime,
         }
     }
@@ -56,6 +59,7 @@ pub fn extract_audio_csv(
     set: LldSet,
     progress: &ProgressBar,
 ) -> Result<ExtractSummary, ExtractError> {
+    super::check_output(output)?;
     let rate = hound::WavReader::open(input)
         .map(|r| r.spec().sample_rate)
         .map_err(|e| CaptureError::Open {
@@ -71,7 +75,7 @@ pub fn extract_audio_csv(
         path: output.to_path_buf(),
         source,
     };
-    let file = std::fs::File::create(&partial).map_err(write_err)?;
+    let file = super::create_partial(&partial).map_err(write_err)?;
     let mut w = BufWriter::new(file);
     let result = (|| -> Result<u64, ExtractError> {
         let mut header = String::from("frameTime");

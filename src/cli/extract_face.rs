@@ -22,6 +22,10 @@ use crate::models::ModelError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FaceExtractError {
+    #[error("camera intrinsics: {0}")]
+    Intrinsics(String),
+    #[error(transparent)]
+    Output(#[from] super::OutputRefused),
     #[error(transparent)]
     Capture(#[from] CaptureError),
     #[error(transparent)]
@@ -40,6 +44,8 @@ impl Classify for FaceExtractError {
     fn exit_kind(&self) -> ExitKind {
         match self {
             FaceExtractError::Capture(e) => e.exit_kind(),
+            FaceExtractError::Output(e) => e.exit_kind(),
+            FaceExtractError::Intrinsics(_) => ExitKind::BadInput,
             FaceExtractError::Model(e) => e.exit_kind(),
             FaceExtractError::Write { .. } | FaceExtractError::Tracked { .. } => ExitKind::Runtime,
         }
@@ -78,8 +84,15 @@ pub fn extract_face_csv(
         tracked,
         progress,
     } = *options;
+    super::check_output(output)?;
+    if let Some(t) = tracked {
+        super::check_output(t)?;
+    }
     let mut source = FileVideoSource::open(input)?;
     let info = source.info().clone();
+    intrinsics
+        .check(Some((info.width, info.height)))
+        .map_err(FaceExtractError::Intrinsics)?;
     let k = intrinsics.resolve(info.width, info.height);
     let mut analyzer = FaceAnalyzer::open(
         models.dir(),
@@ -102,7 +115,7 @@ pub fn extract_face_csv(
         .map(|path| TrackedVideo::create(path, info.declared_fps, info.width, info.height))
         .transpose()
         .map_err(video_err)?;
-    let file = std::fs::File::create(&partial).map_err(write_err)?;
+    let file = super::create_partial(&partial).map_err(write_err)?;
     let mut w = BufWriter::new(file);
     let bar = progress;
     if let Some(n) = info.declared_frames {

@@ -56,7 +56,8 @@ pub fn db_path(db: Option<PathBuf>, config: &Config) -> PathBuf {
     db.unwrap_or_else(|| config.store.db_path.clone())
 }
 
-/// Opens a database that must already exist (reading commands never create one).
+/// Opens a database that must already exist, for a command that reads it (reading
+/// commands never create one).
 pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
     if !path.exists() {
         return Err((
@@ -64,7 +65,12 @@ pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
             format!("no session database at {}", path.display()),
         ));
     }
-    Store::open(path).map_err(fail)
+    // Read-write first (it migrates and marks abandoned sessions); a read-only file or
+    // folder (a copy for analysis, a mounted backup) is still read as it is.
+    match Store::open(path) {
+        Ok(store) => Ok(store),
+        Err(e) => Store::open_read_only(path).map_err(|_| fail(e)),
+    }
 }
 
 /// Prints `value` as pretty JSON on stdout.
@@ -100,4 +106,47 @@ impl<'a> ModelFiles<'a> {
         let entry = self.manifest.get(name, self.dir()).map_err(fail)?;
         SentenceEncoder::open(self.dir(), entry, self.onnxruntime_library()).map_err(fail)
     }
+}
+
+/// An output path that `extract` will not write to.
+#[derive(Debug, thiserror::Error)]
+#[error("refusing to replace {path}: it is {what}; name a regular file or a new path")]
+pub struct OutputRefused {
+    pub path: PathBuf,
+    pub what: &'static str,
+}
+
+impl Classify for OutputRefused {
+    fn exit_kind(&self) -> ExitKind {
+        ExitKind::BadInput
+    }
+}
+
+/// Checks that `path` is a regular file or does not exist yet. Outputs are written beside
+/// their target and renamed over it, which would replace a symbolic link (or a device such
+/// as `/dev/stdout`) with a regular file instead of writing where it points: refused.
+pub fn check_output(path: &Path) -> Result<(), OutputRefused> {
+    let what = match std::fs::symlink_metadata(path) {
+        Err(_) => return Ok(()),
+        Ok(m) if m.file_type().is_file() => return Ok(()),
+        Ok(m) if m.file_type().is_symlink() => "a symbolic link",
+        Ok(m) if m.is_dir() => "a directory",
+        Ok(_) => "not a regular file",
+    };
+    Err(OutputRefused {
+        path: path.to_path_buf(),
+        what,
+    })
+}
+
+/// Creates the partial file written before the rename, never through a link: a stale
+/// partial file or link of that name is removed first.
+pub fn create_partial(partial: &Path) -> std::io::Result<std::fs::File> {
+    if std::fs::symlink_metadata(partial).is_ok() {
+        std::fs::remove_file(partial)?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(partial)
 }

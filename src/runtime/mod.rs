@@ -90,7 +90,7 @@ impl WriterThread {
             max_rows: config.batch_max_rows,
             max_age: Duration::from_millis(config.batch_max_ms),
         };
-        let (writer, actor) = StoreWriter::open(path, limits)?;
+        let (writer, actor) = StoreWriter::open(path, limits, config.into())?;
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || {

@@ -22,11 +22,12 @@ use super::{RunError, WriterThread};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::events::RecordedEvents;
 use crate::capture::video_file::FileVideoSource;
-use crate::capture::ReadAhead;
+use crate::capture::{ReadAhead, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
 use crate::report::ReplaySummary;
-use crate::session::RecordedSession;
+use crate::features::face::pose::IntrinsicsArgs;
+use crate::session::{RecordedSession, SessionError};
 use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use crate::store::{Store, StoreWriter};
 
@@ -53,7 +54,7 @@ pub fn replay(
     let started = Instant::now();
     let config = &opts.config;
     // Opening migrates and marks sessions abandoned by a killed process as incomplete.
-    drop(Store::open(&opts.db_path)?);
+    drop(Store::open_with(&opts.db_path, (&config.store).into())?);
     let writer_thread = WriterThread::spawn(&opts.db_path, &config.store)?;
     let writer = writer_thread.writer()?.clone();
     let session = match RecordedSession::open(
@@ -63,8 +64,15 @@ pub fn replay(
     ) {
         Ok(s) => s,
         Err(e) => {
+            // A folder that is not one (a typo) is no session: nothing is recorded. A
+            // session folder with bad contents is recorded failed under its id, when that
+            // id is a valid one.
             let id = RecordedSession::fallback_id(&opts.session_dir);
-            record_failure(&writer, &id, &config.station.id, &e.to_string());
+            let is_session = !matches!(e, SessionError::NotAFolder { .. })
+                && crate::session::manifest::check_id("session_id", &id).is_ok();
+            if is_session {
+                record_failure(&writer, &id, &config.station.id, &e.to_string());
+            }
             return Err(e.into());
         }
     };
@@ -119,8 +127,13 @@ pub fn replay(
         (
             EndStatus::Incomplete,
             Some(format!(
-                "stopped by a signal after {:.1} s of the session; everything computed until then is stored",
-                outcome.duration_ns as f64 / 1e9
+                "stopped by a signal after {:.1} s of the session; everything computed until then is stored{}",
+                outcome.duration_ns as f64 / 1e9,
+                if opts.replace {
+                    " (with --replace: a session already stored complete under this id is kept, not replaced)"
+                } else {
+                    ""
+                }
             )),
         )
     } else {
@@ -163,6 +176,15 @@ pub fn replay(
 /// decoded now, so an undecodable file fails before any thread starts.
 fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, RunError> {
     let video = ReadAhead::new(Box::new(FileVideoSource::open(&session.video_path)?))?;
+    if let Some(camera) = session.manifest.camera {
+        let info = video.info();
+        IntrinsicsArgs::from(camera)
+            .check(Some((info.width, info.height)))
+            .map_err(|m| SessionError::Manifest {
+                path: session.dir.join("session.json"),
+                message: format!("camera: {m}"),
+            })?;
+    }
     let audio = WavAudioSource::open(
         &session.audio_path,
         config.audio.sample_rate_hz,

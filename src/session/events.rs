@@ -161,9 +161,20 @@ pub fn parse_events(text: &str, path: &Path) -> Result<Vec<Event>, SessionError>
 
 /// Reads and parses `events.jsonl` from a file.
 pub fn read_events(path: &Path) -> Result<Vec<Event>, SessionError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SessionError::Io {
+    let bytes = std::fs::read(path).map_err(|source| SessionError::Io {
         path: path.to_path_buf(),
         source,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let line = 1 + bytes[..valid].iter().filter(|b| **b == b'\n').count();
+        let column = valid - bytes[..valid].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        SessionError::Events {
+            path: path.to_path_buf(),
+            line,
+            message: format!("not valid UTF-8 at byte {} of the line", column + 1),
+        }
     })?;
     parse_events(&text, path)
 }
@@ -241,7 +252,48 @@ fn check_cross_references(events: &[Event], path: &Path) -> Result<(), SessionEr
             ));
         }
     }
+    // A story is rated after it is shown.
+    let time_of = |line: usize| events.iter().find(|e| e.line == line).map(|e| e.t_ns);
+    for e in events {
+        if let EventKind::Rating { story_id, .. } = &e.kind {
+            if let Some((_, shown_line)) = shown.iter().find(|(id, _)| id == story_id) {
+                if let Some(shown_ns) = time_of(*shown_line).filter(|t| *t > e.t_ns) {
+                    return Err(err(
+                        e.line,
+                        format!(
+                            "rating for story `{story_id}` at {} ms, before the story was shown at {} ms (line {shown_line})",
+                            e.t_ns / 1_000_000,
+                            shown_ns / 1_000_000
+                        ),
+                    ));
+                }
+            }
+        }
+    }
     Ok(())
+}
+
+/// Checks what the events need from `session.json`: survey responses are stored per
+/// participant, so a session with a survey needs a `participant_id`.
+pub fn check_against_manifest(
+    events: &[Event],
+    participant_id: Option<&str>,
+    path: &Path,
+) -> Result<(), SessionError> {
+    if participant_id.is_some() {
+        return Ok(());
+    }
+    match events
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::Survey { .. }))
+    {
+        Some(e) => Err(SessionError::Events {
+            path: path.to_path_buf(),
+            line: e.line,
+            message: "a survey response needs a participant_id in session.json".into(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A phase with its time range; `end_ns` is the next phase's start or the session end.

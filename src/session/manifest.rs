@@ -156,8 +156,14 @@ impl SessionManifest {
             path: path.to_path_buf(),
             message,
         };
-        if self.session_id.trim().is_empty() {
-            return Err(bad("session_id must not be empty".into()));
+        for (field, value) in [
+            ("session_id", Some(&self.session_id)),
+            ("station_id", Some(&self.station_id)),
+            ("participant_id", self.participant_id.as_ref()),
+        ] {
+            if let Some(v) = value {
+                check_id(field, v).map_err(bad)?;
+            }
         }
         if !(self.nominal_fps.is_finite() && (1.0..=240.0).contains(&self.nominal_fps)) {
             return Err(bad(format!(
@@ -166,12 +172,16 @@ impl SessionManifest {
             )));
         }
         if let Some(c) = &self.camera {
-            if ![c.fx, c.fy, c.cx, c.cy].iter().all(|v| v.is_finite()) || c.fx <= 0.0 || c.fy <= 0.0
-            {
-                return Err(bad(format!(
-                    "camera intrinsics must be finite with fx, fy > 0, got {c:?}"
-                )));
-            }
+            crate::features::face::pose::IntrinsicsArgs::from(*c)
+                .check(None)
+                .map_err(|m| bad(format!("camera: {m}")))?;
+        }
+        // An hour either way: more is no recording of one session.
+        if self.audio_offset_ms.unsigned_abs() > MAX_AUDIO_OFFSET_MS {
+            return Err(bad(format!(
+                "audio_offset_ms must be within +-{MAX_AUDIO_OFFSET_MS} ms, got {}",
+                self.audio_offset_ms
+            )));
         }
         if let Some(t) = &self.start_time {
             if !looks_like_rfc3339(t) {
@@ -182,6 +192,31 @@ impl SessionManifest {
         }
         Ok(())
     }
+}
+
+/// Largest audio offset accepted (one hour), in ms.
+pub const MAX_AUDIO_OFFSET_MS: u64 = 3_600_000;
+
+/// Longest id accepted for a session, station or participant.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Ids name rows, files and (with sync) MQTT topics: 1 to [`MAX_ID_LEN`] characters from
+/// ASCII letters, digits and `-`, `_`, `.`, `:`, `@`. (`~` is kept for the store's staged
+/// replacements, `/`, `+` and `#` are MQTT topic syntax.)
+pub fn check_id(field: &str, id: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@');
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(format!(
+            "{field} must have 1 to {MAX_ID_LEN} characters, got {}",
+            id.len()
+        ));
+    }
+    if let Some(c) = id.chars().find(|c| !ok_char(*c)) {
+        return Err(format!(
+            "{field} `{id}` has the character {c:?}; use ASCII letters, digits and - _ . : @ (for a folder without session.json the folder's name is the session_id)"
+        ));
+    }
+    Ok(())
 }
 
 /// A shape check of `YYYY-MM-DDTHH:MM:SS` followed by a fraction and/or zone.

@@ -90,6 +90,11 @@ impl RecordedSession {
         } else {
             Vec::new()
         };
+        events::check_against_manifest(
+            &events,
+            manifest.participant_id.as_deref(),
+            &events_path,
+        )?;
         Ok(Self {
             dir: dir.to_path_buf(),
             video_path,
@@ -102,6 +107,13 @@ impl RecordedSession {
     /// The session id from `session.json`, or the folder name when the file does not exist or
     /// cannot be read. Used to mark a session failed even when its manifest is bad.
     pub fn fallback_id(dir: &Path) -> String {
+        let from_file = std::fs::read_to_string(dir.join("session.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("session_id")?.as_str().map(str::to_string));
+        if let Some(id) = from_file {
+            return id;
+        }
         dir.canonicalize()
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

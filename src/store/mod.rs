@@ -27,9 +27,10 @@ pub use writer::StoreWriter;
 /// Errors of the session store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot open session database: {source}: {path}")]
+    #[error("cannot open the session database {path}: {source} ({hint})")]
     Open {
         path: PathBuf,
+        hint: String,
         #[source]
         source: rusqlite::Error,
     },
@@ -79,20 +80,97 @@ pub(crate) fn sql(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError +
 }
 
 /// Opens a connection with the store's pragmas.
-pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
+/// How a connection waits and how large the file may grow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnectOptions {
+    /// How long a statement waits for another process's lock before failing.
+    pub busy_timeout: std::time::Duration,
+    /// The most the file may grow to, in MiB; 0 is no limit but the disk's.
+    pub max_db_mib: u64,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self::from(&crate::config::StoreConfig::default())
+    }
+}
+
+impl From<&crate::config::StoreConfig> for ConnectOptions {
+    fn from(c: &crate::config::StoreConfig) -> Self {
+        Self {
+            busy_timeout: std::time::Duration::from_millis(c.busy_timeout_ms),
+            max_db_mib: c.max_db_mib,
+        }
+    }
+}
+
+/// Why a database cannot be opened, in words a user can act on (SQLite says only "unable
+/// to open database file").
+fn open_hint(path: &Path) -> String {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => "it is a directory".into(),
+        Ok(m) if m.permissions().readonly() => "the file is read-only".into(),
+        Ok(_) => match std::fs::metadata(dir) {
+            Ok(d) if d.permissions().readonly() => format!(
+                "its folder {} is read-only (SQLite writes -wal and -shm files beside it)",
+                dir.display()
+            ),
+            _ => "check its permissions and those of its folder".into(),
+        },
+        Err(_) => match std::fs::metadata(dir) {
+            Err(e) => format!("its folder {} cannot be used: {e}", dir.display()),
+            Ok(d) if !d.is_dir() => format!("{} is not a folder", dir.display()),
+            Ok(_) => format!("cannot create it in {}", dir.display()),
+        },
+    }
+}
+
+pub(crate) fn connect(path: &Path, options: ConnectOptions) -> Result<Connection, StoreError> {
     let open = |source| StoreError::Open {
         path: path.to_path_buf(),
+        hint: open_hint(path),
         source,
     };
     let conn = Connection::open(path).map_err(open)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))
-        .map_err(open)?;
+    conn.busy_timeout(options.busy_timeout).map_err(open)?;
     // WAL: readers never block the writer. FULL: a committed batch survives power loss too.
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open)?;
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(open)?;
     conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open)?;
+    if options.max_db_mib > 0 {
+        let page_size: u64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+            .map_err(open)?
+            .max(512) as u64;
+        let pages = options.max_db_mib.saturating_mul(1 << 20) / page_size;
+        conn.pragma_update(None, "max_page_count", pages.max(1) as i64)
+            .map_err(open)?;
+    }
+    Ok(conn)
+}
+
+/// Opens an existing database for reading only: no migration, no recovery, no file
+/// created, so it works on a read-only file or folder (a copy for analysis, a mounted
+/// backup).
+pub(crate) fn connect_read_only(path: &Path) -> Result<Connection, StoreError> {
+    let open = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        hint: open_hint(path),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(open)?;
+    conn.busy_timeout(ConnectOptions::default().busy_timeout)
         .map_err(open)?;
     Ok(conn)
 }
@@ -196,9 +274,15 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the store, then recovers abandoned sessions.
+    /// Opens (creating if needed) and migrates the store, then recovers abandoned sessions,
+    /// with the default busy timeout and no size limit.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let mut conn = connect(path)?;
+        Self::open_with(path, ConnectOptions::default())
+    }
+
+    /// [`Store::open`] with the station's store settings.
+    pub fn open_with(path: &Path, options: ConnectOptions) -> Result<Store, StoreError> {
+        let mut conn = connect(path, options)?;
         migrate(&mut conn, path)?;
         let store = Store {
             path: path.to_path_buf(),
@@ -206,6 +290,26 @@ impl Store {
         };
         store.recover_abandoned(&Owner::current())?;
         Ok(store)
+    }
+
+    /// Opens an existing store to read it: no migration, no recovery, works on a
+    /// read-only file. A file newer than this build is refused; an older one is read
+    /// as it is (the readers only use columns every version has).
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let conn = connect_read_only(path)?;
+        let found = current_version(&conn)?;
+        let known = schema::MIGRATIONS.last().map_or(0, |m| m.0);
+        if found > known {
+            return Err(StoreError::TooNew {
+                path: path.to_path_buf(),
+                found,
+                known,
+            });
+        }
+        Ok(Store {
+            path: path.to_path_buf(),
+            conn,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -241,6 +345,16 @@ impl Store {
         let mut recovered = 0;
         for (id, owner) in running {
             if owner.is_alive(current) {
+                continue;
+            }
+            if id.ends_with(sql::sessions::STAGING_SUFFIX) {
+                // A replacement abandoned before it completed: the session it was to
+                // replace is still stored complete; the partial copy goes.
+                self.conn
+                    .execute("DELETE FROM sessions WHERE id = ?1", [&id])
+                    .map_err(sql("removing an abandoned replacement"))?;
+                tracing::warn!(session = %id, "removed a replacement abandoned by process {} on {}", owner.pid, owner.host);
+                recovered += 1;
                 continue;
             }
             let reason = format!(
@@ -464,7 +578,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
         });
     }
     for &(version, name, sql_text) in schema::MIGRATIONS.iter().filter(|m| m.0 > found) {
-        let tx = conn.transaction().map_err(sql("starting a migration"))?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql("starting a migration"))?;
         tx.execute_batch(sql_text)
             .map_err(sql(&format!("applying migration {version} ({name})")))?;
         tx.execute(

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
-use super::rows::{SessionEnd, SessionSource, SessionStart, WindowRow};
+use super::rows::{EndStatus, SessionEnd, SessionSource, SessionStart, WindowRow};
 use super::sql::frames;
 use super::sql::sessions::{self, EventCursor, Failure};
-use super::{connect, Owner, StoreError};
+use super::{connect, ConnectOptions, Owner, StoreError};
 use crate::session::Event;
 use crate::windows::FrameRecord;
 
@@ -70,8 +70,12 @@ pub struct BatchLimits {
 impl StoreWriter {
     /// Connects to `path` (already migrated by [`super::Store::open`]); returns the handle
     /// and the actor for the runtime to run.
-    pub fn open(path: &Path, limits: BatchLimits) -> Result<(Self, WriterActor), StoreError> {
-        let conn = connect(path)?;
+    pub fn open(
+        path: &Path,
+        limits: BatchLimits,
+        options: ConnectOptions,
+    ) -> Result<(Self, WriterActor), StoreError> {
+        let conn = connect(path, options)?;
         let (tx, rx) = bounded(QUEUE_CAPACITY);
         let actor = WriterActor {
             conn,
@@ -168,7 +172,12 @@ impl StoreWriter {
 
 /// The session being written.
 struct ActiveSession {
+    /// The id its rows are written under (a staging id while it replaces a complete one).
     id: String,
+    /// The complete session this run replaces once it completes (see `sessions::Begun`).
+    replaces: Option<String>,
+    /// Survey responses of a staged replacement, written when it is swapped in.
+    deferred_surveys: Vec<Event>,
     participant_id: Option<String>,
     modality_names: Vec<&'static str>,
     layout: crate::windows::ModalityLayout,
@@ -239,7 +248,9 @@ impl WriterActor {
     fn commit(&mut self, batch: &[Command]) -> Result<(), StoreError> {
         let tx = self
             .conn
-            .transaction()
+            // Immediate: take the write lock (waiting up to the busy timeout) before
+            // reading, so a lock held elsewhere is waited for, not failed on at once.
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(super::sql("starting a transaction"))?;
         let mut session = self.session.take();
         let no_session =
@@ -247,9 +258,11 @@ impl WriterActor {
         for cmd in batch {
             let step = match cmd {
                 Command::Begin(start, _) => sessions::begin(&tx, start, &self.owner, &self.path)
-                    .map(|()| {
+                    .map(|begun| {
                         session = Some(ActiveSession {
-                            id: start.id.clone(),
+                            id: begun.row_id,
+                            replaces: begun.replaces,
+                            deferred_surveys: Vec::new(),
                             participant_id: start.participant_id.clone(),
                             modality_names: start.layout.iter().map(|(_, m)| m.spec.name).collect(),
                             layout: start.layout.clone(),
@@ -263,6 +276,7 @@ impl WriterActor {
                         s.participant_id.as_deref(),
                         &mut s.events,
                         events,
+                        s.replaces.is_some().then_some(&mut s.deferred_surveys),
                     ),
                     None => Err(no_session("events")),
                 },
@@ -281,15 +295,25 @@ impl WriterActor {
                     None => Err(no_session("a window")),
                 },
                 Command::Finish(end, _) => match session.take() {
-                    Some(s) => sessions::finish(&tx, &s.id, end),
+                    Some(s) => finish(&tx, &s, end),
                     None => Err(no_session("finish")),
                 },
-                Command::Fail(f, _) => {
-                    if session.as_ref().is_some_and(|s| s.id == f.id) {
-                        session = None;
+                Command::Fail(f, _) => match session.take() {
+                    // A failed replacement is discarded: the complete session it was to
+                    // replace stays exactly as it was.
+                    Some(s) if s.replaces.as_deref() == Some(f.id.as_str()) => {
+                        tracing::warn!(
+                            session = f.id,
+                            "the replacement failed; the stored session is kept unchanged: {}",
+                            f.reason
+                        );
+                        sessions::delete(&tx, &s.id)
                     }
-                    sessions::fail(&tx, f, &self.owner)
-                }
+                    other => {
+                        session = other.filter(|s| s.id != f.id);
+                        sessions::fail(&tx, f, &self.owner)
+                    }
+                },
                 Command::Flush(_) => Ok(()),
             };
             if let Err(e) = step {
@@ -302,4 +326,28 @@ impl WriterActor {
         self.session = session;
         Ok(())
     }
+}
+
+/// Closes the session; a staged replacement is swapped in, with its survey responses.
+fn finish(
+    tx: &rusqlite::Transaction<'_>,
+    s: &ActiveSession,
+    end: &SessionEnd,
+) -> Result<(), StoreError> {
+    if let (Some(final_id), false) = (&s.replaces, end.status == EndStatus::Complete) {
+        // A replacement stopped before its end does not displace a complete session.
+        tracing::warn!(
+            session = final_id.as_str(),
+            "the replacement stopped before its end; the stored complete session is kept"
+        );
+        return sessions::delete(tx, &s.id);
+    }
+    sessions::finish(tx, &s.id, end)?;
+    if let Some(final_id) = &s.replaces {
+        sessions::swap_in(tx, &s.id, final_id)?;
+        for e in &s.deferred_surveys {
+            sessions::write_survey(tx, final_id, s.participant_id.as_deref(), e)?;
+        }
+    }
+    Ok(())
 }

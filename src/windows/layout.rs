@@ -119,7 +119,8 @@ impl ModalityLayout {
     }
 
     /// Checks a frame record's features against the layout: one entry per modality, each
-    /// present vector of its modality's width. Returns the first mismatch.
+    /// present vector of its modality's width with finite values. Returns the first
+    /// mismatch.
     pub fn check(&self, features: &[Option<Vec<f32>>]) -> Result<(), String> {
         if features.len() != self.modalities.len() {
             return Err(format!(
@@ -136,6 +137,14 @@ impl ModalityLayout {
                         m.spec.name,
                         v.len(),
                         m.spec.dims()
+                    ));
+                }
+                // Stored values are finite or the modality is absent: NaN and infinity
+                // would poison every mean and model downstream.
+                if let Some(k) = v.iter().position(|x| !x.is_finite()) {
+                    return Err(format!(
+                        "modality `{}` has the non-finite value {} in column `{}`",
+                        m.spec.name, v[k], m.spec.columns[k]
                     ));
                 }
             }

@@ -33,7 +33,45 @@ pub struct IntrinsicsArgs {
     pub cy: Option<f64>,
 }
 
+/// Refuses a focal length or principal point coordinate that is not finite or not within
+/// 1 to 100,000 pixels (no camera a station uses is outside; 1e-300 or 1e308 poison the
+/// pose fit with NaN and infinity).
+pub fn check_intrinsic(field: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && (1.0..=100_000.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field} must be a number of pixels between 1 and 100000, got {v}"
+        ))
+    }
+}
+
 impl IntrinsicsArgs {
+    /// Checks every given value with [`check_intrinsic`] and, for an image of
+    /// `width` x `height`, that the principal point lies inside it.
+    pub fn check(&self, image: Option<(u32, u32)>) -> Result<(), String> {
+        for (field, v) in [
+            ("fx", self.fx),
+            ("fy", self.fy),
+            ("cx", self.cx),
+            ("cy", self.cy),
+        ] {
+            if let Some(v) = v {
+                check_intrinsic(field, v)?;
+            }
+        }
+        if let Some((w, h)) = image {
+            for (field, v, limit) in [("cx", self.cx, w), ("cy", self.cy, h)] {
+                if let Some(v) = v.filter(|v| *v > f64::from(limit)) {
+                    return Err(format!(
+                        "{field} = {v} lies outside the {w}x{h} image"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn resolve(&self, width: u32, height: u32) -> Intrinsics {
         let d = Intrinsics::default_for(width, height);
         let fx = self.fx.or(self.fy).unwrap_or(d.fx);

@@ -34,24 +34,60 @@ pub fn delete(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// What suffix marks the row of a replacement being written beside the complete session
+/// it will replace. Session ids cannot contain `~` (see `session::valid_id`), so a staged
+/// id never names a real session.
+pub const STAGING_SUFFIX: &str = "~replacing";
+
+/// The id a replacement of session `id` is written under until it completes.
+pub fn staging_id(id: &str) -> String {
+    format!("{id}{STAGING_SUFFIX}")
+}
+
+/// Where [`begin`] put the session row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Begun {
+    /// The id its rows are written under.
+    pub row_id: String,
+    /// When the run replaces a complete session: that session's id. The rows are staged
+    /// under [`staging_id`] and swapped in by [`swap_in`] only when the run completes.
+    pub replaces: Option<String>,
+}
+
 /// Writes the session row `running` and its modalities. A session already stored under
-/// the id is replaced when it is not complete, or when `start.replace` says so; otherwise
-/// that is [`StoreError::AlreadyStored`] (with `path` for the message).
+/// the id is replaced at once when it is not complete. A complete one is kept untouched
+/// until the new run completes when `start.replace` says so (the new rows are staged, see
+/// [`Begun`]); otherwise that is [`StoreError::AlreadyStored`] (with `path` for the
+/// message).
 pub fn begin(
     tx: &Transaction<'_>,
     s: &SessionStart,
     owner: &Owner,
     path: &std::path::Path,
-) -> Result<(), StoreError> {
-    if let Some(existing) = status(tx, &s.id)? {
-        if existing == "complete" && !s.replace {
+) -> Result<Begun, StoreError> {
+    let mut begun = Begun {
+        row_id: s.id.clone(),
+        replaces: None,
+    };
+    match status(tx, &s.id)?.as_deref() {
+        Some("complete") if !s.replace => {
             return Err(StoreError::AlreadyStored {
                 id: s.id.clone(),
                 path: path.to_path_buf(),
             });
         }
-        delete(tx, &s.id)?;
+        Some("complete") => {
+            begun = Begun {
+                row_id: staging_id(&s.id),
+                replaces: Some(s.id.clone()),
+            };
+            // A replacement abandoned by a crash.
+            delete(tx, &begun.row_id)?;
+        }
+        Some(_) => delete(tx, &s.id)?,
+        None => {}
     }
+    let row_id = &begun.row_id;
     record_station(tx, &s.station_id)?;
     if let Some(p) = &s.participant_id {
         tx.execute(
@@ -68,7 +104,7 @@ pub fn begin(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11, {NOW}, {NOW})"
         ),
         params![
-            s.id,
+            row_id,
             s.station_id,
             s.participant_id,
             s.source.as_str(),
@@ -90,7 +126,7 @@ pub fn begin(
         tx.execute(
             "INSERT INTO modalities (session_id, name, stream, dims, columns) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
-                s.id,
+                row_id,
                 m.spec.name,
                 m.stream.as_str(),
                 m.spec.dims() as i64,
@@ -99,7 +135,7 @@ pub fn begin(
         )
         .map_err(ctx("writing modalities"))?;
     }
-    Ok(())
+    Ok(begun)
 }
 
 /// Where the next event of a running session goes: its sequence number, the position of
@@ -114,12 +150,16 @@ pub struct EventCursor {
 /// Writes events of session `id` (time-sorted, after those already written). A phase
 /// event closes the phase still open and opens its own (its end is set by the next phase
 /// or by [`finish`]).
+///
+/// With `deferred_surveys`, survey responses are kept there instead of written (a staged
+/// replacement writes them with [`write_survey`] when it is swapped in).
 pub fn write_events(
     tx: &Transaction<'_>,
     id: &str,
     participant_id: Option<&str>,
     cursor: &mut EventCursor,
     events: &[Event],
+    mut deferred_surveys: Option<&mut Vec<Event>>,
 ) -> Result<(), StoreError> {
     for e in events {
         let seq = cursor.next_seq;
@@ -196,36 +236,89 @@ pub fn write_events(
                 )
                 .map_err(ctx("writing self-ratings"))?;
             }
-            EventKind::Survey {
-                instrument,
-                item,
-                value,
-                time_point,
-            } => {
-                let participant = participant_id.ok_or_else(|| StoreError::Invalid {
-                    message: format!(
-                        "event line {}: a survey response needs a participant_id in session.json",
-                        e.line
-                    ),
-                })?;
-                tx.execute(
-                    "INSERT OR REPLACE INTO survey_responses
-                     (participant_id, instrument, item, time_point, value, session_id, t_ns)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![
-                        participant,
-                        instrument,
-                        item,
-                        time_point.as_str(),
-                        value,
-                        id,
-                        t_ns
-                    ],
-                )
-                .map_err(ctx("writing survey responses"))?;
-            }
+            EventKind::Survey { .. } => match deferred_surveys.as_deref_mut() {
+                // Survey responses are keyed by participant, not session: a staged
+                // replacement must not overwrite the stored session's before it completes.
+                Some(deferred) => deferred.push(e.clone()),
+                None => write_survey(tx, id, participant_id, e)?,
+            },
             EventKind::Note { .. } => {}
         }
+    }
+    Ok(())
+}
+
+/// Writes the survey response of event `e` (a survey) for session `id`; the latest
+/// response of a participant to an item at a time point wins.
+pub fn write_survey(
+    tx: &Transaction<'_>,
+    id: &str,
+    participant_id: Option<&str>,
+    e: &Event,
+) -> Result<(), StoreError> {
+    let EventKind::Survey {
+        instrument,
+        item,
+        value,
+        time_point,
+    } = &e.kind
+    else {
+        return Ok(());
+    };
+    let participant = participant_id.ok_or_else(|| StoreError::Invalid {
+        message: format!(
+            "event line {}: a survey response needs a participant_id in session.json",
+            e.line
+        ),
+    })?;
+    tx.execute(
+        "INSERT OR REPLACE INTO survey_responses
+         (participant_id, instrument, item, time_point, value, session_id, t_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            participant,
+            instrument,
+            item,
+            time_point.as_str(),
+            value,
+            id,
+            e.t_ns as i64
+        ],
+    )
+    .map_err(ctx("writing survey responses"))?;
+    Ok(())
+}
+
+/// Swaps a completed replacement in: removes the session `replaces` (and everything it
+/// holds) and moves every row of `staged` to its id, in the caller's transaction, so a
+/// reader sees either the old session or the new one, never neither.
+pub fn swap_in(tx: &Transaction<'_>, staged: &str, replaces: &str) -> Result<(), StoreError> {
+    delete(tx, replaces)?;
+    // Children and parent change ids one statement at a time; the keys hold again at the
+    // end of the transaction, which is when they are checked.
+    tx.pragma_update(None, "defer_foreign_keys", "ON")
+        .map_err(ctx("deferring foreign keys for the swap"))?;
+    let tables: Vec<String> = tx
+        .prepare(
+            "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c
+             WHERE m.type = 'table' AND c.name = 'session_id' ORDER BY m.name",
+        )
+        .and_then(|mut st| {
+            st.query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(ctx("listing the session's tables"))?;
+    tx.execute(
+        "UPDATE sessions SET id = ?2 WHERE id = ?1",
+        params![staged, replaces],
+    )
+    .map_err(ctx("swapping the replacement in"))?;
+    for table in tables {
+        tx.execute(
+            &format!("UPDATE \"{table}\" SET session_id = ?2 WHERE session_id = ?1"),
+            params![staged, replaces],
+        )
+        .map_err(ctx("swapping the replacement in"))?;
     }
     Ok(())
 }

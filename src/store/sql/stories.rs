@@ -15,7 +15,9 @@ pub fn upsert(
     vectors: &[Vec<f32>],
     model: &str,
 ) -> Result<(), StoreError> {
-    let tx = conn.transaction().map_err(ctx("starting the import"))?;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(ctx("starting the import"))?;
     for (s, v) in stories.iter().zip(vectors) {
         tx.execute(
             &format!(
