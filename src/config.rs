@@ -321,7 +321,10 @@ impl Config {
             if (lo..=hi).contains(&v) {
                 Ok(())
             } else {
-                Err(invalid(field, format!("must be between {lo} and {hi}, got {v}")))
+                Err(invalid(
+                    field,
+                    format!("must be between {lo} and {hi}, got {v}"),
+                ))
             }
         };
         crate::session::manifest::check_id("station.id", &self.station.id)
@@ -422,7 +425,12 @@ impl Config {
             100_000,
         )?;
         within("store.batch_max_ms", self.store.batch_max_ms, 1, 60_000)?;
-        within("store.busy_timeout_ms", self.store.busy_timeout_ms, 0, 600_000)?;
+        within(
+            "store.busy_timeout_ms",
+            self.store.busy_timeout_ms,
+            0,
+            600_000,
+        )?;
         within("store.max_db_mib", self.store.max_db_mib, 0, 1 << 30)?;
         if let Some(lib) = &self.models.onnxruntime_library {
             if !lib.is_file() {
@@ -490,5 +498,51 @@ mod tests {
         assert!(parse("[face]\nenabled = false\n[models]\nappearance_input = \"frame\"\n").is_ok());
         let err = parse("[face]\nfx = -3.0\n").unwrap_err().to_string();
         assert!(err.contains("face.fx"), "{err}");
+    }
+
+    mod property {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            // Any TOML made of the config's own keys with any numbers parses into a config
+            // whose sizes are bounded, or into an error naming the file; never a panic or
+            // an abort (a window of 4e9 frames once tried to allocate 32 GB).
+            #[test]
+            fn arbitrary_configs_are_bounded_or_refused(
+                entries in proptest::collection::vec(
+                    (prop_oneof![
+                        Just(("windows", "length_frames")), Just(("windows", "hop_frames")),
+                        Just(("runtime", "video_queue_frames")), Just(("runtime", "audio_queue_blocks")),
+                        Just(("store", "batch_max_rows")), Just(("store", "batch_max_ms")),
+                        Just(("store", "busy_timeout_ms")), Just(("store", "max_db_mib")),
+                        Just(("audio", "sample_rate_hz")), Just(("audio", "block_ms")),
+                        Just(("video", "nominal_fps")), Just(("face", "fx")), Just(("face", "cy")),
+                        Just(("text", "horizon_ms")), Just(("quality", "clipping_level")),
+                    ], prop_oneof![
+                        any::<i64>().prop_map(|v| v.to_string()),
+                        any::<f64>().prop_map(|v| format!("{v:?}")),
+                        Just("4000000000".to_string()),
+                        Just("\"x\"".to_string()),
+                    ]),
+                    0..5,
+                ),
+            ) {
+                let mut text = String::new();
+                for ((section, key), value) in entries {
+                    text.push_str(&format!("[{section}]\n{key} = {value}\n"));
+                }
+                match parse(&text) {
+                    Ok(c) => {
+                        prop_assert!((1..=36_000).contains(&c.windows.length_frames));
+                        prop_assert!((1..=1024).contains(&c.runtime.video_queue_frames));
+                        prop_assert!((1..=16_384).contains(&c.runtime.audio_queue_blocks));
+                        prop_assert!(c.store.busy_timeout_ms <= 600_000);
+                    }
+                    Err(e) => prop_assert!(e.to_string().contains("test.toml"), "{e}"),
+                }
+            }
+        }
     }
 }

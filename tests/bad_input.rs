@@ -50,7 +50,7 @@ fn missing_video_is_named() {
     std::fs::remove_file(dir.join("video.avi")).unwrap();
     let db = tmp.path().join("x.db");
     expect_bad(&dir, &db, "video.avi");
-    let (status, reason, ..) = stored(&db, "s");
+    let (status, reason, ..) = stored(&db, "demo-0001");
     assert_eq!(status, "failed");
     assert!(reason.contains("video.avi"), "{reason}");
 }
@@ -117,8 +117,8 @@ fn malformed_event_line_names_file_and_line() {
     let db = tmp.path().join("x.db");
     let err = expect_bad(&dir, &db, "events.jsonl");
     assert!(err.contains("line 7"), "{err}");
-    // session.json could not be trusted as a whole run: the row is named after the folder.
-    let (status, reason, ..) = stored(&db, "s");
+    // session.json is fine: the failed row carries the session's own id.
+    let (status, reason, ..) = stored(&db, "demo-0001");
     assert_eq!(status, "failed");
     assert!(reason.contains("line 7"), "{reason}");
 }

@@ -25,8 +25,8 @@ use crate::capture::video_file::FileVideoSource;
 use crate::capture::{ReadAhead, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
-use crate::report::ReplaySummary;
 use crate::features::face::pose::IntrinsicsArgs;
+use crate::report::ReplaySummary;
 use crate::session::{RecordedSession, SessionError};
 use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use crate::store::{Store, StoreWriter};
@@ -208,7 +208,17 @@ fn display_path(p: &Path) -> String {
 /// Marks a session failed; a failure to do so is logged (the original error is what the
 /// user needs to see, and is returned by the caller).
 fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str) {
-    if let Err(e) = writer.fail(id, station_id, SessionSource::Replay, reason) {
+    // A lock held elsewhere or a full disk may clear: try a few times (each attempt waits
+    // up to the busy timeout), so the row does not stay `running` with no reason.
+    let mut last = None;
+    for attempt in 0..3u64 {
+        match writer.fail(id, station_id, SessionSource::Replay, reason) {
+            Ok(()) => return,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200 * (attempt + 1)));
+    }
+    if let Some(e) = last {
         tracing::error!(session = id, "could not mark the session failed: {e}");
     }
 }

@@ -169,7 +169,11 @@ pub fn read_events(path: &Path) -> Result<Vec<Event>, SessionError> {
         let valid = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
         let line = 1 + bytes[..valid].iter().filter(|b| **b == b'\n').count();
-        let column = valid - bytes[..valid].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let column = valid
+            - bytes[..valid]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
         SessionError::Events {
             path: path.to_path_buf(),
             line,

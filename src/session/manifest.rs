@@ -301,4 +301,81 @@ mod tests {
         let c = CameraIntrinsics::default_for(640, 480);
         assert_eq!((c.fx, c.fy, c.cx, c.cy), (500.0, 500.0, 320.0, 240.0));
     }
+
+    mod property {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A JSON value of the kinds `session.json` fields take, extremes included.
+        fn value() -> impl Strategy<Value = serde_json::Value> {
+            prop_oneof![
+                any::<i64>().prop_map(serde_json::Value::from),
+                any::<f64>().prop_map(serde_json::Value::from),
+                prop_oneof![
+                    Just(1e-300),
+                    Just(1e308),
+                    Just(-0.0),
+                    Just(500.0),
+                    Just(0.5)
+                ]
+                .prop_map(serde_json::Value::from),
+                "\\PC{0,12}".prop_map(serde_json::Value::from),
+                Just(serde_json::Value::Null),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+            // Untrusted input: any session.json gives a manifest within the bounds, or an
+            // error naming the file; never a panic.
+            #[test]
+            fn arbitrary_manifests_are_bounded_or_refused(
+                fields in proptest::collection::vec(
+                    (prop_oneof![
+                        Just("session_id"), Just("station_id"), Just("participant_id"),
+                        Just("nominal_fps"), Just("audio_offset_ms"), Just("start_time"),
+                        Just("fx"), Just("cx"), Just("other"),
+                    ], value()),
+                    0..6,
+                ),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut obj = serde_json::Map::new();
+                obj.insert("format_version".into(), 1.into());
+                let mut camera = serde_json::Map::new();
+                for (k, v) in fields {
+                    match k {
+                        "fx" | "cx" => {
+                            camera.insert(k.into(), v.clone());
+                            camera.insert(if k == "fx" { "fy" } else { "cy" }.into(), v);
+                        }
+                        _ => { obj.insert(k.into(), v); }
+                    }
+                }
+                if !camera.is_empty() {
+                    for (k, d) in [("fx", 500.0), ("fy", 500.0), ("cx", 320.0), ("cy", 240.0)] {
+                        camera.entry(k).or_insert(d.into());
+                    }
+                    obj.insert("camera".into(), camera.into());
+                }
+                std::fs::write(
+                    dir.path().join("session.json"),
+                    serde_json::Value::Object(obj).to_string(),
+                ).unwrap();
+                match SessionManifest::load(dir.path(), "st", 15.0) {
+                    Ok(m) => {
+                        prop_assert!(check_id("session_id", &m.session_id).is_ok());
+                        prop_assert!(m.audio_offset_ms.unsigned_abs() <= MAX_AUDIO_OFFSET_MS);
+                        prop_assert!((1.0..=240.0).contains(&m.nominal_fps));
+                        if let Some(c) = m.camera {
+                            for v in [c.fx, c.fy, c.cx, c.cy] {
+                                prop_assert!(v.is_finite() && (1.0..=100_000.0).contains(&v));
+                            }
+                        }
+                    }
+                    Err(e) => prop_assert!(e.to_string().contains("session.json"), "{e}"),
+                }
+            }
+        }
+    }
 }

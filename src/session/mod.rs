@@ -90,11 +90,7 @@ impl RecordedSession {
         } else {
             Vec::new()
         };
-        events::check_against_manifest(
-            &events,
-            manifest.participant_id.as_deref(),
-            &events_path,
-        )?;
+        events::check_against_manifest(&events, manifest.participant_id.as_deref(), &events_path)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             video_path,
@@ -104,13 +100,21 @@ impl RecordedSession {
         })
     }
 
-    /// The session id from `session.json`, or the folder name when the file does not exist or
-    /// cannot be read. Used to mark a session failed even when its manifest is bad.
+    /// The session id from `session.json`, or the folder name when the file does not exist,
+    /// cannot be read, is of another format version or has no valid id. Used to mark a
+    /// session failed even when its manifest or events are bad.
     pub fn fallback_id(dir: &Path) -> String {
+        // The file's id when the file is of this format and the id a valid one (a file of
+        // another version may mean anything by it).
         let from_file = std::fs::read_to_string(dir.join("session.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.get("session_id")?.as_str().map(str::to_string));
+            .filter(|v| {
+                v.get("format_version").and_then(|f| f.as_u64())
+                    == Some(u64::from(manifest::FORMAT_VERSION))
+            })
+            .and_then(|v| v.get("session_id")?.as_str().map(str::to_string))
+            .filter(|id| manifest::check_id("session_id", id).is_ok());
         if let Some(id) = from_file {
             return id;
         }

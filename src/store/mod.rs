@@ -73,9 +73,17 @@ impl Classify for StoreError {
 
 /// Wraps a rusqlite error with what was being done.
 pub(crate) fn sql(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Sqlite {
-        context: context.to_string(),
-        source,
+    move |source| {
+        let busy = matches!(
+            source.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        let context = if busy {
+            format!("{context} (another process held the database's lock for longer than store.busy_timeout_ms)")
+        } else {
+            context.to_string()
+        };
+        StoreError::Sqlite { context, source }
     }
 }
 

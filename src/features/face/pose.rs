@@ -63,9 +63,7 @@ impl IntrinsicsArgs {
         if let Some((w, h)) = image {
             for (field, v, limit) in [("cx", self.cx, w), ("cy", self.cy, h)] {
                 if let Some(v) = v.filter(|v| *v > f64::from(limit)) {
-                    return Err(format!(
-                        "{field} = {v} lies outside the {w}x{h} image"
-                    ));
+                    return Err(format!("{field} = {v} lies outside the {w}x{h} image"));
                 }
             }
         }
