@@ -27,10 +27,11 @@ pub use writer::StoreWriter;
 /// Errors of the session store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot open the session database {path}: {source} ({hint})")]
+    #[error("cannot open the session database: {detail}")]
     Open {
         path: PathBuf,
-        hint: String,
+        /// The path (once), SQLite's reason and, for a file it cannot open, why.
+        detail: String,
         #[source]
         source: rusqlite::Error,
     },
@@ -112,6 +113,28 @@ impl From<&crate::config::StoreConfig> for ConnectOptions {
     }
 }
 
+fn open_error(path: &Path, source: rusqlite::Error) -> StoreError {
+    let text = source.to_string();
+    let shown = path.display().to_string();
+    // SQLite names the path in some messages ("unable to open database file: PATH").
+    let mut detail = if text.contains(&shown) {
+        text
+    } else {
+        format!("{shown}: {text}")
+    };
+    if matches!(
+        source.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+    ) {
+        detail = format!("{detail} ({})", open_hint(path));
+    }
+    StoreError::Open {
+        path: path.to_path_buf(),
+        detail,
+        source,
+    }
+}
+
 /// Why a database cannot be opened, in words a user can act on (SQLite says only "unable
 /// to open database file").
 fn open_hint(path: &Path) -> String {
@@ -138,11 +161,7 @@ fn open_hint(path: &Path) -> String {
 }
 
 pub(crate) fn connect(path: &Path, options: ConnectOptions) -> Result<Connection, StoreError> {
-    let open = |source| StoreError::Open {
-        path: path.to_path_buf(),
-        hint: open_hint(path),
-        source,
-    };
+    let open = |source| open_error(path, source);
     let conn = Connection::open(path).map_err(open)?;
     conn.busy_timeout(options.busy_timeout).map_err(open)?;
     // WAL: readers never block the writer. FULL: a committed batch survives power loss too.
@@ -168,11 +187,7 @@ pub(crate) fn connect(path: &Path, options: ConnectOptions) -> Result<Connection
 /// created, so it works on a read-only file or folder (a copy for analysis, a mounted
 /// backup).
 pub(crate) fn connect_read_only(path: &Path) -> Result<Connection, StoreError> {
-    let open = |source| StoreError::Open {
-        path: path.to_path_buf(),
-        hint: open_hint(path),
-        source,
-    };
+    let open = |source| open_error(path, source);
     let conn = Connection::open_with_flags(
         path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
