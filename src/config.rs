@@ -50,6 +50,29 @@ pub struct Config {
     pub store: StoreConfig,
     pub models: ModelsConfig,
     pub face: FaceConfig,
+    pub fusion: FusionConfig,
+}
+
+/// Which predictor runs on which phases' windows (see `fusion`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FusionConfig {
+    /// Predictor ids; empty turns prediction off. Known now: `text-zero-shot`.
+    pub predictors: Vec<String>,
+    /// The phases whose windows are predicted (a window's phase is the one at its midpoint).
+    pub phases: Vec<crate::session::Phase>,
+}
+
+impl Default for FusionConfig {
+    fn default() -> Self {
+        Self {
+            predictors: vec!["text-zero-shot".into()],
+            phases: vec![
+                crate::session::Phase::StoryShare,
+                crate::session::Phase::Reflection,
+            ],
+        }
+    }
 }
 
 /// Who this station is.
@@ -432,6 +455,17 @@ impl Config {
             600_000,
         )?;
         within("store.max_db_mib", self.store.max_db_mib, 0, 1 << 30)?;
+        for p in &self.fusion.predictors {
+            if p != crate::fusion::zero_shot::TextZeroShot::ID {
+                return Err(invalid(
+                    "fusion.predictors",
+                    format!(
+                        "unknown predictor `{p}` (known: {})",
+                        crate::fusion::zero_shot::TextZeroShot::ID
+                    ),
+                ));
+            }
+        }
         if let Some(lib) = &self.models.onnxruntime_library {
             if !lib.is_file() {
                 return Err(invalid(

@@ -8,6 +8,8 @@
 //!   (recorded files now; live camera and microphone implement the same traits).
 //! - [`features`]: per-frame and per-audio-block stages (plain structs, no threads).
 //! - [`windows`]: aligns audio to video frames and assembles sliding windows with presence masks.
+//! - [`fusion`]: predictors that turn a window into predicted empathy toward each story
+//!   in play.
 //! - [`store`]: the SQLite session store (migrations, one batched writer thread).
 //! - [`runtime`]: the threads, bounded queues, pacing and graceful stop that tie it together.
 //! - [`cli`]: the body of each command (progress bars and output files live here).
@@ -23,6 +25,7 @@ pub mod config;
 pub mod doctor;
 pub mod exit;
 pub mod features;
+pub mod fusion;
 pub mod models;
 pub mod report;
 pub mod runtime;

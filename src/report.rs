@@ -131,6 +131,45 @@ pub struct ReplaySummary {
     pub elapsed_secs: f64,
     pub speed: String,
     pub quality: QualityReport,
+    /// Session-level predicted empathy toward each story, beside the self-ratings.
+    pub predictions: Vec<crate::store::StoryPrediction>,
+}
+
+/// The predictions section shared by the replay summary and `sessions show`.
+pub fn render_predictions(s: &mut String, predictions: &[crate::store::StoryPrediction]) {
+    if predictions.is_empty() {
+        let _ = writeln!(
+            s,
+            "empathy   no predictions (no window of the configured phases had a story in play and the participant's words)"
+        );
+        return;
+    }
+    let mut last = "";
+    for p in predictions {
+        if p.predictor != last {
+            let _ = writeln!(
+                s,
+                "empathy   predicted by {}{} (1-5, mean over windows after the story was shown) vs self-rating:",
+                p.predictor,
+                if p.synthetic {
+                    " [synthetic: not an empathy model]"
+                } else {
+                    ""
+                }
+            );
+            last = &p.predictor;
+        }
+        let _ = writeln!(
+            s,
+            "          {:<16} {:<34} predicted {:.2} (cosine {:+.3}, {} windows)   rated {}",
+            p.story_id,
+            format!("\"{}\"", p.title.as_deref().unwrap_or("?")),
+            p.score,
+            p.raw_cosine,
+            p.windows,
+            p.rating.map_or("-".into(), |r| r.to_string())
+        );
+    }
 }
 
 impl ReplaySummary {
@@ -204,6 +243,7 @@ impl ReplaySummary {
                 .collect();
             let _ = writeln!(s, "phases    {}", list.join(", "));
         }
+        render_predictions(&mut s, &self.predictions);
         s
     }
 }
@@ -303,6 +343,7 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
             st.rating.map_or("-".into(), |r| r.to_string())
         );
     }
+    render_predictions(&mut s, &d.predictions);
     if let Some(q) = &x.quality {
         if let Ok(q) = serde_json::from_value::<QualityReport>(q.clone()) {
             let _ = writeln!(

@@ -132,13 +132,18 @@ pub fn import(
 ) -> Result<usize, StoryError> {
     let mut vectors = Vec::with_capacity(stories.len());
     for s in stories {
-        // Title and text together, as the robot presents them.
-        let input = format!("{}. {}", s.title, s.text);
+        let input = presented_text(&s.title, &s.text);
         vectors.push(encoder.embed(&[input.as_str()])?.remove(0));
         progress();
     }
     store.import_stories(stories, &vectors, model)?;
     Ok(stories.len())
+}
+
+/// What a story's embedding is computed from: title and text together, as the robot
+/// presents them (the bank's import and the stories shown in a session use the same).
+pub fn presented_text(title: &str, text: &str) -> String {
+    format!("{title}. {text}")
 }
 
 /// A ranked story.

@@ -20,7 +20,7 @@ use rusqlite::Connection;
 /// Modalities computed by ONNX models.
 const MODEL_MODALITIES: &[&str] = &["face", "appearance", "text"];
 /// Tables whose rows hold model outputs or figures derived from them.
-const MODEL_TABLES: &[&str] = &["sessions"];
+const MODEL_TABLES: &[&str] = &["sessions", "predictions"];
 
 fn cpu_class() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -65,6 +65,20 @@ fn describe(db: &Path, id: &str) -> BTreeMap<String, String> {
                 table.to_string(),
                 digest(&table_lines(&conn, table, key, id)),
             );
+            if *table == "predictions" {
+                // Cosines of model outputs: compared by count and mean on another CPU.
+                let (n, mean): (i64, Option<f64>) = conn
+                    .query_row(
+                        &format!("SELECT count(*), avg(raw_cosine) FROM predictions WHERE session_id = '{id}'"),
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .unwrap();
+                out.insert(
+                    "stats:predictions".into(),
+                    format!("present={n} mean={:.9e}", mean.unwrap_or(0.0)),
+                );
+            }
         }
     }
     out

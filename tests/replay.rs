@@ -78,6 +78,26 @@ fn demo_session_replays_end_to_end() {
         d.stories.iter().map(|s| s.rating).collect::<Vec<_>>(),
         vec![Some(4), Some(3), Some(5)]
     );
+    // The default predictor predicts empathy toward each of the three stories shown,
+    // beside its self-rating, in the summary and in the store.
+    let predicted: Vec<(&str, &str, Option<u8>)> = summary
+        .predictions
+        .iter()
+        .map(|p| (p.predictor.as_str(), p.story_id.as_str(), p.rating))
+        .collect();
+    assert_eq!(
+        predicted,
+        vec![
+            ("text-zero-shot", "demo-story-03", Some(4)),
+            ("text-zero-shot", "demo-story-11", Some(3)),
+            ("text-zero-shot", "demo-story-27", Some(5)),
+        ]
+    );
+    assert!(summary
+        .predictions
+        .iter()
+        .all(|p| (1.0..=5.0).contains(&p.score) && p.windows > 0 && !p.synthetic));
+    assert_eq!(d.predictions, summary.predictions);
     assert_eq!(d.utterances, 7);
     let conn = store.connection();
     let surveys: i64 = conn

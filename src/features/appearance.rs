@@ -60,7 +60,7 @@ impl AppearanceEncoder {
                 (0..entry.output_dim)
                     .map(|i| format!("appearance_{i}"))
                     .collect(),
-                entry.name.clone(),
+                format!("{} sha256:{}", entry.name, entry.sha256),
                 1,
             ),
             session,

@@ -22,6 +22,8 @@ pub const MAX_TOKENS: usize = 256;
 
 pub struct SentenceEncoder {
     name: String,
+    /// The model id with its sha256, as stored in `modalities.producer`.
+    producer: String,
     session: Session,
     tokenizer: Tokenizer,
     dim: usize,
@@ -75,6 +77,7 @@ impl SentenceEncoder {
             .unwrap_or_else(|| "sentence_embedding".into());
         Ok(Self {
             name: entry.name.clone(),
+            producer: format!("{} sha256:{}", entry.name, entry.sha256),
             session,
             tokenizer,
             dim: entry.output_dim,
@@ -89,6 +92,11 @@ impl SentenceEncoder {
     /// The model's name in the manifest.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The model id with its sha256 (what produced a `text` vector).
+    pub fn producer(&self) -> &str {
+        &self.producer
     }
 
     /// One L2-normalised embedding per text. Each text runs on its own: with int8 dynamic
@@ -190,6 +198,8 @@ pub struct TextStage {
     spec: ModalitySpec,
 }
 
+pub use crate::windows::StoryInPlay;
+
 /// An embedded utterance: `[start_ns, end_ns)` and its vector.
 pub type EmbeddedUtterance = (Nanos, Nanos, std::sync::Arc<Vec<f32>>);
 
@@ -199,7 +209,7 @@ impl TextStage {
         let spec = ModalitySpec::new(
             "text",
             (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),
-            encoder.name().to_string(),
+            encoder.producer().to_string(),
             1,
         );
         Self {
@@ -214,6 +224,35 @@ impl TextStage {
     }
 
     /// The embeddings of the speaker's utterances among `events`, in event order.
+    /// Embeds the stories shown among `events` (title and text, as the bank does), so the
+    /// fusion stage can compare a window with each story in play.
+    pub fn embed_stories(&mut self, events: &[Event]) -> Result<Vec<StoryInPlay>, ModelError> {
+        let mut out = Vec::new();
+        for e in events {
+            if let EventKind::StoryShown {
+                story_id,
+                title,
+                text,
+            } = &e.kind
+            {
+                let input = crate::stories::presented_text(title, text);
+                let v = self
+                    .encoder
+                    .embed(&[input.as_str()])?
+                    .into_iter()
+                    .next()
+                    .unwrap_or_default();
+                out.push(StoryInPlay {
+                    story_id: story_id.clone(),
+                    title: title.clone(),
+                    shown_ns: e.t_ns,
+                    embedding: v,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     pub fn embed_utterances(
         &mut self,
         events: &[Event],

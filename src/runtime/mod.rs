@@ -44,6 +44,8 @@ pub enum RunError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Model(#[from] crate::models::ModelError),
+    #[error(transparent)]
+    Fusion(#[from] crate::fusion::FusionError),
     #[error("runtime thread {thread} failed: {message}")]
     Thread { thread: String, message: String },
     /// The thread a queue feeds ended early; that thread's own error is the cause.
@@ -60,6 +62,7 @@ impl Classify for RunError {
             RunError::Stage(e) => e.exit_kind(),
             RunError::Store(e) => e.exit_kind(),
             RunError::Model(e) => e.exit_kind(),
+            RunError::Fusion(_) => ExitKind::BadInput,
             RunError::Thread { .. } | RunError::NextStopped { .. } => ExitKind::Runtime,
         }
     }

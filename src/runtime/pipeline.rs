@@ -52,6 +52,7 @@ use crate::store::rows::WindowRow;
 use crate::store::StoreWriter;
 use crate::windows::align::AudioPool;
 use crate::windows::quality::QualitySources;
+use crate::windows::StoryInPlay;
 use crate::windows::{
     FrameAligner, FrameRecord, ModalityId, ModalityLayout, VideoSlot, Window, WindowAssembler,
 };
@@ -81,6 +82,35 @@ pub trait WindowConsumer: Send {
     /// The thread's name, e.g. `store-windows`.
     fn thread_name(&self) -> String;
     fn consume(&mut self, window: &Window) -> Result<(), RunError>;
+}
+
+/// The fusion stage as a window consumer (`fusion-windows`): predictions for every window
+/// go to the store writer.
+pub struct PredictWindows {
+    stage: crate::fusion::FusionStage,
+    writer: StoreWriter,
+}
+
+impl PredictWindows {
+    pub fn new(stage: crate::fusion::FusionStage, writer: StoreWriter) -> Self {
+        Self { stage, writer }
+    }
+}
+
+impl WindowConsumer for PredictWindows {
+    fn thread_name(&self) -> String {
+        "fusion-windows".into()
+    }
+
+    fn consume(&mut self, window: &Window) -> Result<(), RunError> {
+        let rows = self.stage.predict(window);
+        tracing::trace!(
+            window = window.index,
+            predictions = rows.len(),
+            "window predicted"
+        );
+        Ok(self.writer.predictions(rows)?)
+    }
 }
 
 /// Where a run's results go.
@@ -190,6 +220,7 @@ struct AlignDone {
 /// the session's events are known.
 struct TextUpdate {
     utterances: Vec<EmbeddedUtterance>,
+    stories: Vec<StoryInPlay>,
     phases: Vec<PhaseSpan>,
     known_until_ns: Nanos,
 }
@@ -220,6 +251,7 @@ pub fn run(
         audio_stages,
         layout,
         period_ns,
+        fusion,
     } = stages;
     let Sources {
         video,
@@ -239,6 +271,9 @@ pub fn run(
     // Every window consumer, the store first. Adding one is one line here (or in `sinks`).
     let mut consumers: Vec<Box<dyn WindowConsumer>> =
         vec![Box::new(StoreWindows::new(sinks.writer.clone(), &layout))];
+    if let Some(stage) = fusion {
+        consumers.push(Box::new(PredictWindows::new(stage, sinks.writer.clone())));
+    }
     consumers.extend(sinks.window_consumers);
     let writer = &sinks.writer;
 
@@ -725,6 +760,7 @@ fn text_features(
     let mut meter = Meter::new("text-features");
     for batch in &rx {
         let utterances = meter.time(|| stage.embed_utterances(&batch.events))?;
+        let stories = stage.embed_stories(&batch.events)?;
         let phases = batch
             .events
             .iter()
@@ -739,6 +775,7 @@ fn text_features(
             .collect();
         let update = TextUpdate {
             utterances,
+            stories,
             phases,
             known_until_ns: batch.known_until_ns,
         };
@@ -772,8 +809,12 @@ fn align_windows(
     let mut meter = Meter::new("align-windows");
     let mut assembler = WindowAssembler::new(windows.length_frames, windows.hop_frames, period_ns);
     let mut phases: Vec<PhaseSpan> = Vec::new();
+    let mut stories: Vec<Arc<StoryInPlay>> = Vec::new();
     let mut frames = 0u64;
-    let mut emit = |record: FrameRecord, phases: &[PhaseSpan]| -> Result<(), RunError> {
+    let mut emit = |record: FrameRecord,
+                    phases: &[PhaseSpan],
+                    stories: &[Arc<StoryInPlay>]|
+     -> Result<(), RunError> {
         let record = Arc::new(record);
         writer.frame(record.clone())?;
         frames += 1;
@@ -781,6 +822,11 @@ fn align_windows(
         if let Some(mut w) = assembler.push(record) {
             // Decided now, from the phase events known (all up to the last frame's start).
             w.phase = phase_at(phases, w.mid_ns());
+            w.stories = stories
+                .iter()
+                .filter(|s| s.shown_ns < w.end_ns)
+                .cloned()
+                .collect();
             let w = Arc::new(w);
             for c in &consumers {
                 if c.send(w.clone()).is_err() {
@@ -832,6 +878,7 @@ fn align_windows(
             recv(text_rx) -> msg => match msg {
                 Ok(update) => {
                     phases.extend(update.phases);
+                    stories.extend(update.stories.into_iter().map(Arc::new));
                     if let Some(track) = aligner.text_track() {
                         for (start, end, v) in update.utterances {
                             track.push(start, end, v);
@@ -848,11 +895,11 @@ fn align_windows(
             },
         }
         for record in meter.time(|| aligner.drain_ready()) {
-            emit(record, &phases)?;
+            emit(record, &phases, &stories)?;
         }
     }
     for record in aligner.finish() {
-        emit(record, &phases)?;
+        emit(record, &phases, &stories)?;
     }
     let windows_emitted = assembler.windows_emitted();
     meter.done(figures, consumers.first());

@@ -169,6 +169,7 @@ pub fn replay(
         elapsed_secs: started.elapsed().as_secs_f64(),
         speed: opts.speed.to_string(),
         quality: outcome.quality,
+        predictions: Store::open_read_only(&opts.db_path)?.session_predictions(&m.session_id)?,
     })
 }
 

@@ -13,6 +13,8 @@ use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
 use crate::features::signal::{AudioSignalStage, VideoSignalStage};
 use crate::features::text::{SentenceEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
+use crate::fusion::zero_shot::TextZeroShot;
+use crate::fusion::{Configured, FusionStage};
 use crate::models::manifest::Manifest;
 use crate::session::CameraIntrinsics;
 use crate::windows::{ModalityId, ModalityLayout, Stream};
@@ -42,6 +44,8 @@ pub struct Stages {
     pub audio_stages: Vec<AudioStageSlot>,
     pub layout: ModalityLayout,
     pub period_ns: f64,
+    /// The configured predictors, checked against the layout (None: prediction is off).
+    pub fusion: Option<FusionStage>,
 }
 
 fn add(
@@ -120,7 +124,23 @@ impl Stages {
             let modality = add(&mut layout, Stream::Audio, stage.spec())?;
             audio_slots.push(AudioStageSlot { modality, stage });
         }
+        let predictors: Vec<Configured> = config
+            .fusion
+            .predictors
+            .iter()
+            .map(|_| Configured {
+                // The one predictor the config accepts (validated there).
+                predictor: Box::new(TextZeroShot) as Box<dyn crate::fusion::Predictor>,
+                phases: config.fusion.phases.clone(),
+            })
+            .collect();
+        let fusion = if predictors.is_empty() {
+            None
+        } else {
+            Some(FusionStage::new(layout.clone(), predictors)?)
+        };
         Ok(Self {
+            fusion,
             video_signal: (video_signal_id, video_signal),
             frame_stages: frame_slots,
             text: (text_id, text),

@@ -253,6 +253,21 @@ pub struct SessionSummary {
     pub quality: Option<serde_json::Value>,
 }
 
+/// A session-level prediction toward one story: the mean over every predicted window of
+/// the configured phases after the story was shown, beside the participant's self-rating.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StoryPrediction {
+    pub predictor: String,
+    pub story_id: String,
+    pub title: Option<String>,
+    pub windows: u64,
+    /// Mean calibrated score (1-5).
+    pub score: f64,
+    pub raw_cosine: f64,
+    pub rating: Option<u8>,
+    pub synthetic: bool,
+}
+
 /// A session with what it contains, for `empathic sessions show`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SessionDetail {
@@ -263,6 +278,7 @@ pub struct SessionDetail {
     pub utterances: u64,
     pub stories: Vec<StoryExposureRow>,
     pub modalities: Vec<ModalityRow>,
+    pub predictions: Vec<StoryPrediction>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -400,6 +416,39 @@ impl Store {
         Ok(recovered)
     }
 
+    /// Session `id`'s predictions per predictor and story (see [`StoryPrediction`]), in the
+    /// order the stories were shown.
+    pub fn session_predictions(&self, id: &str) -> Result<Vec<StoryPrediction>, StoreError> {
+        self.conn
+            .prepare(
+                "SELECT p.predictor, p.story_id, s.title, count(*), avg(p.score),
+                        avg(p.raw_cosine), max(p.synthetic), r.value
+                 FROM predictions p
+                 LEFT JOIN stories s ON s.id = p.story_id
+                 LEFT JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
+                 LEFT JOIN story_exposures e ON e.session_id = p.session_id AND e.story_id = p.story_id
+                 WHERE p.session_id = ?1
+                 GROUP BY p.predictor, p.story_id
+                 ORDER BY p.predictor, e.position, p.story_id",
+            )
+            .and_then(|mut st| {
+                st.query_map([id], |r| {
+                    Ok(StoryPrediction {
+                        predictor: r.get(0)?,
+                        story_id: r.get(1)?,
+                        title: r.get(2)?,
+                        windows: r.get::<_, i64>(3)?.max(0) as u64,
+                        score: r.get(4)?,
+                        raw_cosine: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
+                        synthetic: r.get::<_, i64>(6)? != 0,
+                        rating: r.get(7)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql("reading predictions"))
+    }
+
     /// Every session, newest first.
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let mut stmt = self
@@ -503,6 +552,7 @@ impl Store {
             utterances: count("utterances")?,
             stories,
             modalities,
+            predictions: self.session_predictions(id)?,
         })
     }
 
@@ -627,14 +677,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), 3);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 2);
+        assert_eq!(n, 3);
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -662,7 +712,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), 3);
         let n: i64 = store
             .connection()
             .query_row(
@@ -673,6 +723,50 @@ mod tests {
             .unwrap();
         assert_eq!(n, 1);
         assert_eq!(store.session_detail("s1").unwrap().modalities.len(), 1);
+    }
+
+    #[test]
+    fn version_2_file_migrates_its_predictions_and_modalities() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v2.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
+        )
+        .unwrap();
+        conn.execute_batch(schema::MIGRATIONS[0].2).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[1].2).unwrap();
+        conn.execute_batch(
+            "INSERT INTO schema_migrations VALUES (1, 'session store', 'x'), (2, 'text', 'x');
+             INSERT INTO stations VALUES ('st', 'x');
+             INSERT INTO sessions (id, station_id, source, nominal_fps, status, created_at, updated_at)
+               VALUES ('s1', 'st', 'replay', 15, 'complete', 'x', 'x');
+             INSERT INTO modalities VALUES ('s1', 'text', 'text', 384, '[]');
+             INSERT INTO windows (session_id, window_index, start_frame, end_frame, start_ns, end_ns,
+               video_presence, audio_presence) VALUES ('s1', 0, 0, 120, 0, 8000000000, 1, 1);
+             INSERT INTO predictions VALUES ('s1', 0, 'old-model', 'story', 3.5, 'x');",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 3);
+        let row: (String, f64, Option<f64>, String, Option<String>) = store
+            .connection()
+            .query_row(
+                "SELECT p.predictor, p.score, p.raw_cosine, p.calibration, m.producer
+                 FROM predictions p JOIN modalities m ON m.session_id = p.session_id",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .unwrap();
+        assert_eq!(row, ("old-model".into(), 3.5, None, "unknown".into(), None));
+        let broken: i64 = store
+            .connection()
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(broken, 0);
     }
 
     #[test]

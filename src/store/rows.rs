@@ -86,6 +86,25 @@ pub struct WindowRow {
     pub modalities: Vec<WindowModalityRow>,
 }
 
+/// A prediction of the fusion stage: one window, one predictor, one story in play.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictionRow {
+    pub window_index: u64,
+    pub predictor: String,
+    pub story_id: String,
+    /// Cosine between the window's representation and the story's embedding.
+    pub raw_cosine: f64,
+    /// On the 1-5 rating scale, after `calibration`.
+    pub score: f64,
+    /// `population` (the predictor's map) or a per-participant map.
+    pub calibration: String,
+    /// The predictor's modality subset.
+    pub modalities: Vec<String>,
+    /// Per modality of the subset, the share of the window's frames present.
+    pub coverage: std::collections::BTreeMap<String, f64>,
+    pub synthetic: bool,
+}
+
 /// One modality of a stored window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowModalityRow {
@@ -199,6 +218,7 @@ mod tests {
             end_ns: 40,
             phase: Some(Phase::WarmUp),
             frames,
+            stories: Vec::new(),
         };
         let row = WindowRow::from_window(&window, &layout, &QualitySources::new(&layout));
         assert_eq!(row.quality.video_presence, 0.75);

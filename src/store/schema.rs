@@ -9,7 +9,40 @@
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "session store", V1),
     (2, "text modality and story embeddings", V2),
+    (3, "modality producers and fusion predictions", V3),
 ];
+
+/// Version 3: each session's modalities record what produced them (a stage with its layout
+/// version, or a model id with its sha256); predictions carry what an analyst needs (the
+/// predictor, raw cosine, calibrated 1-5 score and which calibration, the modality subset
+/// and its coverage of the window, whether the predictor is synthetic). Predictions refer
+/// to their session, not to the window row: the fusion stage and the window store are
+/// separate consumers of the same window, so either may reach the writer first.
+const V3: &str = r#"
+ALTER TABLE modalities ADD COLUMN producer TEXT;
+ALTER TABLE modalities ADD COLUMN layout_version INTEGER;
+
+CREATE TABLE predictions_v3 (
+    session_id   TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    window_index INTEGER NOT NULL,
+    predictor    TEXT NOT NULL,
+    story_id     TEXT NOT NULL,
+    raw_cosine   REAL,
+    score        REAL NOT NULL,
+    calibration  TEXT NOT NULL,
+    modalities   TEXT NOT NULL,
+    coverage     TEXT NOT NULL,
+    synthetic    INTEGER NOT NULL CHECK (synthetic IN (0, 1)),
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (session_id, window_index, predictor, story_id)
+) WITHOUT ROWID;
+INSERT INTO predictions_v3 (session_id, window_index, predictor, story_id, raw_cosine, score,
+    calibration, modalities, coverage, synthetic, created_at)
+    SELECT session_id, window_index, model, story_id, NULL, value, 'unknown', '[]', '{}', 0,
+        created_at FROM predictions;
+DROP TABLE predictions;
+ALTER TABLE predictions_v3 RENAME TO predictions;
+"#;
 
 /// Version 2: modalities may be `text`; stories carry one embedding per sentence encoder.
 const V2: &str = r#"

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
-use super::rows::{EndStatus, SessionEnd, SessionSource, SessionStart, WindowRow};
-use super::sql::frames;
+use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionSource, SessionStart, WindowRow};
 use super::sql::sessions::{self, EventCursor, Failure};
+use super::sql::{frames, predictions};
 use super::{connect, ConnectOptions, Owner, StoreError};
 use crate::session::Event;
 use crate::windows::FrameRecord;
@@ -36,6 +36,7 @@ enum Command {
     Events(Vec<Event>),
     Frame(Arc<FrameRecord>),
     Window(Box<WindowRow>),
+    Predictions(Vec<PredictionRow>),
     Finish(Box<SessionEnd>, Ack),
     Fail(Failure, Ack),
     Flush(Ack),
@@ -48,7 +49,10 @@ impl Command {
             | Command::Finish(_, a)
             | Command::Fail(_, a)
             | Command::Flush(a) => Some(a),
-            Command::Events(_) | Command::Frame(_) | Command::Window(_) => None,
+            Command::Events(_)
+            | Command::Frame(_)
+            | Command::Window(_)
+            | Command::Predictions(_) => None,
         }
     }
 }
@@ -134,6 +138,14 @@ impl StoreWriter {
     /// Queues one window of the current session.
     pub fn window(&self, row: WindowRow) -> Result<(), StoreError> {
         self.send(Command::Window(Box::new(row)))
+    }
+
+    /// Queues the fusion stage's predictions for one window of the current session.
+    pub fn predictions(&self, rows: Vec<PredictionRow>) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.send(Command::Predictions(rows))
     }
 
     /// Commits everything queued so far.
@@ -293,6 +305,10 @@ impl WriterActor {
                 Command::Window(row) => match &session {
                     Some(s) => frames::write_window(&tx, &s.id, row),
                     None => Err(no_session("a window")),
+                },
+                Command::Predictions(rows) => match &session {
+                    Some(s) => predictions::write(&tx, &s.id, rows),
+                    None => Err(no_session("predictions")),
                 },
                 Command::Finish(end, _) => match session.take() {
                     Some(s) => finish(&tx, &s, end),

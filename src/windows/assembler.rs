@@ -62,6 +62,7 @@ impl WindowAssembler {
             end_ns: last.t_ns + self.period_ns.round() as u64,
             phase: None,
             frames,
+            stories: Vec::new(),
         };
         self.next_window += 1;
         Some(window)

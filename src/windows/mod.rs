@@ -66,6 +66,18 @@ pub struct Window {
     /// The phase in force at the window's midpoint, decided when it was emitted.
     pub phase: Option<Phase>,
     pub frames: Vec<Arc<FrameRecord>>,
+    /// The stories shown to the participant before the window ended, in the order shown
+    /// (set when the window is emitted; empty before any story is shown).
+    pub stories: Vec<Arc<StoryInPlay>>,
+}
+
+/// A story shown in the session, with the sentence embedding of what was presented.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoryInPlay {
+    pub story_id: String,
+    pub title: String,
+    pub shown_ns: Nanos,
+    pub embedding: Vec<f32>,
 }
 
 impl Window {

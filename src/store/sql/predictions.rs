@@ -1,10 +1,53 @@
-//! Predictions: written by the fusion stage (not yet built); removed with a failed
-//! session's partial rows.
+//! Predictions: written by the fusion stage; removed with a failed session's partial rows.
 
-use rusqlite::Transaction;
+use rusqlite::{params, Transaction};
 
-use super::ctx;
+use super::{ctx, NOW};
+use crate::store::rows::PredictionRow;
 use crate::store::StoreError;
+
+/// Writes predictions of session `id`.
+pub fn write(tx: &Transaction<'_>, id: &str, rows: &[PredictionRow]) -> Result<(), StoreError> {
+    let mut stmt = tx
+        .prepare_cached(&format!(
+            "INSERT OR REPLACE INTO predictions (session_id, window_index, predictor, story_id,
+                raw_cosine, score, calibration, modalities, coverage, synthetic, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+        ))
+        .map_err(ctx("writing predictions"))?;
+    for r in rows {
+        if !(r.raw_cosine.is_finite() && r.score.is_finite()) {
+            return Err(StoreError::Invalid {
+                message: format!(
+                    "window {}: predictor `{}` gave a non-finite prediction for story `{}`",
+                    r.window_index, r.predictor, r.story_id
+                ),
+            });
+        }
+        let encode = |what: &'static str, v: serde_json::Result<String>| {
+            v.map_err(|e| StoreError::Encode {
+                what,
+                message: e.to_string(),
+            })
+        };
+        let modalities = encode("a modality subset", serde_json::to_string(&r.modalities))?;
+        let coverage = encode("a coverage", serde_json::to_string(&r.coverage))?;
+        stmt.execute(params![
+            id,
+            r.window_index as i64,
+            r.predictor,
+            r.story_id,
+            r.raw_cosine,
+            r.score,
+            r.calibration,
+            modalities,
+            coverage,
+            r.synthetic
+        ])
+        .map_err(ctx("writing predictions"))?;
+    }
+    Ok(())
+}
 
 /// Removes every prediction of session `id`.
 pub fn delete_for_session(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {

@@ -124,13 +124,16 @@ pub fn begin(
             message: e.to_string(),
         })?;
         tx.execute(
-            "INSERT INTO modalities (session_id, name, stream, dims, columns) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO modalities (session_id, name, stream, dims, columns, producer, layout_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 row_id,
                 m.spec.name,
                 m.stream.as_str(),
                 m.spec.dims() as i64,
-                columns
+                columns,
+                m.spec.producer,
+                m.spec.layout_version
             ],
         )
         .map_err(ctx("writing modalities"))?;

@@ -1,0 +1,376 @@
+//! Fusion: from a window of every modality to predicted empathy toward each story in play.
+//!
+//! Contract: a [`Predictor`] turns a window ([`WindowInput`]: per-frame vectors and
+//! presence masks of the modalities of its subset, found by name in the layout) into a
+//! representation `z` in the sentence encoder's space, or says it cannot (its modalities
+//! are absent from the window: the window is skipped, never guessed). The predicted
+//! empathy toward story `S_i` is the cosine of `z` with the story's embedding `E(S_i)`,
+//! mapped to the 1-5 scale by the predictor's [`PopulationMap`]. [`FusionStage`] is the
+//! plain struct the runtime feeds every window (on its own thread): it runs each
+//! configured predictor on the windows of its phases that have stories in play and returns
+//! the rows to store. Nothing here spawns threads or writes files.
+//!
+//! Predictors now: [`zero_shot::TextZeroShot`] (`text-zero-shot`, the default: the
+//! participant's own words against the story, no training). ONNX-exported fusion models
+//! (AMER, TFN, LF-LSTM, EF-LSTM) implement the same trait.
+
+pub mod zero_shot;
+
+use std::collections::BTreeMap;
+
+use crate::session::Phase;
+use crate::store::rows::PredictionRow;
+use crate::windows::{ModalityId, ModalityLayout, Window};
+
+/// Errors of a predictor.
+#[derive(Debug, thiserror::Error)]
+pub enum FusionError {
+    /// The session lacks a modality the predictor needs, or has it with another width.
+    #[error("predictor `{predictor}` needs modality `{modality}`: {problem}")]
+    Layout {
+        predictor: String,
+        modality: String,
+        problem: String,
+    },
+}
+
+/// The maps from a raw cosine to the 1-5 rating scale.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PopulationMap {
+    /// score = clamp(intercept + slope * cosine, 1, 5)
+    pub intercept: f64,
+    pub slope: f64,
+}
+
+impl PopulationMap {
+    pub fn score(&self, cosine: f64) -> f64 {
+        (self.intercept + self.slope * cosine).clamp(1.0, 5.0)
+    }
+}
+
+/// One modality of a window as a predictor sees it: `T` rows of `dims` values (zeros where
+/// absent) and the presence mask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModalityMatrix {
+    pub dims: usize,
+    /// Row-major `T x dims`.
+    pub values: Vec<f32>,
+    pub mask: Vec<bool>,
+}
+
+impl ModalityMatrix {
+    /// Share of the window's frames where the modality is present.
+    pub fn coverage(&self) -> f64 {
+        if self.mask.is_empty() {
+            return 0.0;
+        }
+        self.mask.iter().filter(|p| **p).count() as f64 / self.mask.len() as f64
+    }
+
+    /// Column-wise mean over present frames; `None` when never present.
+    pub fn mean(&self) -> Option<Vec<f32>> {
+        let present = self.mask.iter().filter(|p| **p).count();
+        if present == 0 {
+            return None;
+        }
+        let mut sum = vec![0f64; self.dims];
+        for (row, _) in self
+            .values
+            .chunks_exact(self.dims.max(1))
+            .zip(&self.mask)
+            .filter(|(_, p)| **p)
+        {
+            for (s, v) in sum.iter_mut().zip(row) {
+                *s += f64::from(*v);
+            }
+        }
+        Some(sum.iter().map(|s| (s / present as f64) as f32).collect())
+    }
+}
+
+/// A window with the layout to find its modalities by name.
+pub struct WindowInput<'a> {
+    pub window: &'a Window,
+    pub layout: &'a ModalityLayout,
+}
+
+impl WindowInput<'_> {
+    /// Modality `name` over the window's frames, or `None` when the session lacks it.
+    pub fn matrix(&self, name: &str) -> Option<ModalityMatrix> {
+        let id: ModalityId = self.layout.id(name)?;
+        let dims = self.layout.get(id).spec.dims();
+        let t = self.window.frames.len();
+        let mut values = vec![0f32; t * dims];
+        let mut mask = vec![false; t];
+        for (i, f) in self.window.frames.iter().enumerate() {
+            if let Some(v) = f.get(id) {
+                values[i * dims..(i + 1) * dims].copy_from_slice(v);
+                mask[i] = true;
+            }
+        }
+        Some(ModalityMatrix { dims, values, mask })
+    }
+}
+
+/// What a predictor made of a window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Representation {
+    /// In the sentence encoder's space.
+    pub z: Vec<f32>,
+    /// Per modality of the predictor's subset, the share of frames present.
+    pub coverage: BTreeMap<String, f64>,
+}
+
+/// A fusion model or rule: window in, representation out.
+pub trait Predictor: Send {
+    /// Stored in `predictions.predictor`.
+    fn id(&self) -> &str;
+    /// True for a model trained on synthetic data (not an empathy model).
+    fn synthetic(&self) -> bool;
+    /// The modalities it reads.
+    fn modalities(&self) -> Vec<&'static str>;
+    /// Checks the session's layout once, before any window (names the first mismatch).
+    fn check_layout(&self, layout: &ModalityLayout) -> Result<(), FusionError>;
+    /// `z` for the window, or `None` when its modalities are absent from the window.
+    fn represent(&mut self, input: &WindowInput<'_>) -> Option<Representation>;
+    fn population_map(&self) -> PopulationMap;
+}
+
+/// A predictor and the phases whose windows it predicts.
+pub struct Configured {
+    pub predictor: Box<dyn Predictor>,
+    pub phases: Vec<Phase>,
+}
+
+/// Runs the configured predictors on every window.
+pub struct FusionStage {
+    layout: ModalityLayout,
+    predictors: Vec<Configured>,
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> Option<f64> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    let norm = (na * nb).sqrt();
+    (norm > 0.0).then(|| dot / norm)
+}
+
+impl FusionStage {
+    /// Checks every predictor against the session's `layout`.
+    pub fn new(layout: ModalityLayout, predictors: Vec<Configured>) -> Result<Self, FusionError> {
+        for c in &predictors {
+            c.predictor.check_layout(&layout)?;
+        }
+        Ok(Self { layout, predictors })
+    }
+
+    /// The rows for one window: per predictor whose phases include the window's, and per
+    /// story in play, the cosine and its calibrated score. Empty when the window is outside
+    /// those phases, has no story in play, or lacks the predictor's modalities.
+    pub fn predict(&mut self, window: &Window) -> Vec<PredictionRow> {
+        let mut rows = Vec::new();
+        let Some(phase) = window.phase else {
+            return rows;
+        };
+        if window.stories.is_empty() {
+            return rows;
+        }
+        let input = WindowInput {
+            window,
+            layout: &self.layout,
+        };
+        for c in &mut self.predictors {
+            if !c.phases.contains(&phase) {
+                continue;
+            }
+            let Some(rep) = c.predictor.represent(&input) else {
+                continue;
+            };
+            let map = c.predictor.population_map();
+            for story in &window.stories {
+                let Some(cos) = cosine(&rep.z, &story.embedding) else {
+                    continue;
+                };
+                rows.push(PredictionRow {
+                    window_index: window.index,
+                    predictor: c.predictor.id().to_string(),
+                    story_id: story.story_id.clone(),
+                    raw_cosine: cos,
+                    score: map.score(cos),
+                    calibration: "population".into(),
+                    modalities: c
+                        .predictor
+                        .modalities()
+                        .iter()
+                        .map(|m| m.to_string())
+                        .collect(),
+                    coverage: rep.coverage.clone(),
+                    synthetic: c.predictor.synthetic(),
+                });
+            }
+        }
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosine_and_population_map() {
+        assert_eq!(cosine(&[1.0, 0.0], &[2.0, 0.0]), Some(1.0));
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 0.0]), None);
+        assert_eq!(cosine(&[1.0], &[1.0, 2.0]), None);
+        let m = PopulationMap {
+            intercept: 1.0,
+            slope: 4.0,
+        };
+        assert_eq!(m.score(-0.5), 1.0);
+        assert_eq!(m.score(0.5), 3.0);
+        assert_eq!(m.score(2.0), 5.0);
+    }
+
+    use crate::features::ModalitySpec;
+    use crate::windows::{FrameRecord, StoryInPlay, Stream};
+    use std::sync::Arc;
+
+    fn layout() -> ModalityLayout {
+        let mut l = ModalityLayout::new();
+        l.add(
+            Stream::Video,
+            ModalitySpec::new("video_signal", vec!["b".into()], "test", 1),
+        )
+        .unwrap();
+        l.add(
+            Stream::Text,
+            ModalitySpec::new("text", vec!["t0".into(), "t1".into()], "test", 1),
+        )
+        .unwrap();
+        l
+    }
+
+    fn window(text: &[Option<[f32; 2]>], phase: Phase, stories: &[(&str, [f32; 2])]) -> Window {
+        Window {
+            index: 7,
+            start_frame: 0,
+            end_frame: text.len() as u64,
+            start_ns: 0,
+            end_ns: 1,
+            phase: Some(phase),
+            frames: text
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Arc::new(FrameRecord {
+                        index: i as u64,
+                        t_ns: i as u64,
+                        decoded: true,
+                        features: vec![Some(vec![0.5]), t.map(|v| v.to_vec())],
+                    })
+                })
+                .collect(),
+            stories: stories
+                .iter()
+                .map(|(id, e)| {
+                    Arc::new(StoryInPlay {
+                        story_id: id.to_string(),
+                        title: String::new(),
+                        shown_ns: 0,
+                        embedding: e.to_vec(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    fn stage() -> FusionStage {
+        FusionStage::new(
+            layout(),
+            vec![Configured {
+                predictor: Box::new(zero_shot::TextZeroShot),
+                phases: vec![Phase::Reflection],
+            }],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn zero_shot_predicts_each_story_in_play_from_the_words_present() {
+        let w = window(
+            &[Some([1.0, 0.0]), None, Some([1.0, 0.0])],
+            Phase::Reflection,
+            &[("same", [2.0, 0.0]), ("orthogonal", [0.0, 1.0])],
+        );
+        let rows = stage().predict(&w);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].story_id.as_str(), rows[0].raw_cosine, rows[0].score),
+            ("same", 1.0, 5.0)
+        );
+        assert_eq!((rows[1].raw_cosine, rows[1].score), (0.0, 1.0));
+        assert!((rows[0].coverage["text"] - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(rows[0].window_index, 7);
+        assert!(!rows[0].synthetic);
+    }
+
+    #[test]
+    fn windows_without_words_stories_or_the_phase_are_skipped() {
+        let mut s = stage();
+        let silent = window(&[None, None], Phase::Reflection, &[("s", [1.0, 0.0])]);
+        assert!(s.predict(&silent).is_empty());
+        let no_story = window(&[Some([1.0, 0.0])], Phase::Reflection, &[]);
+        assert!(s.predict(&no_story).is_empty());
+        let other_phase = window(&[Some([1.0, 0.0])], Phase::WarmUp, &[("s", [1.0, 0.0])]);
+        assert!(s.predict(&other_phase).is_empty());
+    }
+
+    #[test]
+    fn a_session_without_the_modality_is_refused_naming_it() {
+        let mut l = ModalityLayout::new();
+        l.add(
+            Stream::Video,
+            ModalitySpec::new("video_signal", vec!["b".into()], "test", 1),
+        )
+        .unwrap();
+        let err = FusionStage::new(
+            l,
+            vec![Configured {
+                predictor: Box::new(zero_shot::TextZeroShot),
+                phases: vec![Phase::Reflection],
+            }],
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            err.contains("`text`") && err.contains("text-zero-shot"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn mean_and_coverage_respect_the_mask() {
+        let m = ModalityMatrix {
+            dims: 2,
+            values: vec![1.0, 2.0, 0.0, 0.0, 3.0, 4.0],
+            mask: vec![true, false, true],
+        };
+        assert_eq!(m.mean(), Some(vec![2.0, 3.0]));
+        assert!((m.coverage() - 2.0 / 3.0).abs() < 1e-12);
+        let none = ModalityMatrix {
+            dims: 2,
+            values: vec![0.0; 4],
+            mask: vec![false, false],
+        };
+        assert_eq!(none.mean(), None);
+    }
+}
