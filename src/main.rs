@@ -74,6 +74,22 @@ enum Command {
         #[command(subcommand)]
         command: ModelsCommand,
     },
+    /// Stored predictions against self-ratings: Pearson r, Spearman rho, MSE, accuracy and
+    /// F1, with 95 % bootstrap intervals over participants.
+    Evaluate {
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only this predictor (default: each stored one).
+        #[arg(long)]
+        predictor: Option<String>,
+        /// Only windows of this phase (warm_up, story_share, story_receive, reflection, cool_down).
+        #[arg(long)]
+        phase: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the installation and say what is missing.
     Doctor {
         #[arg(long)]
@@ -309,6 +325,19 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Models {
             command: ModelsCommand::Verify { config },
         } => cli::models_verify(config.as_deref()),
+        Command::Evaluate {
+            db,
+            config,
+            predictor,
+            phase,
+            json,
+        } => cli::evaluate(
+            db,
+            config.as_deref(),
+            predictor.as_deref(),
+            phase.as_deref(),
+            json,
+        ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }
 }

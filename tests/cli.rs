@@ -56,3 +56,25 @@ fn station_example_config_is_accepted() {
     ]);
     assert!(stdout(&out).contains("ok      config"), "{}", stdout(&out));
 }
+
+#[test]
+fn evaluate_reports_metrics_and_refuses_a_store_without_ratings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("e.db");
+    let fast = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = empathic(&["evaluate", "--db", path_str(&db), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v[0]["predictor"], "text-zero-shot");
+    assert_eq!(v[0]["overall"]["n"], 3);
+    assert_eq!(v[0]["overall"]["participants"], 1);
+    assert!(v[0]["overall"]["mse"]["value"].as_f64().unwrap() >= 0.0);
+    let o = empathic(&["evaluate", "--db", path_str(&db), "--phase", "nap"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown phase `nap`"), "{}", stderr(&o));
+    let o = empathic(&["evaluate", "--db", path_str(&db), "--predictor", "tfn"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nothing to evaluate"), "{}", stderr(&o));
+}

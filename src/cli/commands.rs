@@ -313,3 +313,116 @@ pub fn doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<Ex
         exit_code(ExitKind::Runtime)
     })
 }
+
+/// The report of `empathic evaluate`: per predictor, overall and per participant.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Evaluation {
+    pub predictor: String,
+    pub phase: Option<String>,
+    pub overall: crate::fusion::evaluate::Metrics,
+    pub per_participant: Vec<(String, crate::fusion::evaluate::Metrics)>,
+}
+
+/// `empathic evaluate`.
+pub fn evaluate(
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    predictor: Option<&str>,
+    phase: Option<&str>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    use crate::fusion::evaluate::{evaluate as metrics, Estimate, Rated, POSITIVE_AT};
+    let config = load_config(config)?;
+    if let Some(p) = phase {
+        if !crate::session::Phase::ALL.iter().any(|x| x.as_str() == p) {
+            return Err((
+                ExitKind::BadInput,
+                format!(
+                    "unknown phase `{p}` (one of {})",
+                    crate::session::Phase::ALL.map(|x| x.as_str()).join(", ")
+                ),
+            ));
+        }
+    }
+    let store = open_existing_store(&db_path(db, &config))?;
+    let (rows, total) = store.rated_predictions(predictor, phase).map_err(fail)?;
+    if rows.is_empty() {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "nothing to evaluate in {}: {total} predictions match{}, none toward a story the participant rated in a complete session",
+                store.path().display(),
+                match (predictor, phase) {
+                    (None, None) => String::new(),
+                    _ => format!(
+                        " (predictor {}, phase {})",
+                        predictor.unwrap_or("any"),
+                        phase.unwrap_or("any")
+                    ),
+                }
+            ),
+        ));
+    }
+    let mut by_predictor: std::collections::BTreeMap<String, Vec<Rated>> = Default::default();
+    for (p, r) in rows {
+        by_predictor.entry(p).or_default().push(r);
+    }
+    let report: Vec<Evaluation> = by_predictor
+        .into_iter()
+        .map(|(p, rated)| {
+            let mut participants: std::collections::BTreeMap<String, Vec<Rated>> =
+                Default::default();
+            for r in &rated {
+                participants
+                    .entry(r.participant.clone())
+                    .or_default()
+                    .push(r.clone());
+            }
+            Evaluation {
+                predictor: p,
+                phase: phase.map(str::to_string),
+                overall: metrics(&rated),
+                per_participant: participants
+                    .into_iter()
+                    .map(|(id, r)| (id, metrics(&r)))
+                    .collect(),
+            }
+        })
+        .collect();
+    if json {
+        print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let fmt = |e: &Estimate| match (e.value, e.low, e.high) {
+        (Some(v), Some(l), Some(h)) => format!("{v:6.3}  [{l:6.3}, {h:6.3}]"),
+        (Some(v), _, _) => format!("{v:6.3}"),
+        _ => "     -  (undefined: too few or constant values)".into(),
+    };
+    for e in &report {
+        let m = &e.overall;
+        println!(
+            "{}{}: {} rated stories from {} participant(s); prediction = mean score over the story's windows; 95 % bootstrap over participants",
+            e.predictor,
+            e.phase.as_deref().map(|p| format!(" ({p})")).unwrap_or_default(),
+            m.n,
+            m.participants
+        );
+        println!("  pearson r     {}", fmt(&m.pearson_r));
+        println!("  spearman rho  {}", fmt(&m.spearman_rho));
+        println!("  mse (1-5)     {}", fmt(&m.mse));
+        println!(
+            "  accuracy      {}   (positive: rating and score >= {POSITIVE_AT})",
+            fmt(&m.accuracy)
+        );
+        println!("  f1            {}", fmt(&m.f1));
+        for (id, pm) in &e.per_participant {
+            println!(
+                "  participant {id}: n {}, r {}, mse {}",
+                pm.n,
+                pm.pearson_r.value.map_or("-".into(), |v| format!("{v:.3}")),
+                pm.mse.value.map_or("-".into(), |v| format!("{v:.3}"))
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -14,6 +14,7 @@
 //! participant's own words against the story, no training). ONNX-exported fusion models
 //! (AMER, TFN, LF-LSTM, EF-LSTM) implement the same trait.
 
+pub mod evaluate;
 pub mod zero_shot;
 
 use std::collections::BTreeMap;

@@ -449,6 +449,59 @@ impl Store {
             .map_err(sql("reading predictions"))
     }
 
+    /// Session-level predictions with a self-rating, per predictor (see
+    /// `fusion::evaluate`), from complete sessions; `phase` keeps only windows of that
+    /// phase. Also returns how many predictions there are at all under the filters.
+    pub fn rated_predictions(
+        &self,
+        predictor: Option<&str>,
+        phase: Option<&str>,
+    ) -> Result<(Vec<(String, crate::fusion::evaluate::Rated)>, u64), StoreError> {
+        let filter = "FROM predictions p
+             JOIN sessions ses ON ses.id = p.session_id AND ses.status = 'complete'
+             LEFT JOIN windows w ON w.session_id = p.session_id AND w.window_index = p.window_index
+             WHERE (?1 IS NULL OR p.predictor = ?1) AND (?2 IS NULL OR w.phase = ?2)";
+        let total: i64 = self
+            .conn
+            .query_row(
+                &format!("SELECT count(*) {filter}"),
+                params![predictor, phase],
+                |r| r.get(0),
+            )
+            .map_err(sql("counting predictions"))?;
+        let rows = self
+            .conn
+            .prepare(&format!(
+                "SELECT p.predictor, COALESCE(ses.participant_id, ses.id), p.session_id,
+                        p.story_id, avg(p.score), r.value
+                 {filter_rated}
+                 GROUP BY p.predictor, p.session_id, p.story_id
+                 ORDER BY p.predictor, ses.created_at, p.session_id, p.story_id",
+                filter_rated = filter.replace(
+                    "LEFT JOIN windows",
+                    "JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
+             LEFT JOIN windows"
+                )
+            ))
+            .and_then(|mut st| {
+                st.query_map(params![predictor, phase], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        crate::fusion::evaluate::Rated {
+                            participant: r.get(1)?,
+                            session_id: r.get(2)?,
+                            story_id: r.get(3)?,
+                            predicted: r.get(4)?,
+                            rating: f64::from(r.get::<_, i64>(5)? as i32),
+                        },
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql("reading rated predictions"))?;
+        Ok((rows, total.max(0) as u64))
+    }
+
     /// Every session, newest first.
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let mut stmt = self
