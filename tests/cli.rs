@@ -78,3 +78,49 @@ fn evaluate_reports_metrics_and_refuses_a_store_without_ratings() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("nothing to evaluate"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_participants_later_session_is_calibrated_on_earlier_ones_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("c.db");
+    let fast = config_without_vision_models(tmp.path());
+    // The same recording as a later session of the same participant.
+    let later = copy_session(&demo_session(), &tmp.path().join("later"));
+    let path = later.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["session_id"] = "demo-0002".into();
+    v["start_time"] = "2026-11-08T18:30:00Z".into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    // Replayed first, it has no earlier session: population map.
+    assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    // Replaced now, the later session learns from the earlier one's three ratings.
+    let o = empathic(&[
+        "replay",
+        path_str(&later),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let labels: Vec<(String, String)> = conn
+        .prepare("SELECT DISTINCT session_id, calibration FROM predictions ORDER BY 1")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        labels,
+        vec![
+            ("demo-0001".to_string(), "population".to_string()),
+            ("demo-0002".to_string(), "participant:3".to_string()),
+        ]
+    );
+}

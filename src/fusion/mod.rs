@@ -14,6 +14,7 @@
 //! participant's own words against the story, no training). ONNX-exported fusion models
 //! (AMER, TFN, LF-LSTM, EF-LSTM) implement the same trait.
 
+pub mod calibration;
 pub mod evaluate;
 pub mod zero_shot;
 
@@ -143,10 +144,16 @@ pub struct Configured {
     pub phases: Vec<Phase>,
 }
 
+/// The map in use for one predictor and what `predictions.calibration` says of it.
+struct InUse {
+    map: PopulationMap,
+    label: String,
+}
+
 /// Runs the configured predictors on every window.
 pub struct FusionStage {
     layout: ModalityLayout,
-    predictors: Vec<Configured>,
+    predictors: Vec<(Configured, InUse)>,
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> Option<f64> {
@@ -170,7 +177,44 @@ impl FusionStage {
         for c in &predictors {
             c.predictor.check_layout(&layout)?;
         }
+        let predictors = predictors
+            .into_iter()
+            .map(|c| {
+                let map = c.predictor.population_map();
+                (
+                    c,
+                    InUse {
+                        map,
+                        label: "population".into(),
+                    },
+                )
+            })
+            .collect();
         Ok(Self { layout, predictors })
+    }
+
+    /// The predictor ids, in order.
+    pub fn predictor_ids(&self) -> Vec<String> {
+        self.predictors
+            .iter()
+            .map(|(c, _)| c.predictor.id().to_string())
+            .collect()
+    }
+
+    /// Recalibrates predictor `id` for this session's participant from `pairs` (mean raw
+    /// cosine, self-rating) of their earlier sessions (see [`calibration`]). Returns the
+    /// label stored with its predictions.
+    pub fn calibrate(&mut self, id: &str, pairs: &[(f64, f64)]) -> Option<String> {
+        let (c, in_use) = self
+            .predictors
+            .iter_mut()
+            .find(|(c, _)| c.predictor.id() == id)?;
+        let map = calibration::participant_map(c.predictor.population_map(), pairs)?;
+        *in_use = InUse {
+            map,
+            label: format!("participant:{}", pairs.len()),
+        };
+        Some(in_use.label.clone())
     }
 
     /// The rows for one window: per predictor whose phases include the window's, and per
@@ -188,14 +232,14 @@ impl FusionStage {
             window,
             layout: &self.layout,
         };
-        for c in &mut self.predictors {
+        for (c, in_use) in &mut self.predictors {
             if !c.phases.contains(&phase) {
                 continue;
             }
             let Some(rep) = c.predictor.represent(&input) else {
                 continue;
             };
-            let map = c.predictor.population_map();
+            let map = in_use.map;
             for story in &window.stories {
                 let Some(cos) = cosine(&rep.z, &story.embedding) else {
                     continue;
@@ -206,7 +250,7 @@ impl FusionStage {
                     story_id: story.story_id.clone(),
                     raw_cosine: cos,
                     score: map.score(cos),
-                    calibration: "population".into(),
+                    calibration: in_use.label.clone(),
                     modalities: c
                         .predictor
                         .modalities()

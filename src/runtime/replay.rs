@@ -81,7 +81,19 @@ pub fn replay(
         record_failure(&writer, &m.session_id, &m.station_id, &e.to_string());
         e
     };
-    let stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
+    let mut stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
+    if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), &m.participant_id) {
+        // Per-participant calibration from their earlier sessions only.
+        let store = Store::open_read_only(&opts.db_path).map_err(|e| fail(e.into()))?;
+        for id in fusion.predictor_ids() {
+            let pairs = store
+                .calibration_pairs(participant, &id, &m.session_id, m.start_time.as_deref())
+                .map_err(|e| fail(e.into()))?;
+            if let Some(label) = fusion.calibrate(&id, &pairs) {
+                tracing::info!(predictor = %id, participant = %participant, "calibrated on {} earlier rated stories ({label})", pairs.len());
+            }
+        }
+    }
     writer
         .begin(SessionStart {
             id: m.session_id.clone(),

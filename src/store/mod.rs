@@ -502,6 +502,37 @@ impl Store {
         Ok((rows, total.max(0) as u64))
     }
 
+    /// (mean raw cosine, self-rating) per rated story of `participant`'s complete sessions
+    /// before this one (by `start_time`, else by when they were stored), for `predictor`:
+    /// what per-participant calibration may learn from, never the session itself.
+    pub fn calibration_pairs(
+        &self,
+        participant: &str,
+        predictor: &str,
+        session_id: &str,
+        start_time: Option<&str>,
+    ) -> Result<Vec<(f64, f64)>, StoreError> {
+        self.conn
+            .prepare(
+                "SELECT avg(p.raw_cosine), r.value FROM predictions p
+                 JOIN sessions s ON s.id = p.session_id AND s.status = 'complete'
+                   AND s.participant_id = ?1 AND s.id != ?3
+                   AND COALESCE(s.start_time, s.created_at) < COALESCE(?4, '9999')
+                 JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
+                 WHERE p.predictor = ?2 AND p.raw_cosine IS NOT NULL
+                 GROUP BY p.session_id, p.story_id
+                 ORDER BY p.session_id, p.story_id",
+            )
+            .and_then(|mut st| {
+                st.query_map(
+                    params![participant, predictor, session_id, start_time],
+                    |r| Ok((r.get::<_, f64>(0)?, f64::from(r.get::<_, i64>(1)? as i32))),
+                )?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql("reading calibration history"))
+    }
+
     /// Every session, newest first.
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let mut stmt = self
