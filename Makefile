@@ -30,7 +30,7 @@ lint: setup
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
-	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face
+	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion
 	./scripts/replay_throughput.sh
 
 clean:

@@ -61,6 +61,9 @@ pub struct FusionConfig {
     pub predictors: Vec<String>,
     /// The phases whose windows are predicted (a window's phase is the one at its midpoint).
     pub phases: Vec<crate::session::Phase>,
+    /// While the participant shares their story and before any story is shown, the stories
+    /// in play are the top `retrieve_k` of the bank for what they have said so far (0: none).
+    pub retrieve_k: usize,
 }
 
 impl Default for FusionConfig {
@@ -71,6 +74,7 @@ impl Default for FusionConfig {
                 crate::session::Phase::StoryShare,
                 crate::session::Phase::Reflection,
             ],
+            retrieve_k: 3,
         }
     }
 }
@@ -455,6 +459,7 @@ impl Config {
             600_000,
         )?;
         within("store.max_db_mib", self.store.max_db_mib, 0, 1 << 30)?;
+        within("fusion.retrieve_k", self.fusion.retrieve_k as u64, 0, 20)?;
         for p in &self.fusion.predictors {
             if p != crate::fusion::zero_shot::TextZeroShot::ID {
                 return Err(invalid(

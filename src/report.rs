@@ -144,20 +144,26 @@ pub fn render_predictions(s: &mut String, predictions: &[crate::store::StoryPred
         );
         return;
     }
-    let mut last = "";
+    let mut last: Option<(&str, bool)> = None;
     for p in predictions {
-        if p.predictor != last {
+        if last != Some((p.predictor.as_str(), p.retrieved)) {
             let _ = writeln!(
                 s,
-                "empathy   predicted by {}{} (1-5, mean over windows after the story was shown) vs self-rating:",
+                "empathy   predicted by {}{} (1-5, mean over {}){}:",
                 p.predictor,
                 if p.synthetic {
                     " [synthetic: not an empathy model]"
                 } else {
                     ""
-                }
+                },
+                if p.retrieved {
+                    "windows while the participant shared, toward the stories retrieved for it"
+                } else {
+                    "windows after the story was shown"
+                },
+                if p.retrieved { "" } else { " vs self-rating" }
             );
-            last = &p.predictor;
+            last = Some((p.predictor.as_str(), p.retrieved));
         }
         let _ = writeln!(
             s,

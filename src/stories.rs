@@ -197,6 +197,15 @@ impl StoryIndex {
         index
     }
 
+    /// Story `id`'s title and (unit-length) embedding.
+    pub fn story(&self, id: &str) -> Option<(&str, &[f32])> {
+        let i = self.ids.iter().position(|x| x == id)?;
+        Some((
+            &self.titles[i],
+            &self.matrix[i * self.dims..(i + 1) * self.dims],
+        ))
+    }
+
     fn push(&mut self, id: String, title: String, v: &[f32], dims: usize) {
         if self.dims == 0 {
             self.dims = dims;

@@ -124,3 +124,48 @@ fn a_participants_later_session_is_calibrated_on_earlier_ones_only() {
         ]
     );
 }
+
+#[test]
+fn stories_retrieved_while_sharing_are_in_play_until_one_is_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("r.db");
+    let fast = config_without_vision_models(tmp.path());
+    let bank = root().join("demo/stories/stories.jsonl");
+    let o = empathic(&["stories", "import", path_str(&bank), "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("toward the stories retrieved"),
+        "{}",
+        stdout(&o)
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let first_shown: i64 = conn
+        .query_row("SELECT min(shown_ns) FROM story_exposures", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    // Retrieved stories: three per window, only in story_share windows that end before
+    // the first story is shown; shown stories only in windows ending after it.
+    let rows: Vec<(String, String, i64, i64)> = conn
+        .prepare(
+            "SELECT p.in_play, w.phase, w.end_ns, count(*) FROM predictions p
+             JOIN windows w ON w.session_id = p.session_id AND w.window_index = p.window_index
+             GROUP BY p.window_index, p.in_play",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(rows.iter().any(|r| r.0 == "retrieved"));
+    for (in_play, phase, end_ns, n) in rows {
+        if in_play == "retrieved" {
+            assert_eq!((phase.as_str(), n), ("story_share", 3));
+            assert!(end_ns <= first_shown);
+        } else {
+            assert!(end_ns > first_shown);
+        }
+    }
+}

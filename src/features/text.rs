@@ -196,7 +196,19 @@ pub struct TextStage {
     encoder: SentenceEncoder,
     speaker: String,
     spec: ModalitySpec,
+    retrieval: Option<Retrieval>,
 }
+
+/// Retrieval of stories from the bank for what the participant shares, while they share.
+struct Retrieval {
+    index: crate::stories::StoryIndex,
+    k: usize,
+    sharing: bool,
+    shared: Vec<String>,
+}
+
+/// A retrieval made at a time: the top-k stories for what had been shared by then.
+pub type RetrievalSet = (Nanos, Vec<StoryInPlay>);
 
 pub use crate::windows::StoryInPlay;
 
@@ -216,6 +228,7 @@ impl TextStage {
             encoder,
             speaker: speaker.to_string(),
             spec,
+            retrieval: None,
         }
     }
 
@@ -224,6 +237,64 @@ impl TextStage {
     }
 
     /// The embeddings of the speaker's utterances among `events`, in event order.
+    /// Retrieves the top `k` stories of `index` (embedded with this stage's encoder) for
+    /// what the participant has said in `story_share` so far, after each such utterance.
+    pub fn set_retrieval(&mut self, index: crate::stories::StoryIndex, k: usize) {
+        self.retrieval = Some(Retrieval {
+            index,
+            k,
+            sharing: false,
+            shared: Vec::new(),
+        });
+    }
+
+    /// The retrievals `events` (time-sorted, after those seen before) lead to: one after
+    /// each utterance of the participant in `story_share`, for all they have shared since
+    /// the phase began.
+    pub fn retrieve(&mut self, events: &[Event]) -> Result<Vec<RetrievalSet>, ModelError> {
+        let Some(r) = self.retrieval.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for e in events {
+            match &e.kind {
+                EventKind::Phase { phase } => {
+                    r.sharing = *phase == crate::session::Phase::StoryShare;
+                }
+                EventKind::Utterance { speaker, text, .. }
+                    if r.sharing && *speaker == self.speaker =>
+                {
+                    r.shared.push(text.clone());
+                    let query = r.shared.join(" ");
+                    let q = self
+                        .encoder
+                        .embed(&[query.as_str()])?
+                        .into_iter()
+                        .next()
+                        .unwrap_or_default();
+                    let set = r
+                        .index
+                        .top_k(&q, r.k, &[])
+                        .into_iter()
+                        .filter_map(|hit| {
+                            let (title, v) = r.index.story(&hit.id)?;
+                            Some(StoryInPlay {
+                                story_id: hit.id.clone(),
+                                title: title.to_string(),
+                                shown_ns: e.t_ns,
+                                embedding: v.to_vec(),
+                                retrieved: true,
+                            })
+                        })
+                        .collect();
+                    out.push((e.t_ns, set));
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
     /// Embeds the stories shown among `events` (title and text, as the bank does), so the
     /// fusion stage can compare a window with each story in play.
     pub fn embed_stories(&mut self, events: &[Event]) -> Result<Vec<StoryInPlay>, ModelError> {
@@ -247,6 +318,7 @@ impl TextStage {
                     title: title.clone(),
                     shown_ns: e.t_ns,
                     embedding: v,
+                    retrieved: false,
                 });
             }
         }

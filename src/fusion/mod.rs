@@ -248,6 +248,7 @@ impl FusionStage {
                     window_index: window.index,
                     predictor: c.predictor.id().to_string(),
                     story_id: story.story_id.clone(),
+                    retrieved: story.retrieved,
                     raw_cosine: cos,
                     score: map.score(cos),
                     calibration: in_use.label.clone(),
@@ -331,6 +332,7 @@ mod tests {
                         title: String::new(),
                         shown_ns: 0,
                         embedding: e.to_vec(),
+                        retrieved: false,
                     })
                 })
                 .collect(),

@@ -221,6 +221,7 @@ struct AlignDone {
 struct TextUpdate {
     utterances: Vec<EmbeddedUtterance>,
     stories: Vec<StoryInPlay>,
+    retrievals: Vec<crate::features::text::RetrievalSet>,
     phases: Vec<PhaseSpan>,
     known_until_ns: Nanos,
 }
@@ -761,6 +762,7 @@ fn text_features(
     for batch in &rx {
         let utterances = meter.time(|| stage.embed_utterances(&batch.events))?;
         let stories = stage.embed_stories(&batch.events)?;
+        let retrievals = stage.retrieve(&batch.events)?;
         let phases = batch
             .events
             .iter()
@@ -776,6 +778,7 @@ fn text_features(
         let update = TextUpdate {
             utterances,
             stories,
+            retrievals,
             phases,
             known_until_ns: batch.known_until_ns,
         };
@@ -785,6 +788,35 @@ fn text_features(
     }
     meter.done(figures, Some(&tx));
     Ok(())
+}
+
+/// The stories known to the aligner: shown ones and retrieval sets, in time order.
+#[derive(Default)]
+struct InPlay {
+    shown: Vec<Arc<StoryInPlay>>,
+    retrievals: Vec<(Nanos, Vec<Arc<StoryInPlay>>)>,
+}
+
+impl InPlay {
+    /// In play at `t`: the stories shown before it; before any is shown, the latest
+    /// retrieval made before it.
+    fn at(&self, t: Nanos) -> Vec<Arc<StoryInPlay>> {
+        let shown: Vec<Arc<StoryInPlay>> = self
+            .shown
+            .iter()
+            .filter(|s| s.shown_ns < t)
+            .cloned()
+            .collect();
+        if !shown.is_empty() {
+            return shown;
+        }
+        self.retrievals
+            .iter()
+            .rev()
+            .find(|(at, _)| *at < t)
+            .map(|(_, set)| set.clone())
+            .unwrap_or_default()
+    }
 }
 
 struct AlignInputs {
@@ -809,33 +841,27 @@ fn align_windows(
     let mut meter = Meter::new("align-windows");
     let mut assembler = WindowAssembler::new(windows.length_frames, windows.hop_frames, period_ns);
     let mut phases: Vec<PhaseSpan> = Vec::new();
-    let mut stories: Vec<Arc<StoryInPlay>> = Vec::new();
+    let mut stories = InPlay::default();
     let mut frames = 0u64;
-    let mut emit = |record: FrameRecord,
-                    phases: &[PhaseSpan],
-                    stories: &[Arc<StoryInPlay>]|
-     -> Result<(), RunError> {
-        let record = Arc::new(record);
-        writer.frame(record.clone())?;
-        frames += 1;
-        progress.inc(1);
-        if let Some(mut w) = assembler.push(record) {
-            // Decided now, from the phase events known (all up to the last frame's start).
-            w.phase = phase_at(phases, w.mid_ns());
-            w.stories = stories
-                .iter()
-                .filter(|s| s.shown_ns < w.end_ns)
-                .cloned()
-                .collect();
-            let w = Arc::new(w);
-            for c in &consumers {
-                if c.send(w.clone()).is_err() {
-                    return Err(next_stopped("align-windows", "a window consumer"));
+    let mut emit =
+        |record: FrameRecord, phases: &[PhaseSpan], stories: &InPlay| -> Result<(), RunError> {
+            let record = Arc::new(record);
+            writer.frame(record.clone())?;
+            frames += 1;
+            progress.inc(1);
+            if let Some(mut w) = assembler.push(record) {
+                // Decided now, from the phase events known (all up to the last frame's start).
+                w.phase = phase_at(phases, w.mid_ns());
+                w.stories = stories.at(w.end_ns);
+                let w = Arc::new(w);
+                for c in &consumers {
+                    if c.send(w.clone()).is_err() {
+                        return Err(next_stopped("align-windows", "a window consumer"));
+                    }
                 }
             }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     let (mut video_done, mut audio_done, mut text_done) = (false, false, false);
     let none_slots = never::<VideoSlot>();
     let none_rows = never::<Vec<(ModalityId, Vec<AudioRow>)>>();
@@ -878,7 +904,15 @@ fn align_windows(
             recv(text_rx) -> msg => match msg {
                 Ok(update) => {
                     phases.extend(update.phases);
-                    stories.extend(update.stories.into_iter().map(Arc::new));
+                    stories
+                        .shown
+                        .extend(update.stories.into_iter().map(Arc::new));
+                    stories.retrievals.extend(
+                        update
+                            .retrievals
+                            .into_iter()
+                            .map(|(t, set)| (t, set.into_iter().map(Arc::new).collect())),
+                    );
                     if let Some(track) = aligner.text_track() {
                         for (start, end, v) in update.utterances {
                             track.push(start, end, v);

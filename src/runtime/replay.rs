@@ -30,6 +30,7 @@ use crate::report::ReplaySummary;
 use crate::session::{RecordedSession, SessionError};
 use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use crate::store::{Store, StoreWriter};
+use crate::stories::StoryIndex;
 
 /// What to replay and how.
 #[derive(Debug, Clone)]
@@ -82,6 +83,14 @@ pub fn replay(
         e
     };
     let mut stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
+    if stages.fusion.is_some() && config.fusion.retrieve_k > 0 {
+        // Stories in play while the participant shares: retrieved from the bank.
+        let store = Store::open_read_only(&opts.db_path).map_err(|e| fail(e.into()))?;
+        match StoryIndex::load(&store, &config.models.sentence_encoder) {
+            Ok(index) => stages.text.1.set_retrieval(index, config.fusion.retrieve_k),
+            Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
+        }
+    }
     if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), &m.participant_id) {
         // Per-participant calibration from their earlier sessions only.
         let store = Store::open_read_only(&opts.db_path).map_err(|e| fail(e.into()))?;

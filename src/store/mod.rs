@@ -259,6 +259,9 @@ pub struct SessionSummary {
 pub struct StoryPrediction {
     pub predictor: String,
     pub story_id: String,
+    /// Retrieved while the participant shared (windows before any story was shown), or
+    /// shown (windows after it was shown).
+    pub retrieved: bool,
     pub title: Option<String>,
     pub windows: u64,
     /// Mean calibrated score (1-5).
@@ -422,14 +425,14 @@ impl Store {
         self.conn
             .prepare(
                 "SELECT p.predictor, p.story_id, s.title, count(*), avg(p.score),
-                        avg(p.raw_cosine), max(p.synthetic), r.value
+                        avg(p.raw_cosine), max(p.synthetic), r.value, p.in_play = 'retrieved'
                  FROM predictions p
                  LEFT JOIN stories s ON s.id = p.story_id
                  LEFT JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
                  LEFT JOIN story_exposures e ON e.session_id = p.session_id AND e.story_id = p.story_id
                  WHERE p.session_id = ?1
-                 GROUP BY p.predictor, p.story_id
-                 ORDER BY p.predictor, e.position, p.story_id",
+                 GROUP BY p.predictor, p.in_play, p.story_id
+                 ORDER BY p.predictor, p.in_play DESC, e.position, p.story_id",
             )
             .and_then(|mut st| {
                 st.query_map([id], |r| {
@@ -442,6 +445,7 @@ impl Store {
                         raw_cosine: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
                         synthetic: r.get::<_, i64>(6)? != 0,
                         rating: r.get(7)?,
+                        retrieved: r.get(8)?,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()
@@ -460,7 +464,8 @@ impl Store {
         let filter = "FROM predictions p
              JOIN sessions ses ON ses.id = p.session_id AND ses.status = 'complete'
              LEFT JOIN windows w ON w.session_id = p.session_id AND w.window_index = p.window_index
-             WHERE (?1 IS NULL OR p.predictor = ?1) AND (?2 IS NULL OR w.phase = ?2)";
+             WHERE p.in_play = 'shown' AND (?1 IS NULL OR p.predictor = ?1)
+               AND (?2 IS NULL OR w.phase = ?2)";
         let total: i64 = self
             .conn
             .query_row(
@@ -519,7 +524,7 @@ impl Store {
                    AND s.participant_id = ?1 AND s.id != ?3
                    AND COALESCE(s.start_time, s.created_at) < COALESCE(?4, '9999')
                  JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
-                 WHERE p.predictor = ?2 AND p.raw_cosine IS NOT NULL
+                 WHERE p.predictor = ?2 AND p.in_play = 'shown' AND p.raw_cosine IS NOT NULL
                  GROUP BY p.session_id, p.story_id
                  ORDER BY p.session_id, p.story_id",
             )

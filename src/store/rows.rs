@@ -92,6 +92,8 @@ pub struct PredictionRow {
     pub window_index: u64,
     pub predictor: String,
     pub story_id: String,
+    /// Retrieved from the bank while the participant shared (not yet shown), else shown.
+    pub retrieved: bool,
     /// Cosine between the window's representation and the story's embedding.
     pub raw_cosine: f64,
     /// On the 1-5 rating scale, after `calibration`.

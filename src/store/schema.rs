@@ -14,7 +14,8 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
 
 /// Version 3: each session's modalities record what produced them (a stage with its layout
 /// version, or a model id with its sha256); predictions carry what an analyst needs (the
-/// predictor, raw cosine, calibrated 1-5 score and which calibration, the modality subset
+/// predictor, whether the story was shown or retrieved while the participant shared, raw
+/// cosine, calibrated 1-5 score and which calibration, the modality subset
 /// and its coverage of the window, whether the predictor is synthetic). Predictions refer
 /// to their session, not to the window row: the fusion stage and the window store are
 /// separate consumers of the same window, so either may reach the writer first.
@@ -27,6 +28,7 @@ CREATE TABLE predictions_v3 (
     window_index INTEGER NOT NULL,
     predictor    TEXT NOT NULL,
     story_id     TEXT NOT NULL,
+    in_play      TEXT NOT NULL CHECK (in_play IN ('shown', 'retrieved')),
     raw_cosine   REAL,
     score        REAL NOT NULL,
     calibration  TEXT NOT NULL,
@@ -36,10 +38,10 @@ CREATE TABLE predictions_v3 (
     created_at   TEXT NOT NULL,
     PRIMARY KEY (session_id, window_index, predictor, story_id)
 ) WITHOUT ROWID;
-INSERT INTO predictions_v3 (session_id, window_index, predictor, story_id, raw_cosine, score,
-    calibration, modalities, coverage, synthetic, created_at)
-    SELECT session_id, window_index, model, story_id, NULL, value, 'unknown', '[]', '{}', 0,
-        created_at FROM predictions;
+INSERT INTO predictions_v3 (session_id, window_index, predictor, story_id, in_play, raw_cosine,
+    score, calibration, modalities, coverage, synthetic, created_at)
+    SELECT session_id, window_index, model, story_id, 'shown', NULL, value, 'unknown', '[]', '{}',
+        0, created_at FROM predictions;
 DROP TABLE predictions;
 ALTER TABLE predictions_v3 RENAME TO predictions;
 "#;

@@ -66,18 +66,23 @@ pub struct Window {
     /// The phase in force at the window's midpoint, decided when it was emitted.
     pub phase: Option<Phase>,
     pub frames: Vec<Arc<FrameRecord>>,
-    /// The stories shown to the participant before the window ended, in the order shown
-    /// (set when the window is emitted; empty before any story is shown).
+    /// The stories in play when the window ended (set when it is emitted): those shown
+    /// before its end, in the order shown; before any is shown, the latest retrieval from
+    /// the bank for what the participant had shared; else none.
     pub stories: Vec<Arc<StoryInPlay>>,
 }
 
-/// A story shown in the session, with the sentence embedding of what was presented.
+/// A story in play in the session, with its sentence embedding: shown to the participant,
+/// or retrieved from the bank for what they have shared so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoryInPlay {
     pub story_id: String,
     pub title: String,
+    /// When it was shown, or when the retrieval that found it was made.
     pub shown_ns: Nanos,
     pub embedding: Vec<f32>,
+    /// Retrieved (not yet shown): in play only until a story is shown.
+    pub retrieved: bool,
 }
 
 impl Window {

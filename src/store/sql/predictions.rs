@@ -11,8 +11,9 @@ pub fn write(tx: &Transaction<'_>, id: &str, rows: &[PredictionRow]) -> Result<(
     let mut stmt = tx
         .prepare_cached(&format!(
             "INSERT OR REPLACE INTO predictions (session_id, window_index, predictor, story_id,
-                raw_cosine, score, calibration, modalities, coverage, synthetic, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+                in_play, raw_cosine, score, calibration, modalities, coverage, synthetic,
+                created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, {NOW})"
         ))
         .map_err(ctx("writing predictions"))?;
     for r in rows {
@@ -37,6 +38,7 @@ pub fn write(tx: &Transaction<'_>, id: &str, rows: &[PredictionRow]) -> Result<(
             r.window_index as i64,
             r.predictor,
             r.story_id,
+            if r.retrieved { "retrieved" } else { "shown" },
             r.raw_cosine,
             r.score,
             r.calibration,
