@@ -74,6 +74,11 @@ enum Command {
         #[command(subcommand)]
         command: ModelsCommand,
     },
+    /// Export stored data.
+    Export {
+        #[command(subcommand)]
+        command: ExportCommand,
+    },
     /// Stored predictions against self-ratings: Pearson r, Spearman rho, MSE, accuracy and
     /// F1, with 95 % bootstrap intervals over participants.
     Evaluate {
@@ -137,6 +142,27 @@ enum StoriesCommand {
         config: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExportCommand {
+    /// Every window's per-frame features and masks per modality, with session, participant,
+    /// phase, time and the stories in play with their ratings (numpy .npy + JSON lines).
+    Windows {
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A new or empty folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only windows of this phase.
+        #[arg(long)]
+        phase: Option<String>,
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
     },
 }
 
@@ -325,6 +351,22 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Models {
             command: ModelsCommand::Verify { config },
         } => cli::models_verify(config.as_deref()),
+        Command::Export {
+            command:
+                ExportCommand::Windows {
+                    db,
+                    config,
+                    out,
+                    phase,
+                    session,
+                },
+        } => cli::export_windows(
+            db,
+            config.as_deref(),
+            &out,
+            phase.as_deref(),
+            session.as_deref(),
+        ),
         Command::Evaluate {
             db,
             config,

@@ -169,3 +169,94 @@ fn stories_retrieved_while_sharing_are_in_play_until_one_is_shown() {
         }
     }
 }
+
+#[test]
+fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
+    use ndarray_npy::ReadNpyExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("x.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let out = tmp.path().join("export");
+    let o = empathic(&[
+        "export",
+        "windows",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format"], "empathic-windows");
+    assert_eq!(manifest["version"], 1);
+    assert_eq!(manifest["sessions"][0]["frames"], 420);
+    let open = |name: &str| std::fs::File::open(out.join("demo-0001").join(name)).unwrap();
+    let text = ndarray::Array2::<f32>::read_npy(open("text.npy")).unwrap();
+    let mask = ndarray::Array1::<u8>::read_npy(open("text_mask.npy")).unwrap();
+    assert_eq!(text.dim(), (420, 384));
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let present: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(mask.iter().map(|m| i64::from(*m)).sum::<i64>(), present);
+    // An absent frame is all zeros; a present one is the stored vector (unit length).
+    let row = mask.iter().position(|m| *m == 1).unwrap();
+    let norm: f32 = text.row(row).iter().map(|v| v * v).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-3, "{norm}");
+    let windows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("windows.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(windows.len(), 21);
+    let last = &windows[20];
+    assert_eq!(
+        (last["start_frame"].as_u64(), last["end_frame"].as_u64()),
+        (Some(300), Some(420))
+    );
+    assert_eq!(last["participant_id"], "P-DEMO");
+    let ratings: Vec<u64> = last["stories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["rating"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ratings, vec![4, 3, 5]);
+    // One phase only.
+    let refl = tmp.path().join("reflection");
+    let o = empathic(&[
+        "export",
+        "windows",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&refl),
+        "--phase",
+        "reflection",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = std::fs::read_to_string(refl.join("windows.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(n, 1);
+    // A folder already used is refused.
+    let o = empathic(&[
+        "export",
+        "windows",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+}

@@ -426,3 +426,28 @@ pub fn evaluate(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `empathic export windows`.
+pub fn export_windows(
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    out: &Path,
+    phase: Option<&str>,
+    session: Option<&str>,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    let progress = progress_bar("sessions");
+    let result = super::export::export_windows(&store, out, phase, session, &progress);
+    progress.finish_and_clear();
+    let e = result?;
+    println!(
+        "exported {} windows of {} session(s) to {} ({:.1} MB; format empathic-windows v{})",
+        e.windows,
+        e.sessions,
+        out.display(),
+        e.bytes as f64 / 1e6,
+        super::export::EXPORT_VERSION
+    );
+    Ok(ExitCode::SUCCESS)
+}

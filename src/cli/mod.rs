@@ -9,6 +9,7 @@
 //! model manifest ([`ModelFiles`]); the files written by `extract` live here too, so that
 //! `features/` stays free of output files.
 
+pub mod export;
 pub mod extract_audio;
 pub mod extract_face;
 pub mod tracked_video;

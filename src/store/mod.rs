@@ -309,6 +309,39 @@ pub struct ModalityRow {
     pub present_frames: u64,
 }
 
+/// The reads of `export windows`.
+pub struct ExportReads<'a>(&'a Connection);
+
+impl ExportReads<'_> {
+    pub fn sessions(
+        &self,
+        only: Option<&str>,
+    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        sql::export::sessions(self.0, only)
+    }
+    pub fn modalities(&self, id: &str) -> Result<Vec<sql::export::ExportModality>, StoreError> {
+        sql::export::modalities(self.0, id)
+    }
+    pub fn frame_count(&self, id: &str) -> Result<u64, StoreError> {
+        sql::export::frame_count(self.0, id)
+    }
+    pub fn frame_vectors(
+        &self,
+        id: &str,
+        modality: &str,
+        each: impl FnMut(u64, Vec<f32>),
+    ) -> Result<(), StoreError> {
+        sql::export::frame_vectors(self.0, id, modality, each)
+    }
+    pub fn windows(
+        &self,
+        id: &str,
+        phase: Option<&str>,
+    ) -> Result<Vec<sql::export::ExportWindow>, StoreError> {
+        sql::export::windows(self.0, id, phase)
+    }
+}
+
 /// A handle for opening, migrating, recovering and reading the store.
 pub struct Store {
     path: PathBuf,
@@ -643,6 +676,11 @@ impl Store {
             modalities,
             predictions: self.session_predictions(id)?,
         })
+    }
+
+    /// The reads of `export windows` (see `sql::export`), on this store's connection.
+    pub fn export_reads(&self) -> ExportReads<'_> {
+        ExportReads(&self.conn)
     }
 
     /// The connection, for tests and tools that query directly.

@@ -1,0 +1,217 @@
+//! `empathic export windows`: the stored windows as training data, in a format numpy reads
+//! with nothing else installed (format `empathic-windows`, version 1).
+//!
+//! Contract: `OUT/manifest.json` names the format and version, the window length and hop,
+//! and every exported session with its participant, frame count and modalities (dims,
+//! producer, layout version, column names). Per session, `OUT/<session>/<modality>.npy`
+//! is a float32 `[frames, dims]` array (zeros where absent) and `<modality>_mask.npy` a
+//! uint8 `[frames]` presence mask; frames are stored once, not once per overlapping window
+//! (eight times smaller at the default hop). `OUT/windows.jsonl` has one line per window:
+//! session, participant, index, frame range `[start_frame, end_frame)`, time, phase, and
+//! the stories shown before it ended with their self-ratings. Window `w` of modality `m`
+//! is `np.load(f"{w.session}/{m}.npy")[w.start_frame:w.end_frame]`. Only complete sessions
+//! are exported. The folder must be new or empty; nothing is written outside it.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use ndarray::{Array1, Array2};
+use ndarray_npy::WriteNpyExt;
+use serde::Serialize;
+
+use super::{fail, Failure};
+use crate::exit::ExitKind;
+use crate::store::sql::export::ExportModality;
+use crate::store::Store;
+
+/// Format version of the export.
+pub const EXPORT_VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct SessionEntry {
+    session_id: String,
+    participant_id: Option<String>,
+    frames: u64,
+    windows: usize,
+    modalities: Vec<ExportModality>,
+}
+
+#[derive(Serialize)]
+struct Manifest {
+    format: &'static str,
+    version: u32,
+    phase: Option<String>,
+    sessions: Vec<SessionEntry>,
+}
+
+#[derive(Serialize)]
+struct WindowLine<'a> {
+    session_id: &'a str,
+    participant_id: Option<&'a str>,
+    #[serde(flatten)]
+    window: &'a crate::store::sql::export::ExportWindow,
+}
+
+/// What was exported.
+pub struct Exported {
+    pub sessions: usize,
+    pub windows: usize,
+    pub bytes: u64,
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot write {}: {e}", path.display()),
+        )
+    }
+}
+
+/// Exports the windows of `store` into `out`.
+pub fn export_windows(
+    store: &Store,
+    out: &Path,
+    phase: Option<&str>,
+    session: Option<&str>,
+    progress: &indicatif::ProgressBar,
+) -> Result<Exported, Failure> {
+    if out.exists()
+        && std::fs::read_dir(out)
+            .map_err(io_err(out))?
+            .next()
+            .is_some()
+    {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "{} is not empty: export into a new or empty folder",
+                out.display()
+            ),
+        ));
+    }
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let reads = store.export_reads();
+    let sessions = reads.sessions(session).map_err(fail)?;
+    if sessions.is_empty() {
+        return Err((
+            ExitKind::BadInput,
+            match session {
+                Some(id) => format!("no complete session `{id}` in {}", store.path().display()),
+                None => format!("no complete session in {}", store.path().display()),
+            },
+        ));
+    }
+    progress.set_length(sessions.len() as u64);
+    let lines_path = out.join("windows.jsonl");
+    let mut lines =
+        BufWriter::new(std::fs::File::create(&lines_path).map_err(io_err(&lines_path))?);
+    let mut entries = Vec::new();
+    let mut total_windows = 0;
+    let mut bytes = 0u64;
+    for (id, participant) in &sessions {
+        let modalities = reads.modalities(id).map_err(fail)?;
+        let frames = reads.frame_count(id).map_err(fail)?;
+        let windows = reads.windows(id, phase).map_err(fail)?;
+        let dir = out.join(id);
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        for m in &modalities {
+            let mut values = Array2::<f32>::zeros((frames as usize, m.dims));
+            let mut mask = Array1::<u8>::zeros(frames as usize);
+            let mut bad = None;
+            reads
+                .frame_vectors(id, &m.name, |i, v| {
+                    let i = i as usize;
+                    if i < frames as usize && v.len() == m.dims {
+                        values
+                            .row_mut(i)
+                            .iter_mut()
+                            .zip(&v)
+                            .for_each(|(d, s)| *d = *s);
+                        mask[i] = 1;
+                    } else {
+                        bad = Some(i);
+                    }
+                })
+                .map_err(fail)?;
+            if let Some(i) = bad {
+                return Err((
+                    ExitKind::Runtime,
+                    format!(
+                        "session {id}: modality {} frame {i} does not fit its layout",
+                        m.name
+                    ),
+                ));
+            }
+            for (name, write) in [
+                (format!("{}.npy", m.name), &values as &dyn WriteNpy),
+                (format!("{}_mask.npy", m.name), &mask as &dyn WriteNpy),
+            ] {
+                let path = dir.join(name);
+                let file = std::fs::File::create(&path).map_err(io_err(&path))?;
+                write.write_to(BufWriter::new(file)).map_err(|e| {
+                    (
+                        ExitKind::Runtime,
+                        format!("cannot write {}: {e}", path.display()),
+                    )
+                })?;
+                bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            }
+        }
+        for w in &windows {
+            let line = serde_json::to_string(&WindowLine {
+                session_id: id,
+                participant_id: participant.as_deref(),
+                window: w,
+            })
+            .map_err(|e| (ExitKind::Runtime, format!("cannot encode a window: {e}")))?;
+            writeln!(lines, "{line}").map_err(io_err(&lines_path))?;
+        }
+        total_windows += windows.len();
+        entries.push(SessionEntry {
+            session_id: id.clone(),
+            participant_id: participant.clone(),
+            frames,
+            windows: windows.len(),
+            modalities,
+        });
+        progress.inc(1);
+    }
+    lines.flush().map_err(io_err(&lines_path))?;
+    let manifest_path: PathBuf = out.join("manifest.json");
+    let manifest = Manifest {
+        format: "empathic-windows",
+        version: EXPORT_VERSION,
+        phase: phase.map(str::to_string),
+        sessions: entries,
+    };
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot encode the manifest: {e}"),
+        )
+    })?;
+    std::fs::write(&manifest_path, text).map_err(io_err(&manifest_path))?;
+    Ok(Exported {
+        sessions: sessions.len(),
+        windows: total_windows,
+        bytes,
+    })
+}
+
+/// An array that can be written as `.npy` (both element types behind one reference).
+trait WriteNpy {
+    fn write_to(&self, w: BufWriter<std::fs::File>) -> Result<(), ndarray_npy::WriteNpyError>;
+}
+
+impl WriteNpy for Array2<f32> {
+    fn write_to(&self, w: BufWriter<std::fs::File>) -> Result<(), ndarray_npy::WriteNpyError> {
+        self.write_npy(w)
+    }
+}
+
+impl WriteNpy for Array1<u8> {
+    fn write_to(&self, w: BufWriter<std::fs::File>) -> Result<(), ndarray_npy::WriteNpyError> {
+        self.write_npy(w)
+    }
+}
