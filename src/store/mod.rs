@@ -819,19 +819,31 @@ mod tests {
         assert_eq!(mode, "wal");
     }
 
-    #[test]
-    fn version_1_file_migrates_keeping_its_rows() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("v1.db");
-        let conn = Connection::open(&path).unwrap();
+    /// A database file as a build of schema `version` left it.
+    fn file_at_version(path: &Path, version: usize) -> Connection {
+        let conn = Connection::open(path).unwrap();
         conn.execute_batch(
             "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
         )
         .unwrap();
-        conn.execute_batch(schema::MIGRATIONS[0].2).unwrap();
+        for (v, name, sql) in &schema::MIGRATIONS[..version] {
+            conn.execute_batch(sql).unwrap();
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?1, ?2, 'x')",
+                params![v, name],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
+    #[test]
+    fn version_1_file_migrates_keeping_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let conn = file_at_version(&path, 1);
         conn.execute_batch(
-            "INSERT INTO schema_migrations VALUES (1, 'session store', 'x');
-             INSERT INTO stations VALUES ('st', 'x');
+            "INSERT INTO stations VALUES ('st', 'x');
              INSERT INTO sessions (id, station_id, source, nominal_fps, status, created_at, updated_at)
                VALUES ('s1', 'st', 'replay', 15, 'complete', 'x', 'x');
              INSERT INTO modalities VALUES ('s1', 'video_signal', 'video', 3, '[]');",
@@ -856,16 +868,9 @@ mod tests {
     fn version_2_file_migrates_its_predictions_and_modalities() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v2.db");
-        let conn = Connection::open(&path).unwrap();
+        let conn = file_at_version(&path, 2);
         conn.execute_batch(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);",
-        )
-        .unwrap();
-        conn.execute_batch(schema::MIGRATIONS[0].2).unwrap();
-        conn.execute_batch(schema::MIGRATIONS[1].2).unwrap();
-        conn.execute_batch(
-            "INSERT INTO schema_migrations VALUES (1, 'session store', 'x'), (2, 'text', 'x');
-             INSERT INTO stations VALUES ('st', 'x');
+            "INSERT INTO stations VALUES ('st', 'x');
              INSERT INTO sessions (id, station_id, source, nominal_fps, status, created_at, updated_at)
                VALUES ('s1', 'st', 'replay', 15, 'complete', 'x', 'x');
              INSERT INTO modalities VALUES ('s1', 'text', 'text', 384, '[]');
