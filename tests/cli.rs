@@ -71,6 +71,8 @@ fn evaluate_reports_metrics_and_refuses_a_store_without_ratings() {
     assert_eq!(v[0]["overall"]["n"], 3);
     assert_eq!(v[0]["overall"]["participants"], 1);
     assert!(v[0]["overall"]["mse"]["value"].as_f64().unwrap() >= 0.0);
+    // One session, population map in force: both blocks agree.
+    assert_eq!(v[0]["population"], v[0]["overall"]);
     let o = empathic(&["evaluate", "--db", path_str(&db), "--phase", "nap"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unknown phase `nap`"), "{}", stderr(&o));

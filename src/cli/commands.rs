@@ -319,7 +319,10 @@ pub fn doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<Ex
 pub struct Evaluation {
     pub predictor: String,
     pub phase: Option<String>,
+    /// As stored: each session's predictions under the calibration in force for it.
     pub overall: crate::fusion::evaluate::Metrics,
+    /// The same windows through the predictor's population map, for comparison.
+    pub population: Option<crate::fusion::evaluate::Metrics>,
     pub per_participant: Vec<(String, crate::fusion::evaluate::Metrics)>,
 }
 
@@ -363,13 +366,27 @@ pub fn evaluate(
             ),
         ));
     }
-    let mut by_predictor: std::collections::BTreeMap<String, Vec<Rated>> = Default::default();
-    for (p, r) in rows {
-        by_predictor.entry(p).or_default().push(r);
+    let mut by_predictor: std::collections::BTreeMap<String, (Vec<Rated>, Option<Vec<Rated>>)> =
+        Default::default();
+    for (p, stored, population) in
+        crate::fusion::evaluate::session_level(&rows, crate::fusion::population_map_of)
+    {
+        let entry = by_predictor
+            .entry(p)
+            .or_insert_with(|| (Vec::new(), Some(Vec::new())));
+        entry.0.push(stored);
+        // Population metrics only when every unit has them.
+        entry.1 = match (entry.1.take(), population) {
+            (Some(mut v), Some(r)) => {
+                v.push(r);
+                Some(v)
+            }
+            _ => None,
+        };
     }
     let report: Vec<Evaluation> = by_predictor
         .into_iter()
-        .map(|(p, rated)| {
+        .map(|(p, (rated, population))| {
             let mut participants: std::collections::BTreeMap<String, Vec<Rated>> =
                 Default::default();
             for r in &rated {
@@ -382,6 +399,7 @@ pub fn evaluate(
                 predictor: p,
                 phase: phase.map(str::to_string),
                 overall: metrics(&rated),
+                population: population.as_deref().map(metrics),
                 per_participant: participants
                     .into_iter()
                     .map(|(id, r)| (id, metrics(&r)))
@@ -407,14 +425,21 @@ pub fn evaluate(
             m.n,
             m.participants
         );
-        println!("  pearson r     {}", fmt(&m.pearson_r));
-        println!("  spearman rho  {}", fmt(&m.spearman_rho));
-        println!("  mse (1-5)     {}", fmt(&m.mse));
-        println!(
-            "  accuracy      {}   (positive: rating and score >= {POSITIVE_AT})",
-            fmt(&m.accuracy)
-        );
-        println!("  f1            {}", fmt(&m.f1));
+        let mut blocks = vec![("as stored (population or per-participant calibration)", m)];
+        if let Some(pm) = &e.population {
+            blocks.push(("population map only", pm));
+        }
+        for (title, m) in blocks {
+            println!("  {title}:");
+            println!("    pearson r     {}", fmt(&m.pearson_r));
+            println!("    spearman rho  {}", fmt(&m.spearman_rho));
+            println!("    mse (1-5)     {}", fmt(&m.mse));
+            println!(
+                "    accuracy      {}   (positive: rating and score >= {POSITIVE_AT})",
+                fmt(&m.accuracy)
+            );
+            println!("    f1            {}", fmt(&m.f1));
+        }
         for (id, pm) in &e.per_participant {
             println!(
                 "  participant {id}: n {}, r {}, mse {}",

@@ -20,6 +20,62 @@ pub const POSITIVE_AT: f64 = 4.0;
 /// Bootstrap resamples for the intervals.
 pub const BOOTSTRAP_RESAMPLES: usize = 1000;
 
+/// One stored window prediction toward a story the participant rated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RatedWindow {
+    pub predictor: String,
+    pub participant: String,
+    pub session_id: String,
+    pub story_id: String,
+    /// As stored (after the calibration in force for that session).
+    pub score: f64,
+    pub raw_cosine: Option<f64>,
+    pub rating: f64,
+}
+
+/// Session-level predictions per predictor: the mean stored score over each (session,
+/// story)'s windows, and the same through the predictor's population map (`map_of`; None
+/// for a predictor this build does not know, or windows without a raw cosine), so the
+/// two calibrations can be compared on the same windows.
+pub fn session_level(
+    windows: &[RatedWindow],
+    map_of: impl Fn(&str) -> Option<super::PopulationMap>,
+) -> Vec<(String, Rated, Option<Rated>)> {
+    let mut out: Vec<(String, Rated, Option<Rated>)> = Vec::new();
+    let mut i = 0;
+    while i < windows.len() {
+        let w = &windows[i];
+        let mut j = i;
+        while j < windows.len()
+            && windows[j].predictor == w.predictor
+            && windows[j].session_id == w.session_id
+            && windows[j].story_id == w.story_id
+        {
+            j += 1;
+        }
+        let group = &windows[i..j];
+        let n = group.len() as f64;
+        let rated = |predicted: f64| Rated {
+            participant: w.participant.clone(),
+            session_id: w.session_id.clone(),
+            story_id: w.story_id.clone(),
+            predicted,
+            rating: w.rating,
+        };
+        let stored = group.iter().map(|g| g.score).sum::<f64>() / n;
+        let population = map_of(&w.predictor).and_then(|map| {
+            let scores: Option<Vec<f64>> = group
+                .iter()
+                .map(|g| g.raw_cosine.map(|c| map.score(c)))
+                .collect();
+            scores.map(|s| rated(s.iter().sum::<f64>() / n))
+        });
+        out.push((w.predictor.clone(), rated(stored), population));
+        i = j;
+    }
+    out
+}
+
 /// One rated prediction.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rated {
@@ -229,6 +285,36 @@ mod tests {
         assert!(close(acc, 0.6));
         assert!(close(f1, 4.0 / 6.0));
         assert_eq!(pearson(&[1.0, 1.0], &[1.0, 2.0]), None);
+    }
+
+    #[test]
+    fn session_level_means_stored_and_population_scores_per_story() {
+        let w = |story: &str, score: f64, cos: Option<f64>| RatedWindow {
+            predictor: "p".into(),
+            participant: "P1".into(),
+            session_id: "s".into(),
+            story_id: story.into(),
+            score,
+            raw_cosine: cos,
+            rating: 4.0,
+        };
+        let map = super::super::PopulationMap {
+            intercept: 1.0,
+            slope: 4.0,
+        };
+        let rows = [
+            w("a", 2.0, Some(0.25)),
+            w("a", 4.0, Some(0.5)),
+            w("b", 3.0, None),
+        ];
+        let out = session_level(&rows, |_| Some(map));
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].1.predicted, 3.0);
+        // Population: mean of 2.0 and 3.0.
+        assert_eq!(out[0].2.as_ref().map(|r| r.predicted), Some(2.5));
+        // A window without a raw cosine has no population score.
+        assert_eq!(out[1].2, None);
+        assert!(session_level(&rows, |_| None).iter().all(|o| o.2.is_none()));
     }
 
     #[test]

@@ -138,6 +138,11 @@ pub trait Predictor: Send {
     fn population_map(&self) -> PopulationMap;
 }
 
+/// The population map of a predictor this build knows, by id.
+pub fn population_map_of(id: &str) -> Option<PopulationMap> {
+    (id == zero_shot::TextZeroShot::ID).then(|| zero_shot::TextZeroShot.population_map())
+}
+
 /// A predictor and the phases whose windows it predicts.
 pub struct Configured {
     pub predictor: Box<dyn Predictor>,

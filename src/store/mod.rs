@@ -486,14 +486,14 @@ impl Store {
             .map_err(sql("reading predictions"))
     }
 
-    /// Session-level predictions with a self-rating, per predictor (see
-    /// `fusion::evaluate`), from complete sessions; `phase` keeps only windows of that
-    /// phase. Also returns how many predictions there are at all under the filters.
+    /// Window predictions toward stories shown and rated, from complete sessions (see
+    /// `fusion::evaluate`); `phase` keeps only windows of that phase. Also returns how
+    /// many predictions there are at all under the filters.
     pub fn rated_predictions(
         &self,
         predictor: Option<&str>,
         phase: Option<&str>,
-    ) -> Result<(Vec<(String, crate::fusion::evaluate::Rated)>, u64), StoreError> {
+    ) -> Result<(Vec<crate::fusion::evaluate::RatedWindow>, u64), StoreError> {
         let filter = "FROM predictions p
              JOIN sessions ses ON ses.id = p.session_id AND ses.status = 'complete'
              LEFT JOIN windows w ON w.session_id = p.session_id AND w.window_index = p.window_index
@@ -511,10 +511,9 @@ impl Store {
             .conn
             .prepare(&format!(
                 "SELECT p.predictor, COALESCE(ses.participant_id, ses.id), p.session_id,
-                        p.story_id, avg(p.score), r.value
+                        p.story_id, p.score, p.raw_cosine, r.value
                  {filter_rated}
-                 GROUP BY p.predictor, p.session_id, p.story_id
-                 ORDER BY p.predictor, ses.created_at, p.session_id, p.story_id",
+                 ORDER BY p.predictor, ses.created_at, p.session_id, p.story_id, p.window_index",
                 filter_rated = filter.replace(
                     "LEFT JOIN windows",
                     "JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
@@ -523,16 +522,15 @@ impl Store {
             ))
             .and_then(|mut st| {
                 st.query_map(params![predictor, phase], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        crate::fusion::evaluate::Rated {
-                            participant: r.get(1)?,
-                            session_id: r.get(2)?,
-                            story_id: r.get(3)?,
-                            predicted: r.get(4)?,
-                            rating: f64::from(r.get::<_, i64>(5)? as i32),
-                        },
-                    ))
+                    Ok(crate::fusion::evaluate::RatedWindow {
+                        predictor: r.get(0)?,
+                        participant: r.get(1)?,
+                        session_id: r.get(2)?,
+                        story_id: r.get(3)?,
+                        score: r.get(4)?,
+                        raw_cosine: r.get(5)?,
+                        rating: f64::from(r.get::<_, i64>(6)? as i32),
+                    })
                 })?
                 .collect::<Result<Vec<_>, _>>()
             })
