@@ -170,6 +170,34 @@ fn stories_retrieved_while_sharing_are_in_play_until_one_is_shown() {
             assert!(end_ns > first_shown);
         }
     }
+    let retrieved = |session: &str| -> Vec<String> {
+        conn.prepare(
+            "SELECT DISTINCT story_id FROM predictions WHERE session_id = ?1 AND in_play = 'retrieved'",
+        )
+        .unwrap()
+        .query_map([session], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    };
+    assert!(retrieved("demo-0001").contains(&"demo-story-03".to_string()));
+    // A later session of the same participant never retrieves what they were shown before.
+    let later = copy_session(&demo_session(), &tmp.path().join("later"));
+    let path = later.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["session_id"] = "demo-0002".into();
+    v["start_time"] = "2026-11-08T18:30:00Z".into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+    let again = retrieved("demo-0002");
+    assert!(!again.is_empty());
+    for seen in ["demo-story-03", "demo-story-11", "demo-story-27"] {
+        assert!(
+            !again.contains(&seen.to_string()),
+            "{seen} retrieved again: {again:?}"
+        );
+    }
 }
 
 #[test]

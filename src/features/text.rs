@@ -203,6 +203,8 @@ pub struct TextStage {
 struct Retrieval {
     index: crate::stories::StoryIndex,
     k: usize,
+    /// Stories the participant saw in earlier sessions: never retrieved again.
+    exclude: Vec<String>,
     sharing: bool,
     shared: Vec<String>,
 }
@@ -237,12 +239,19 @@ impl TextStage {
     }
 
     /// The embeddings of the speaker's utterances among `events`, in event order.
-    /// Retrieves the top `k` stories of `index` (embedded with this stage's encoder) for
-    /// what the participant has said in `story_share` so far, after each such utterance.
-    pub fn set_retrieval(&mut self, index: crate::stories::StoryIndex, k: usize) {
+    /// Retrieves the top `k` stories of `index` (embedded with this stage's encoder),
+    /// leaving out `exclude`, for what the participant has said in `story_share` so far,
+    /// after each such utterance.
+    pub fn set_retrieval(
+        &mut self,
+        index: crate::stories::StoryIndex,
+        k: usize,
+        exclude: Vec<String>,
+    ) {
         self.retrieval = Some(Retrieval {
             index,
             k,
+            exclude,
             sharing: false,
             shared: Vec::new(),
         });
@@ -274,7 +283,7 @@ impl TextStage {
                         .unwrap_or_default();
                     let set = r
                         .index
-                        .top_k(&q, r.k, &[])
+                        .top_k(&q, r.k, &r.exclude)
                         .into_iter()
                         .filter_map(|hit| {
                             let (title, v) = r.index.story(&hit.id)?;

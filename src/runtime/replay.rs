@@ -87,7 +87,18 @@ pub fn replay(
         // Stories in play while the participant shares: retrieved from the bank.
         let store = Store::open_read_only(&opts.db_path).map_err(|e| fail(e.into()))?;
         match StoryIndex::load(&store, &config.models.sentence_encoder) {
-            Ok(index) => stages.text.1.set_retrieval(index, config.fusion.retrieve_k),
+            Ok(index) => {
+                let seen = match &m.participant_id {
+                    Some(p) => store
+                        .stories_seen_before(p, &m.session_id, m.start_time.as_deref())
+                        .map_err(|e| fail(e.into()))?,
+                    None => Vec::new(),
+                };
+                stages
+                    .text
+                    .1
+                    .set_retrieval(index, config.fusion.retrieve_k, seen);
+            }
             Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
         }
     }

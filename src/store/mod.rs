@@ -538,6 +538,28 @@ impl Store {
         Ok((rows, total.max(0) as u64))
     }
 
+    /// Stories shown to `participant` in their sessions before this one (by `start_time`,
+    /// else by when they were stored): retrieval leaves them out.
+    pub fn stories_seen_before(
+        &self,
+        participant: &str,
+        session_id: &str,
+        start_time: Option<&str>,
+    ) -> Result<Vec<String>, StoreError> {
+        self.conn
+            .prepare(
+                "SELECT DISTINCT e.story_id FROM story_exposures e
+                 JOIN sessions s ON s.id = e.session_id AND s.participant_id = ?1 AND s.id != ?2
+                   AND COALESCE(s.start_time, s.created_at) < COALESCE(?3, '9999')
+                 ORDER BY e.story_id",
+            )
+            .and_then(|mut st| {
+                st.query_map(params![participant, session_id, start_time], |r| r.get(0))?
+                    .collect::<Result<Vec<String>, _>>()
+            })
+            .map_err(sql("reading stories seen before"))
+    }
+
     /// (mean raw cosine, self-rating) per rated story of `participant`'s complete sessions
     /// before this one (by `start_time`, else by when they were stored), for `predictor`:
     /// what per-participant calibration may learn from, never the session itself.
