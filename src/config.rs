@@ -57,7 +57,8 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FusionConfig {
-    /// Predictor ids; empty turns prediction off. Known now: `text-zero-shot`.
+    /// Predictors; empty turns prediction off: `text-zero-shot`, or the path of a fusion
+    /// model under ONNX contract v1 (`*.onnx`).
     pub predictors: Vec<String>,
     /// The phases whose windows are predicted (a window's phase is the one at its midpoint).
     pub phases: Vec<crate::session::Phase>,
@@ -461,11 +462,18 @@ impl Config {
         within("store.max_db_mib", self.store.max_db_mib, 0, 1 << 30)?;
         within("fusion.retrieve_k", self.fusion.retrieve_k as u64, 0, 20)?;
         for p in &self.fusion.predictors {
-            if p != crate::fusion::zero_shot::TextZeroShot::ID {
+            if p.ends_with(".onnx") {
+                if !Path::new(p).is_file() {
+                    return Err(invalid(
+                        "fusion.predictors",
+                        format!("no fusion model file at {p}"),
+                    ));
+                }
+            } else if p != crate::fusion::zero_shot::TextZeroShot::ID {
                 return Err(invalid(
                     "fusion.predictors",
                     format!(
-                        "unknown predictor `{p}` (known: {})",
+                        "unknown predictor `{p}` (known: {}, or the path of a fusion model, *.onnx)",
                         crate::fusion::zero_shot::TextZeroShot::ID
                     ),
                 ));

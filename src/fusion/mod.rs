@@ -16,6 +16,7 @@
 
 pub mod calibration;
 pub mod evaluate;
+pub mod onnx_model;
 pub mod zero_shot;
 
 use std::collections::BTreeMap;

@@ -13,6 +13,7 @@ use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
 use crate::features::signal::{AudioSignalStage, VideoSignalStage};
 use crate::features::text::{SentenceEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
+use crate::fusion::onnx_model::OnnxPredictor;
 use crate::fusion::zero_shot::TextZeroShot;
 use crate::fusion::{Configured, FusionStage};
 use crate::models::manifest::Manifest;
@@ -124,16 +125,22 @@ impl Stages {
             let modality = add(&mut layout, Stream::Audio, stage.spec())?;
             audio_slots.push(AudioStageSlot { modality, stage });
         }
-        let predictors: Vec<Configured> = config
-            .fusion
-            .predictors
-            .iter()
-            .map(|_| Configured {
-                // The one predictor the config accepts (validated there).
-                predictor: Box::new(TextZeroShot) as Box<dyn crate::fusion::Predictor>,
+        let mut predictors: Vec<Configured> = Vec::new();
+        for p in &config.fusion.predictors {
+            // The config accepts `text-zero-shot` or a model file (validated there).
+            let predictor: Box<dyn crate::fusion::Predictor> = if p.ends_with(".onnx") {
+                Box::new(OnnxPredictor::open(
+                    std::path::Path::new(p),
+                    models.onnxruntime_library.as_deref(),
+                )?)
+            } else {
+                Box::new(TextZeroShot)
+            };
+            predictors.push(Configured {
+                predictor,
                 phases: config.fusion.phases.clone(),
-            })
-            .collect();
+            });
+        }
         let fusion = if predictors.is_empty() {
             None
         } else {
