@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use empathic::features::ModalitySpec;
+use empathic::fusion::onnx_model::OnnxPredictor;
 use empathic::fusion::zero_shot::TextZeroShot;
 use empathic::fusion::{Configured, FusionStage};
 use empathic::session::Phase;
@@ -87,6 +88,24 @@ fn bench(c: &mut Criterion) {
         .expect("layout has text");
         group.bench_with_input(
             BenchmarkId::new("text_zero_shot_window", stories),
+            &w,
+            |b, w| b.iter(|| black_box(stage.predict(w))),
+        );
+        // The same computation as an ONNX fusion model (contract v1) through ONNX Runtime:
+        // the per-window cost of the model path (tensor set-up, one run) on one thread.
+        let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/fusion/text-mean-v1.onnx");
+        let onnx = OnnxPredictor::open(&model, None).expect("ONNX Runtime and the model");
+        let mut stage = FusionStage::new(
+            layout.clone(),
+            vec![Configured {
+                predictor: Box::new(onnx),
+                phases: vec![Phase::Reflection],
+            }],
+        )
+        .expect("layout has text");
+        group.bench_with_input(
+            BenchmarkId::new("onnx_reference_window", stories),
             &w,
             |b, w| b.iter(|| black_box(stage.predict(w))),
         );
