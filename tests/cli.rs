@@ -87,13 +87,7 @@ fn a_participants_later_session_is_calibrated_on_earlier_ones_only() {
     let db = tmp.path().join("c.db");
     let fast = config_without_vision_models(tmp.path());
     // The same recording as a later session of the same participant.
-    let later = copy_session(&demo_session(), &tmp.path().join("later"));
-    let path = later.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["session_id"] = "demo-0002".into();
-    v["start_time"] = "2026-11-08T18:30:00Z".into();
-    std::fs::write(&path, v.to_string()).unwrap();
+    let later = later_demo_session(&tmp.path().join("later"));
     // Replayed first, it has no earlier session: population map.
     assert!(replay_cli(&later, &db, Some(&fast)).status.success());
     assert!(replay_cli(&demo_session(), &db, Some(&fast))
@@ -182,13 +176,7 @@ fn stories_retrieved_while_sharing_are_in_play_until_one_is_shown() {
     };
     assert!(retrieved("demo-0001").contains(&"demo-story-03".to_string()));
     // A later session of the same participant never retrieves what they were shown before.
-    let later = copy_session(&demo_session(), &tmp.path().join("later"));
-    let path = later.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["session_id"] = "demo-0002".into();
-    v["start_time"] = "2026-11-08T18:30:00Z".into();
-    std::fs::write(&path, v.to_string()).unwrap();
+    let later = later_demo_session(&tmp.path().join("later"));
     assert!(replay_cli(&later, &db, Some(&fast)).status.success());
     let again = retrieved("demo-0002");
     assert!(!again.is_empty());

@@ -51,6 +51,19 @@ pub fn copy_session(from: &Path, dest: &Path) -> PathBuf {
     dest.to_path_buf()
 }
 
+/// The demo recording as a later session (`demo-0002`, a week on) of the same participant,
+/// copied into `dest`.
+pub fn later_demo_session(dest: &Path) -> PathBuf {
+    let dir = copy_session(&demo_session(), dest);
+    let path = dir.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["session_id"] = "demo-0002".into();
+    v["start_time"] = "2026-11-08T18:30:00Z".into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    dir
+}
+
 /// Runs the `empathic` binary.
 pub fn empathic(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
