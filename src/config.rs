@@ -469,12 +469,12 @@ impl Config {
                         format!("no fusion model file at {p}"),
                     ));
                 }
-            } else if p != crate::fusion::zero_shot::TextZeroShot::ID {
+            } else if crate::fusion::builtin(p).is_none() {
                 return Err(invalid(
                     "fusion.predictors",
                     format!(
                         "unknown predictor `{p}` (known: {}, or the path of a fusion model, *.onnx)",
-                        crate::fusion::zero_shot::TextZeroShot::ID
+                        crate::fusion::BUILTIN.join(", ")
                     ),
                 ));
             }

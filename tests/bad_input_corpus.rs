@@ -394,9 +394,7 @@ impl RecordedId {
         let text = std::fs::read_to_string(dir.join("session.json")).ok()?;
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         let id = v.get("session_id")?.as_str()?;
-        let valid = id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c));
+        let valid = empathic::session::manifest::check_id("session_id", id).is_ok();
         valid.then(|| id.to_string())
     }
 }
@@ -452,12 +450,8 @@ fn a_successful_replace_stores_what_a_fresh_replay_stores() {
 fn a_full_database_fails_the_session_with_that_reason() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("small.db");
-    let config = tmp.path().join("small.toml");
-    std::fs::write(
-        &config,
-        "[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n\n[store]\nmax_db_mib = 1\n",
-    )
-    .unwrap();
+    let config =
+        config_without_vision_models_and(tmp.path(), "small.toml", "\n[store]\nmax_db_mib = 1\n");
     let o = replay_cli(&demo_session(), &db, Some(&config));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("full"), "{}", stderr(&o));
@@ -489,13 +483,11 @@ fn a_lock_held_elsewhere_is_waited_for_up_to_the_busy_timeout() {
         t
     };
     let config = |name: &str, busy_ms: u64| {
-        let p = tmp.path().join(name);
-        std::fs::write(
-            &p,
-            format!("[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n\n[store]\nbusy_timeout_ms = {busy_ms}\n"),
+        config_without_vision_models_and(
+            tmp.path(),
+            name,
+            &format!("\n[store]\nbusy_timeout_ms = {busy_ms}\n"),
         )
-        .unwrap();
-        p
     };
     // Held 1 s, waited for up to 20 s: the replacement goes through.
     let patient = config("patient.toml", 20_000);

@@ -14,27 +14,16 @@ use rusqlite::Connection;
 fn config(dir: &Path, name: &str, predictors: &[&Path]) -> PathBuf {
     let list: Vec<String> = predictors
         .iter()
-        .map(|p| {
-            format!(
-                "\"{}\"",
-                if p.as_os_str() == "text-zero-shot" {
-                    "text-zero-shot".into()
-                } else {
-                    p.display().to_string()
-                }
-            )
-        })
+        .map(|p| format!("\"{}\"", p.display()))
         .collect();
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(
-            "[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n\n[fusion]\npredictors = [{}]\nretrieve_k = 0\n",
+    config_without_vision_models_and(
+        dir,
+        name,
+        &format!(
+            "\n[fusion]\npredictors = [{}]\nretrieve_k = 0\n",
             list.join(", ")
         ),
     )
-    .unwrap();
-    path
 }
 
 fn model(name: &str) -> PathBuf {

@@ -130,8 +130,8 @@ pub trait Predictor: Send {
     fn id(&self) -> &str;
     /// True for a model trained on synthetic data (not an empathy model).
     fn synthetic(&self) -> bool;
-    /// The modalities it reads.
-    fn modalities(&self) -> Vec<&'static str>;
+    /// The modalities it reads, by the names the layout gives them.
+    fn modalities(&self) -> Vec<String>;
     /// Checks the session's layout once, before any window (names the first mismatch).
     fn check_layout(&self, layout: &ModalityLayout) -> Result<(), FusionError>;
     /// `z` for the window, or `None` when its modalities are absent from the window.
@@ -139,9 +139,20 @@ pub trait Predictor: Send {
     fn population_map(&self) -> PopulationMap;
 }
 
-/// The population map of a predictor this build knows, by id.
+/// Ids of the predictors built into this build (config names them; anything else is the
+/// path of a fusion model, `*.onnx`).
+pub const BUILTIN: &[&str] = &[zero_shot::TextZeroShot::ID];
+
+/// The built-in predictor `id`: the one place config validation, set-up and evaluation
+/// learn which predictors exist.
+pub fn builtin(id: &str) -> Option<Box<dyn Predictor>> {
+    (id == zero_shot::TextZeroShot::ID)
+        .then(|| Box::new(zero_shot::TextZeroShot) as Box<dyn Predictor>)
+}
+
+/// The population map of a built-in predictor, by id.
 pub fn population_map_of(id: &str) -> Option<PopulationMap> {
-    (id == zero_shot::TextZeroShot::ID).then(|| zero_shot::TextZeroShot.population_map())
+    builtin(id).map(|p| p.population_map())
 }
 
 /// A predictor and the phases whose windows it predicts.
@@ -246,6 +257,7 @@ impl FusionStage {
                 continue;
             };
             let map = in_use.map;
+            let modalities = c.predictor.modalities();
             for story in &window.stories {
                 let Some(cos) = cosine(&rep.z, &story.embedding) else {
                     continue;
@@ -258,12 +270,7 @@ impl FusionStage {
                     raw_cosine: cos,
                     score: map.score(cos),
                     calibration: in_use.label.clone(),
-                    modalities: c
-                        .predictor
-                        .modalities()
-                        .iter()
-                        .map(|m| m.to_string())
-                        .collect(),
+                    modalities: modalities.clone(),
                     coverage: rep.coverage.clone(),
                     synthetic: c.predictor.synthetic(),
                 });

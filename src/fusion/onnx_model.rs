@@ -29,7 +29,7 @@ pub const CONTRACT_VERSION: &str = "1";
 /// What a model declares for one of its modalities.
 #[derive(Debug, Clone, PartialEq)]
 struct Declared {
-    name: &'static str,
+    name: String,
     dims: usize,
     layout_version: u32,
 }
@@ -52,22 +52,6 @@ fn contract(path: &Path, message: String) -> ModelError {
         message: format!("fusion contract v{CONTRACT_VERSION}: {message}"),
     }
 }
-
-/// Modality names are `&'static str` in the layout; a model may only name known ones.
-fn static_name(layout_names: &[&'static str], name: &str) -> Option<&'static str> {
-    layout_names.iter().copied().find(|n| *n == name)
-}
-
-/// Every modality name this build can produce.
-const KNOWN: &[&str] = &[
-    "video_signal",
-    "face",
-    "appearance",
-    "text",
-    "audio_signal",
-    "acoustic_compare",
-    "acoustic_egemaps",
-];
 
 impl OnnxPredictor {
     /// Opens `path` and reads its contract metadata (a model without it is refused).
@@ -94,12 +78,11 @@ impl OnnxPredictor {
                 .map_err(|_| contract(path, format!("metadata `{key}` = `{v}` is not a count")))
         };
         let mut modalities = Vec::new();
+        // Any modality name: whether the session has it is `check_layout`'s question, so a
+        // new modality (blendshapes, say) needs no change here.
         for m in get("empathic.modalities")?.split(',').map(str::trim) {
-            let Some(name) = static_name(KNOWN, m) else {
-                return Err(contract(path, format!("unknown modality `{m}`")));
-            };
             modalities.push(Declared {
-                name,
+                name: m.to_string(),
                 dims: parse(&format!("empathic.{m}.dims"))?,
                 layout_version: parse(&format!("empathic.{m}.layout_version"))? as u32,
             });
@@ -143,7 +126,7 @@ impl OnnxPredictor {
         let mut any = false;
         for m in &self.modalities {
             let matrix = input
-                .matrix(m.name)
+                .matrix(&m.name)
                 .ok_or_else(|| format!("the window has no `{}`", m.name))?;
             coverage.insert(m.name.to_string(), matrix.coverage());
             any |= matrix.mask.iter().any(|p| *p);
@@ -152,7 +135,7 @@ impl OnnxPredictor {
                 .iter()
                 .map(|p| f32::from(u8::from(*p)))
                 .collect();
-            tensors.push((m.name, matrix.values, mask, m.dims));
+            tensors.push((m.name.as_str(), matrix.values, mask, m.dims));
         }
         if !any {
             return Ok(None);
@@ -186,18 +169,18 @@ impl Predictor for OnnxPredictor {
         self.synthetic
     }
 
-    fn modalities(&self) -> Vec<&'static str> {
-        self.modalities.iter().map(|m| m.name).collect()
+    fn modalities(&self) -> Vec<String> {
+        self.modalities.iter().map(|m| m.name.clone()).collect()
     }
 
     fn check_layout(&self, layout: &ModalityLayout) -> Result<(), FusionError> {
         let mismatch = |m: &Declared, problem: String| FusionError::Layout {
             predictor: format!("{} ({})", self.id, self.path.display()),
-            modality: m.name.into(),
+            modality: m.name.clone(),
             problem,
         };
         for m in &self.modalities {
-            let Some(id) = layout.id(m.name) else {
+            let Some(id) = layout.id(&m.name) else {
                 return Err(mismatch(m, "the session does not have it".into()));
             };
             let spec = &layout.get(id).spec;

@@ -35,8 +35,8 @@ impl Predictor for TextZeroShot {
         false
     }
 
-    fn modalities(&self) -> Vec<&'static str> {
-        vec![TEXT]
+    fn modalities(&self) -> Vec<String> {
+        vec![TEXT.to_string()]
     }
 
     fn check_layout(&self, layout: &ModalityLayout) -> Result<(), FusionError> {

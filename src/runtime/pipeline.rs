@@ -760,9 +760,14 @@ fn text_features(
 ) -> Result<(), RunError> {
     let mut meter = Meter::new("text-features");
     for batch in &rx {
-        let utterances = meter.time(|| stage.embed_utterances(&batch.events))?;
-        let stories = stage.embed_stories(&batch.events)?;
-        let retrievals = stage.retrieve(&batch.events)?;
+        // One item of work per batch: utterances, stories shown and retrievals embedded.
+        let (utterances, stories, retrievals) = meter.time(|| {
+            Ok::<_, crate::models::ModelError>((
+                stage.embed_utterances(&batch.events)?,
+                stage.embed_stories(&batch.events)?,
+                stage.retrieve(&batch.events)?,
+            ))
+        })?;
         let phases = batch
             .events
             .iter()

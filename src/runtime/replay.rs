@@ -55,7 +55,9 @@ pub fn replay(
     let started = Instant::now();
     let config = &opts.config;
     // Opening migrates and marks sessions abandoned by a killed process as incomplete.
-    drop(Store::open_with(&opts.db_path, (&config.store).into())?);
+    // Kept for the set-up reads (bank, calibration history) and the summary: one
+    // connection, never in a transaction while the writer works (WAL).
+    let store = Store::open_with(&opts.db_path, (&config.store).into())?;
     let writer_thread = WriterThread::spawn(&opts.db_path, &config.store)?;
     let writer = writer_thread.writer()?.clone();
     let session = match RecordedSession::open(
@@ -85,7 +87,6 @@ pub fn replay(
     let mut stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
     if stages.fusion.is_some() && config.fusion.retrieve_k > 0 {
         // Stories in play while the participant shares: retrieved from the bank.
-        let store = Store::open_read_only(&opts.db_path).map_err(|e| fail(e.into()))?;
         match StoryIndex::load(&store, &config.models.sentence_encoder) {
             Ok(index) => {
                 let seen = match &m.participant_id {
@@ -104,7 +105,6 @@ pub fn replay(
     }
     if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), &m.participant_id) {
         // Per-participant calibration from their earlier sessions only.
-        let store = Store::open_read_only(&opts.db_path).map_err(|e| fail(e.into()))?;
         for id in fusion.predictor_ids() {
             let pairs = store
                 .calibration_pairs(participant, &id, &m.session_id, m.start_time.as_deref())
@@ -201,7 +201,7 @@ pub fn replay(
         elapsed_secs: started.elapsed().as_secs_f64(),
         speed: opts.speed.to_string(),
         quality: outcome.quality,
-        predictions: Store::open_read_only(&opts.db_path)?.session_predictions(&m.session_id)?,
+        predictions: store.session_predictions(&m.session_id)?,
     })
 }
 

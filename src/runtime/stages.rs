@@ -14,7 +14,6 @@ use crate::features::signal::{AudioSignalStage, VideoSignalStage};
 use crate::features::text::{SentenceEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
 use crate::fusion::onnx_model::OnnxPredictor;
-use crate::fusion::zero_shot::TextZeroShot;
 use crate::fusion::{Configured, FusionStage};
 use crate::models::manifest::Manifest;
 use crate::session::CameraIntrinsics;
@@ -127,14 +126,13 @@ impl Stages {
         }
         let mut predictors: Vec<Configured> = Vec::new();
         for p in &config.fusion.predictors {
-            // The config accepts `text-zero-shot` or a model file (validated there).
-            let predictor: Box<dyn crate::fusion::Predictor> = if p.ends_with(".onnx") {
-                Box::new(OnnxPredictor::open(
+            // A built-in id or a model file (the config has checked which).
+            let predictor: Box<dyn crate::fusion::Predictor> = match crate::fusion::builtin(p) {
+                Some(builtin) => builtin,
+                None => Box::new(OnnxPredictor::open(
                     std::path::Path::new(p),
                     models.onnxruntime_library.as_deref(),
-                )?)
-            } else {
-                Box::new(TextZeroShot)
+                )?),
             };
             predictors.push(Configured {
                 predictor,

@@ -84,7 +84,7 @@ impl SessionManifest {
         default_fps: f64,
     ) -> Result<Self, SessionError> {
         let path = dir.join("session.json");
-        let folder_name = super::RecordedSession::fallback_id(dir);
+        let folder_name = super::RecordedSession::folder_id(dir);
         let file = if path.exists() {
             let text = std::fs::read_to_string(&path).map_err(|source| SessionError::Io {
                 path: path.clone(),

@@ -115,9 +115,11 @@ impl RecordedSession {
             })
             .and_then(|v| v.get("session_id")?.as_str().map(str::to_string))
             .filter(|id| manifest::check_id("session_id", id).is_ok());
-        if let Some(id) = from_file {
-            return id;
-        }
+        from_file.unwrap_or_else(|| Self::folder_id(dir))
+    }
+
+    /// The folder's name: the session id when `session.json` gives none.
+    pub fn folder_id(dir: &Path) -> String {
         dir.canonicalize()
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

@@ -89,10 +89,16 @@ pub fn path_str(p: &Path) -> &str {
 /// they take about 25 ms and 11 ms a frame, most of a replay's time (the demo, face and
 /// determinism tests keep them).
 pub fn config_without_vision_models(dir: &Path) -> PathBuf {
-    let p = dir.join("no-vision-models.toml");
+    config_without_vision_models_and(dir, "no-vision-models.toml", "")
+}
+
+/// [`config_without_vision_models`] with `extra` TOML sections after it, written to
+/// `dir/name`.
+pub fn config_without_vision_models_and(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    let p = dir.join(name);
     std::fs::write(
         &p,
-        "[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n",
+        format!("[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n{extra}"),
     )
     .unwrap();
     p
