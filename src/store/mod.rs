@@ -340,6 +340,17 @@ impl ExportReads<'_> {
     ) -> Result<Vec<sql::export::ExportWindow>, StoreError> {
         sql::export::windows(self.0, id, phase)
     }
+    /// The sentence encoders the story bank was embedded with.
+    pub fn story_encoders(&self) -> Result<Vec<String>, StoreError> {
+        sql::export::story_encoders(self.0)
+    }
+    /// Every story embedded with `model`, by id.
+    pub fn story_embeddings(
+        &self,
+        model: &str,
+    ) -> Result<Vec<sql::stories::StoredEmbedding>, StoreError> {
+        sql::stories::embeddings(self.0, model)
+    }
 }
 
 /// A handle for opening, migrating, recovering and reading the store.

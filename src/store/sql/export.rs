@@ -175,3 +175,13 @@ pub fn windows(
     })
     .map_err(ctx("reading windows to export"))
 }
+
+/// The sentence encoders the story bank was embedded with, by name.
+pub fn story_encoders(conn: &Connection) -> Result<Vec<String>, StoreError> {
+    conn.prepare("SELECT DISTINCT model FROM story_embeddings ORDER BY model")
+        .and_then(|mut s| {
+            s.query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(ctx("listing story encoders to export"))
+}

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Builds a synthetic training set, in the `empathic-windows` format, from real recorded
+sessions exported by `empathic export windows`. NOT empathy data: the ratings are planted.
+
+Why: no labelled empathy data can be had here, yet the toolkit, the ONNX contract, the
+runtime's predictions and per-participant calibration all need an end-to-end check on data
+where the right answer is known. The features are real (face, appearance and acoustic frames
+of real recordings; text and stories embedded by the runtime's own sentence encoder); only the
+ratings are made up, by the relation below.
+
+Synthetic participant p (of --participants), session k (of --sessions):
+- a source recording, uniformly among those with face, appearance and acoustic frames, and a
+  span of --frames consecutive frames of it (uniform start): the session's face, appearance
+  and acoustic_compare frames are that span, unchanged;
+- a "told" story tau from the bank: the text modality is E(tau) on every frame from 2 s on
+  (absent before: nothing said yet);
+- three other stories S_1..S_3 shown at 0 s; every window is in phase `reflection`.
+
+Planted relation, per window w: a_w = the window mean of the acoustic column --acoustic-column
+(default loudness, pcm_loudness_sma), v_w = the window mean of the face column --face-column
+(default AU12_r, lip corner puller), each standardised over all source frames;
+    u_w = normalise(E(tau) + 0.5 a_w D_a + 0.5 v_w D_v)
+with D_a, D_v the embeddings of the bank's first two stories (by id): speaking louder pulls
+toward stories like D_a, smiling toward stories like D_v. Latent empathy toward S_i:
+c_i = mean over the session's windows of cos(u_w, E(S_i)); population rating
+r*_i = 1 + 4 sigmoid((c_i - mean c) / sd c) over the whole set. Per participant, planted scale
+use: an offset o_p ~ N(0, 0.6) and a slope k_p ~ U(0.5, 1.5):
+    rating = clip(round(3 + o_p + k_p (r*_i - 3) + e), 1, 5),  e ~ N(0, 0.3).
+Everything is drawn from --seed. `synthetic.json` in the output records the parameters, each
+participant's o_p and k_p, and each rating's r*_i, so that what a model recovers can be
+compared with what was planted.
+
+Usage: synth.py --source EXPORT_DIR --out DIR [--participants 40 --sessions 5 --frames 180]
+"""
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+FPS = 15
+WINDOW, HOP = 120, 15
+
+
+def standardise(x):
+    return (x - x.mean()) / max(x.std(), 1e-9)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--source", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--participants", type=int, default=40)
+    ap.add_argument("--sessions", type=int, default=5)
+    ap.add_argument("--frames", type=int, default=180)
+    ap.add_argument("--acoustic-column", default="pcm_loudness_sma")
+    ap.add_argument("--face-column", default="AU12_r")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+
+    src = json.loads((args.source / "manifest.json").read_text())
+    encoder = src["story_encoders"][0]
+    bank = np.load(args.source / "stories" / f"{encoder}.npy")
+    bank_lines = (args.source / "stories" / f"{encoder}.jsonl").read_text().splitlines()
+    bank_ids = [json.loads(l)["story_id"] for l in bank_lines]
+    if len(bank_ids) < 6:
+        raise SystemExit("the source export's story bank has fewer than 6 stories")
+
+    # The modality descriptions (dims, producer, columns) and the usable source recordings.
+    described, sources = {}, []
+    for s in src["sessions"]:
+        names = {m["name"]: m for m in s["modalities"]}
+        for n, m in names.items():
+            described.setdefault(n, m)
+        if all(n in names for n in ("face", "appearance", "acoustic_compare")) and s["frames"] >= args.frames:
+            arrays = {n: (np.load(args.source / s["session_id"] / f"{n}.npy"),
+                          np.load(args.source / s["session_id"] / f"{n}_mask.npy"))
+                      for n in ("face", "appearance", "acoustic_compare")}
+            sources.append((s["session_id"], arrays))
+    if not sources or "text" not in described:
+        raise SystemExit("the source export needs sessions with face, appearance and acoustic_compare "
+                         f"of at least {args.frames} frames, and one with text")
+    a_col = described["acoustic_compare"]["columns"].index(args.acoustic_column)
+    v_col = described["face"]["columns"].index(args.face_column)
+    # Standardise the planted columns over all present source frames.
+    def column(name, col):
+        vals = np.concatenate([a[name][0][a[name][1] > 0, col] for _, a in sources])
+        return vals.mean(), max(vals.std(), 1e-9)
+    a_stats, v_stats = column("acoustic_compare", a_col), column("face", v_col)
+
+    d_a, d_v = bank[0] / np.linalg.norm(bank[0]), bank[1] / np.linalg.norm(bank[1])
+    candidates = np.arange(2, len(bank_ids))
+    args.out.mkdir(parents=True, exist_ok=False)
+    shutil.copytree(args.source / "stories", args.out / "stories")
+
+    sessions, plans = [], []
+    for p in range(args.participants):
+        pid = f"synth-p{p:03d}"
+        offset, slope = rng.normal(0, 0.6), rng.uniform(0.5, 1.5)
+        for k in range(args.sessions):
+            sid = f"{pid}-s{k}"
+            source_id, arrays = sources[rng.integers(len(sources))]
+            frames_total = arrays["face"][0].shape[0]
+            start = int(rng.integers(0, frames_total - args.frames + 1))
+            picks = rng.choice(candidates, size=4, replace=False)
+            told, shown = int(picks[0]), [int(x) for x in picks[1:]]
+            d = args.out / sid
+            d.mkdir()
+            span = {n: (v[start:start + args.frames], m[start:start + args.frames]) for n, (v, m) in arrays.items()}
+            text_mask = np.zeros(args.frames, np.uint8)
+            text_mask[2 * FPS:] = 1
+            text = np.where(text_mask[:, None] > 0, bank[told][None, :], 0).astype(np.float32)
+            span["text"] = (text, text_mask)
+            for n, (v, m) in span.items():
+                np.save(d / f"{n}.npy", np.ascontiguousarray(v, dtype=np.float32))
+                np.save(d / f"{n}_mask.npy", np.ascontiguousarray(m, dtype=np.uint8))
+            windows = []
+            for i, ws in enumerate(range(0, args.frames - WINDOW + 1, HOP)):
+                sl = slice(ws, ws + WINDOW)
+                def mean_of(name, col, stats):
+                    v, m = span[name]
+                    present = m[sl] > 0
+                    return 0.0 if not present.any() else (v[sl][present, col].mean() - stats[0]) / stats[1]
+                a_w = mean_of("acoustic_compare", a_col, a_stats)
+                v_w = mean_of("face", v_col, v_stats)
+                u = bank[told] + 0.5 * a_w * d_a + 0.5 * v_w * d_v
+                u = u / np.linalg.norm(u)
+                cos = [float(u @ bank[j] / np.linalg.norm(bank[j])) for j in shown]
+                windows.append((i, ws, cos))
+            plans.append((pid, sid, offset, slope, shown, windows, source_id, start, told))
+            sessions.append({
+                "session_id": sid, "participant_id": pid, "frames": args.frames, "windows": len(windows),
+                "modalities": [described[n] for n in ("acoustic_compare", "appearance", "face", "text")],
+            })
+
+    latent = np.array([np.mean([w[2][i] for w in plan[5]]) for plan in plans for i in range(3)])
+    mu, sd = latent.mean(), latent.std()
+    truth = []
+    with (args.out / "windows.jsonl").open("w") as out:
+        for n, (pid, sid, offset, slope, shown, windows, source_id, start, told) in enumerate(plans):
+            stories = []
+            for i, j in enumerate(shown):
+                c = latent[3 * n + i]
+                r_star = 1 + 4 / (1 + np.exp(-(c - mu) / sd))
+                rating = int(np.clip(np.rint(3 + offset + slope * (r_star - 3) + rng.normal(0, 0.3)), 1, 5))
+                stories.append({"story_id": bank_ids[j], "shown_secs": 0.0, "rating": rating})
+                truth.append({"session_id": sid, "participant_id": pid, "story_id": bank_ids[j],
+                              "latent_cosine": round(float(c), 6), "population_rating": round(float(r_star), 4),
+                              "rating": rating})
+            for i, ws, _ in windows:
+                out.write(json.dumps({
+                    "session_id": sid, "participant_id": pid, "window_index": i,
+                    "start_frame": ws, "end_frame": ws + WINDOW,
+                    "start_secs": ws / FPS, "end_secs": (ws + WINDOW) / FPS,
+                    "phase": "reflection", "stories": stories}) + "\n")
+    (args.out / "manifest.json").write_text(json.dumps({
+        "format": "empathic-windows", "version": 2, "phase": None, "sessions": sessions,
+        "story_encoders": [encoder]}, indent=1))
+    (args.out / "synthetic.json").write_text(json.dumps({
+        "note": "synthetic: not empathy data; ratings planted by tools/fusion/synth.py",
+        "seed": args.seed, "source": str(args.source), "sources": [s for s, _ in sources],
+        "acoustic_column": args.acoustic_column, "face_column": args.face_column,
+        "directions": {"acoustic": bank_ids[0], "face": bank_ids[1]},
+        "participants": {p[0]: {"offset": round(float(p[2]), 4), "slope": round(float(p[3]), 4)} for p in plans[::args.sessions]},
+        "ratings": truth}, indent=1))
+    counts = np.bincount([t["rating"] for t in truth], minlength=6)[1:]
+    print(f"synthetic set: {args.participants} participants x {args.sessions} sessions from "
+          f"{len(sources)} recordings; ratings 1-5: {counts.tolist()}; written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
