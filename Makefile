@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_DB ?= empathic.db
 
-.PHONY: setup build demo test lint bench clean
+.PHONY: setup build demo test lint bench clean train-demo
 
 setup:
 	./scripts/setup.sh
@@ -32,6 +32,12 @@ lint: setup
 bench: build
 	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion
 	./scripts/replay_throughput.sh
+
+# Development only: the fusion toolkit's whole loop on the recorded sessions (synthetic
+# ratings), rebuilding the shipped synthetic models (tools/fusion/README.md). Needs PyPI torch.
+train-demo: build
+	test -x .venv-fusion/bin/python || (python3 -m venv .venv-fusion && .venv-fusion/bin/pip install -q -r tools/fusion/requirements.txt)
+	./tools/fusion/train_demo.sh
 
 clean:
 	$(CARGO) clean

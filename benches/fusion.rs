@@ -3,13 +3,18 @@
 //! each story), with the paper's full layout (face 391, appearance 1280, ComParE 65, text
 //! 384 values a frame) so building the window input is measured too. Budget (issue 13): all
 //! stories of a window under 20 ms on one core.
+//!
+//! `fusion_models`: each shipped fusion model (`models/fusion/*.onnx`, the four families
+//! v+a+t) on one thread, at batch 1 and 16 (the batch the runtime uses at `--speed max`);
+//! the figure is per call, so per window at batch 16 is a sixteenth of it. The cosine with
+//! each story in play after `z` costs what `text_zero_shot_window` shows (microseconds).
 
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use empathic::features::ModalitySpec;
-use empathic::fusion::onnx_model::OnnxPredictor;
+use empathic::fusion::onnx_model::{OnnxPredictor, RawWindow};
 use empathic::fusion::zero_shot::TextZeroShot;
 use empathic::fusion::{Configured, FusionStage};
 use empathic::session::Phase;
@@ -113,5 +118,49 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+fn raw_window(model: &OnnxPredictor, seed: usize) -> RawWindow {
+    let t = model.window_frames();
+    RawWindow {
+        modalities: model
+            .inputs()
+            .iter()
+            .map(|(_, d)| {
+                let values = (0..t * d)
+                    .map(|k| ((k * 31 + seed) % 97) as f32 * 1e-2)
+                    .collect();
+                (values, vec![1.0; t])
+            })
+            .collect(),
+    }
+}
+
+fn bench_models(c: &mut Criterion) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/fusion");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let mut group = c.benchmark_group("fusion_models");
+    for path in files {
+        let mut model = OnnxPredictor::open(&path, None).expect("ONNX Runtime and the model");
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for batch in [1usize, 16] {
+            let windows: Vec<RawWindow> = (0..batch).map(|i| raw_window(&model, i)).collect();
+            group.bench_with_input(BenchmarkId::new(&name, batch), &windows, |b, w| {
+                b.iter(|| black_box(model.infer(w).expect("runs")))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_models);
 criterion_main!(benches);

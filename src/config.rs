@@ -469,15 +469,17 @@ impl Config {
                         format!("no fusion model file at {p}"),
                     ));
                 }
-            } else if crate::fusion::builtin(p).is_none() {
+            } else if p.trim().is_empty() {
                 return Err(invalid(
                     "fusion.predictors",
                     format!(
-                        "unknown predictor `{p}` (known: {}, or the path of a fusion model, *.onnx)",
+                        "an empty predictor name (known: {}, a fusion model of models/MODELS.toml, or the path of one, *.onnx)",
                         crate::fusion::BUILTIN.join(", ")
                     ),
                 ));
             }
+            // Other names are fusion models of the manifest, resolved (and refused when
+            // unknown, listing what is known) when the models are loaded.
         }
         if let Some(lib) = &self.models.onnxruntime_library {
             if !lib.is_file() {

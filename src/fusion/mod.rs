@@ -136,6 +136,11 @@ pub trait Predictor: Send {
     fn check_layout(&self, layout: &ModalityLayout) -> Result<(), FusionError>;
     /// `z` for the window, or `None` when its modalities are absent from the window.
     fn represent(&mut self, input: &WindowInput<'_>) -> Option<Representation>;
+    /// Several windows at once (one model call where the predictor can); by default one by
+    /// one. The result has one entry per input, in order.
+    fn represent_batch(&mut self, inputs: &[WindowInput<'_>]) -> Vec<Option<Representation>> {
+        inputs.iter().map(|i| self.represent(i)).collect()
+    }
     fn population_map(&self) -> PopulationMap;
 }
 
@@ -238,42 +243,59 @@ impl FusionStage {
     /// story in play, the cosine and its calibrated score. Empty when the window is outside
     /// those phases, has no story in play, or lacks the predictor's modalities.
     pub fn predict(&mut self, window: &Window) -> Vec<PredictionRow> {
-        let mut rows = Vec::new();
-        let Some(phase) = window.phase else {
-            return rows;
-        };
-        if window.stories.is_empty() {
-            return rows;
-        }
-        let input = WindowInput {
-            window,
-            layout: &self.layout,
-        };
-        for (c, in_use) in &mut self.predictors {
-            if !c.phases.contains(&phase) {
-                continue;
+        self.predict_batch(&[window])
+    }
+
+    /// Predictions for `windows`, in the order `predict` would give them one by one: per
+    /// window, per predictor, per story. Each predictor sees the windows of its phases with
+    /// stories in play in one `represent_batch` call.
+    pub fn predict_batch(&mut self, windows: &[&Window]) -> Vec<PredictionRow> {
+        let layout = &self.layout;
+        let mut reps: Vec<Vec<Option<Representation>>> = Vec::new();
+        for (c, _) in &mut self.predictors {
+            let wanted: Vec<usize> = (0..windows.len())
+                .filter(|&i| {
+                    windows[i].phase.is_some_and(|p| c.phases.contains(&p))
+                        && !windows[i].stories.is_empty()
+                })
+                .collect();
+            let inputs: Vec<WindowInput<'_>> = wanted
+                .iter()
+                .map(|&i| WindowInput {
+                    window: windows[i],
+                    layout,
+                })
+                .collect();
+            let mut out: Vec<Option<Representation>> = vec![None; windows.len()];
+            for (i, rep) in wanted.iter().zip(c.predictor.represent_batch(&inputs)) {
+                out[*i] = rep;
             }
-            let Some(rep) = c.predictor.represent(&input) else {
-                continue;
-            };
-            let map = in_use.map;
-            let modalities = c.predictor.modalities();
-            for story in &window.stories {
-                let Some(cos) = cosine(&rep.z, &story.embedding) else {
+            reps.push(out);
+        }
+        let mut rows = Vec::new();
+        for (wi, window) in windows.iter().enumerate() {
+            for ((c, in_use), reps) in self.predictors.iter().zip(&reps) {
+                let Some(rep) = &reps[wi] else {
                     continue;
                 };
-                rows.push(PredictionRow {
-                    window_index: window.index,
-                    predictor: c.predictor.id().to_string(),
-                    story_id: story.story_id.clone(),
-                    retrieved: story.retrieved,
-                    raw_cosine: cos,
-                    score: map.score(cos),
-                    calibration: in_use.label.clone(),
-                    modalities: modalities.clone(),
-                    coverage: rep.coverage.clone(),
-                    synthetic: c.predictor.synthetic(),
-                });
+                let modalities = c.predictor.modalities();
+                for story in &window.stories {
+                    let Some(cos) = cosine(&rep.z, &story.embedding) else {
+                        continue;
+                    };
+                    rows.push(PredictionRow {
+                        window_index: window.index,
+                        predictor: c.predictor.id().to_string(),
+                        story_id: story.story_id.clone(),
+                        retrieved: story.retrieved,
+                        raw_cosine: cos,
+                        score: in_use.map.score(cos),
+                        calibration: in_use.label.clone(),
+                        modalities: modalities.clone(),
+                        coverage: rep.coverage.clone(),
+                        synthetic: c.predictor.synthetic(),
+                    });
+                }
             }
         }
         rows

@@ -124,11 +124,79 @@ impl OnnxPredictor {
         })
     }
 
-    fn run(&mut self, input: &WindowInput<'_>) -> Result<Option<Representation>, String> {
-        let t = input.window.frames.len();
-        let mut tensors = Vec::new();
+    /// The model's modalities, in input order, with their widths.
+    pub fn inputs(&self) -> Vec<(String, usize)> {
+        self.modalities
+            .iter()
+            .map(|m| (m.name.clone(), m.dims))
+            .collect()
+    }
+
+    /// The window length the model was trained on, in frames.
+    pub fn window_frames(&self) -> usize {
+        self.window_frames
+    }
+
+    /// Runs the graph on a batch of windows given as raw arrays: per window, per modality
+    /// (in [`Self::inputs`] order), `values [T*F]` and `mask [T]` (1 = present). Returns
+    /// `z` per window. For the runtime (`represent_batch`), `models verify`'s known answer and
+    /// benchmarks alike.
+    pub fn infer(&mut self, windows: &[RawWindow]) -> Result<Vec<Vec<f32>>, String> {
+        let t = self.window_frames;
+        let b = windows.len();
+        if b == 0 {
+            return Ok(Vec::new());
+        }
+        let mut inputs: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::new();
+        let mut buffers = Vec::new();
+        for (k, m) in self.modalities.iter().enumerate() {
+            let mut values = Vec::with_capacity(b * t * m.dims);
+            let mut mask = Vec::with_capacity(b * t);
+            for w in windows {
+                let (v, k_mask) = w.modalities.get(k).ok_or("a window lacks a modality")?;
+                if v.len() != t * m.dims || k_mask.len() != t {
+                    return Err(format!(
+                        "`{}`: {} values and {} mask entries, the model takes {t} x {} and {t}",
+                        m.name,
+                        v.len(),
+                        k_mask.len(),
+                        m.dims
+                    ));
+                }
+                values.extend_from_slice(v);
+                mask.extend_from_slice(k_mask);
+            }
+            buffers.push((m.name.as_str(), m.dims, values, mask));
+        }
+        for (name, dims, values, mask) in &buffers {
+            let v = TensorRef::from_array_view(([b, t, *dims], values.as_slice()))
+                .map_err(|e| e.to_string())?;
+            let k =
+                TensorRef::from_array_view(([b, t], mask.as_slice())).map_err(|e| e.to_string())?;
+            inputs.push((name.to_string(), v.into()));
+            inputs.push((format!("{name}_mask"), k.into()));
+        }
+        let outputs = self.session.run(inputs).map_err(|e| e.to_string())?;
+        let (shape, z) = outputs["z"]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| e.to_string())?;
+        let d = shape.get(1).copied().unwrap_or(0).max(0) as usize;
+        if shape.len() != 2 || shape[0] as usize != b || d == 0 {
+            return Err(format!("output `z` has shape {shape:?}, not [{b}, D]"));
+        }
+        Ok(z.chunks(d).map(<[f32]>::to_vec).collect())
+    }
+
+    /// The raw arrays of one window, and the coverage of each modality; `None` when every
+    /// modality of the subset is wholly absent (skipped) or the window's length differs.
+    fn raw(&self, input: &WindowInput<'_>) -> Result<Option<(RawWindow, Coverage)>, String> {
+        if input.window.frames.len() != self.window_frames {
+            tracing::warn!(model = %self.id, frames = input.window.frames.len(), expected = self.window_frames, "window length differs from the model's; skipped");
+            return Ok(None);
+        }
         let mut coverage = BTreeMap::new();
         let mut any = false;
+        let mut modalities = Vec::new();
         for m in &self.modalities {
             let matrix = input
                 .matrix(&m.name)
@@ -140,29 +208,18 @@ impl OnnxPredictor {
                 .iter()
                 .map(|p| f32::from(u8::from(*p)))
                 .collect();
-            tensors.push((m.name.as_str(), matrix.values, mask, m.dims));
+            modalities.push((matrix.values, mask));
         }
-        if !any {
-            return Ok(None);
-        }
-        let mut inputs: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::new();
-        for (name, values, mask, dims) in &tensors {
-            let v = TensorRef::from_array_view(([1usize, t, *dims], values.as_slice()))
-                .map_err(|e| e.to_string())?;
-            let k = TensorRef::from_array_view(([1usize, t], mask.as_slice()))
-                .map_err(|e| e.to_string())?;
-            inputs.push((name.to_string(), v.into()));
-            inputs.push((format!("{name}_mask"), k.into()));
-        }
-        let outputs = self.session.run(inputs).map_err(|e| e.to_string())?;
-        let (_, z) = outputs["z"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| e.to_string())?;
-        Ok(Some(Representation {
-            z: z.to_vec(),
-            coverage,
-        }))
+        Ok(any.then_some((RawWindow { modalities }, coverage)))
     }
+}
+
+type Coverage = BTreeMap<String, f64>;
+
+/// One window's inputs as raw arrays: per modality, values `[T*F]` and mask `[T]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawWindow {
+    pub modalities: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 impl Predictor for OnnxPredictor {
@@ -222,17 +279,38 @@ impl Predictor for OnnxPredictor {
     }
 
     fn represent(&mut self, input: &WindowInput<'_>) -> Option<Representation> {
-        if input.window.frames.len() != self.window_frames {
-            tracing::warn!(model = %self.id, frames = input.window.frames.len(), expected = self.window_frames, "window length differs from the model's; skipped");
-            return None;
-        }
-        match self.run(input) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(model = %self.id, window = input.window.index, "fusion model failed: {e}");
-                None
+        self.represent_batch(std::slice::from_ref(input))
+            .pop()
+            .flatten()
+    }
+
+    fn represent_batch(&mut self, inputs: &[WindowInput<'_>]) -> Vec<Option<Representation>> {
+        let mut out: Vec<Option<Representation>> = vec![None; inputs.len()];
+        let mut raws = Vec::new();
+        let mut at = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            match self.raw(input) {
+                Ok(Some((raw, coverage))) => {
+                    raws.push(raw);
+                    at.push((i, coverage));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(model = %self.id, window = input.window.index, error = %e, "window skipped");
+                }
             }
         }
+        match self.infer(&raws) {
+            Ok(zs) => {
+                for ((i, coverage), z) in at.into_iter().zip(zs) {
+                    out[i] = Some(Representation { z, coverage });
+                }
+            }
+            Err(e) => {
+                tracing::warn!(model = %self.id, windows = raws.len(), error = %e, "model failed on the windows; skipped");
+            }
+        }
+        out
     }
 
     fn population_map(&self) -> PopulationMap {

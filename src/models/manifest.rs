@@ -39,6 +39,10 @@ pub enum ModelKind {
     FaceDetector,
     FaceLandmarks,
     IrisLandmarks,
+    /// A fusion model under ONNX contract v1 (`src/fusion/onnx_model.rs`): windows in, `z`
+    /// out; known answer: `z` of fixed windows (`<id>.z.npy`, inputs `window.<modality>.npy`
+    /// and `window.<modality>_mask.npy` beside it), from PyTorch at export.
+    FusionModel,
 }
 
 /// Whether the weights are trained or random (random ones exist for benchmarks only).
@@ -47,6 +51,8 @@ pub enum ModelKind {
 pub enum Weights {
     Real,
     Random,
+    /// Trained on a synthetic data set (planted ratings): not an empathy model.
+    Synthetic,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

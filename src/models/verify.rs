@@ -10,7 +10,7 @@ use std::path::Path;
 
 use ort::value::ValueType;
 
-use super::manifest::{Dim, Manifest, ModelEntry, ModelKind, TensorSpec};
+use super::manifest::{Dim, Manifest, ModelEntry, ModelKind, TensorSpec, Weights};
 use super::{onnx, ModelError};
 use crate::features::appearance::{test_pattern, AppearanceEncoder};
 use crate::features::text::{cosine, SentenceEncoder};
@@ -74,6 +74,9 @@ fn verify_one(
     )
     .map_err(shape_err)?;
     drop(session);
+    if m.kind == ModelKind::FusionModel {
+        return fusion_known_answer(dir, m, onnxruntime_library);
+    }
     let Some(ka) = &m.known_answer else {
         return Ok(format!(
             "sha256, load and shapes ok ({:?} weights, no known answer)",
@@ -139,6 +142,7 @@ fn verify_one(
                 ka.min_cosine
             ))
         }
+        ModelKind::FusionModel => unreachable!("handled above"),
         ModelKind::ImageEncoder => {
             let expected: Vec<f32> = serde_json::from_value(reference["features"].clone())
                 .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
@@ -269,4 +273,101 @@ fn check_outlets<'a>(
         }
     }
     Ok(())
+}
+
+/// A fusion model: its contract metadata, then `z` on the fixed windows its training tool
+/// saved (PyTorch's output at export), in one batch and one window at a time.
+fn fusion_known_answer(
+    dir: &Path,
+    m: &ModelEntry,
+    onnxruntime_library: Option<&Path>,
+) -> Result<String, ModelError> {
+    use crate::fusion::onnx_model::{OnnxPredictor, RawWindow};
+    use ndarray_npy::ReadNpyExt;
+    let mut model = OnnxPredictor::open(&m.path(dir), onnxruntime_library)?;
+    let Some(ka) = &m.known_answer else {
+        return Ok(format!(
+            "sha256, load and contract ok ({:?} weights, no known answer)",
+            m.weights
+        ));
+    };
+    let z_path = dir.join(&ka.file);
+    let folder = z_path.parent().unwrap_or(dir).to_path_buf();
+    let read3 = |path: &Path| -> Result<ndarray::Array3<f32>, ModelError> {
+        std::fs::File::open(path)
+            .map_err(|e| e.to_string())
+            .and_then(|f| ndarray::Array3::<f32>::read_npy(f).map_err(|e| e.to_string()))
+            .map_err(|e| known(m, dir, &ka.file, format!("{}: {e}", path.display())))
+    };
+    let read2 = |path: &Path| -> Result<ndarray::Array2<f32>, ModelError> {
+        std::fs::File::open(path)
+            .map_err(|e| e.to_string())
+            .and_then(|f| ndarray::Array2::<f32>::read_npy(f).map_err(|e| e.to_string()))
+            .map_err(|e| known(m, dir, &ka.file, format!("{}: {e}", path.display())))
+    };
+    let expected = read2(&z_path)?;
+    let n = expected.nrows();
+    let mut windows = vec![
+        RawWindow {
+            modalities: Vec::new()
+        };
+        n
+    ];
+    for (name, _) in model.inputs() {
+        let values = read3(&folder.join(format!("window.{name}.npy")))?;
+        let mask = read2(&folder.join(format!("window.{name}_mask.npy")))?;
+        for (i, w) in windows.iter_mut().enumerate() {
+            w.modalities.push((
+                values
+                    .index_axis(ndarray::Axis(0), i)
+                    .iter()
+                    .copied()
+                    .collect(),
+                mask.row(i).to_vec(),
+            ));
+        }
+    }
+    let batched = model
+        .infer(&windows)
+        .map_err(|e| known(m, dir, &ka.file, e))?;
+    let mut single = Vec::new();
+    for w in &windows {
+        let mut z = model
+            .infer(std::slice::from_ref(w))
+            .map_err(|e| known(m, dir, &ka.file, e))?;
+        single.push(z.pop().unwrap_or_default());
+    }
+    let mut worst_cos = f64::INFINITY;
+    let mut max_diff = 0f32;
+    for got in [&batched, &single] {
+        for (g, e) in got.iter().zip(expected.rows()) {
+            let e = e.to_vec();
+            worst_cos = worst_cos.min(cosine(g, &e));
+            max_diff = g
+                .iter()
+                .zip(&e)
+                .map(|(a, b)| (a - b).abs())
+                .fold(max_diff, f32::max);
+        }
+    }
+    if batched.len() != n || worst_cos < ka.min_cosine {
+        return Err(known(
+            m,
+            dir,
+            &ka.file,
+            format!(
+                "z on the {n} reference windows: lowest cosine to PyTorch's {worst_cos:.6} < {}",
+                ka.min_cosine
+            ),
+        ));
+    }
+    Ok(format!(
+        "sha256, load, contract ok; {n} reference windows (batched and one by one): lowest cosine to PyTorch {worst_cos:.6} (>= {}), max abs diff {max_diff:.1e}{}",
+        ka.min_cosine,
+        if m.weights == Weights::Synthetic {
+            "; synthetic: not an empathy model"
+        } else {
+            ""
+        }
+    ))
 }

@@ -15,7 +15,7 @@ use crate::features::text::{SentenceEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
 use crate::fusion::onnx_model::OnnxPredictor;
 use crate::fusion::{Configured, FusionStage};
-use crate::models::manifest::Manifest;
+use crate::models::manifest::{Manifest, ModelKind};
 use crate::session::CameraIntrinsics;
 use crate::windows::{ModalityId, ModalityLayout, Stream};
 
@@ -126,13 +126,45 @@ impl Stages {
         }
         let mut predictors: Vec<Configured> = Vec::new();
         for p in &config.fusion.predictors {
-            // A built-in id or a model file (the config has checked which).
+            // A built-in id, a model file, or a fusion model of the manifest (its sha256
+            // checked first).
             let predictor: Box<dyn crate::fusion::Predictor> = match crate::fusion::builtin(p) {
                 Some(builtin) => builtin,
-                None => Box::new(OnnxPredictor::open(
+                None if p.ends_with(".onnx") => Box::new(OnnxPredictor::open(
                     std::path::Path::new(p),
                     models.onnxruntime_library.as_deref(),
                 )?),
+                None => {
+                    let entry = manifest
+                        .models
+                        .iter()
+                        .find(|m| m.name == *p && m.kind == ModelKind::FusionModel)
+                        .ok_or_else(|| {
+                            let known: Vec<&str> = crate::fusion::BUILTIN
+                                .iter()
+                                .copied()
+                                .chain(
+                                    manifest
+                                        .models
+                                        .iter()
+                                        .filter(|m| m.kind == ModelKind::FusionModel)
+                                        .map(|m| m.name.as_str()),
+                                )
+                                .collect();
+                            crate::models::ModelError::Manifest {
+                                path: models.dir.join(crate::models::manifest::MANIFEST_FILE),
+                                message: format!(
+                                    "fusion.predictors: unknown predictor `{p}` (known: {}, or the path of a fusion model, *.onnx)",
+                                    known.join(", ")
+                                ),
+                            }
+                        })?;
+                    entry.check_files(&models.dir)?;
+                    Box::new(OnnxPredictor::open(
+                        &entry.path(&models.dir),
+                        models.onnxruntime_library.as_deref(),
+                    )?)
+                }
             };
             predictors.push(Configured {
                 predictor,

@@ -17,7 +17,7 @@ Synthetic participant p (of --participants), session k (of --sessions):
 - three other stories S_1..S_3 shown at 0 s; every window is in phase `reflection`.
 
 Planted relation, per window w: a_w = the window mean of the acoustic column --acoustic-column
-(default loudness, pcm_loudness_sma), v_w = the window mean of the face column --face-column
+(default pcm_RMSenergy_sma, the frame energy), v_w = the window mean of the face column --face-column
 (default AU12_r, lip corner puller), each standardised over all source frames;
     u_w = normalise(E(tau) + 0.5 a_w D_a + 0.5 v_w D_v)
 with D_a, D_v the embeddings of the bank's first two stories (by id): speaking louder pulls
@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--participants", type=int, default=40)
     ap.add_argument("--sessions", type=int, default=5)
     ap.add_argument("--frames", type=int, default=180)
-    ap.add_argument("--acoustic-column", default="pcm_loudness_sma")
+    ap.add_argument("--acoustic-column", default="pcm_RMSenergy_sma")
     ap.add_argument("--face-column", default="AU12_r")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()

@@ -101,6 +101,10 @@ def session_level(samples, scores):
     return np.array(means), np.array(ratings, float), list(groups)
 
 
+def part_of(samples, session):
+    return next(s[1] for s in samples if s[0] == session)
+
+
 def metrics(samples, cos, intercept, slope):
     score = intercept + slope * cos
     ratings = np.array([s[6] for s in samples], float)
@@ -124,6 +128,9 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--parity", type=Path, help="write parity fixtures (inputs, expected z) here")
+    ap.add_argument("--sessions-csv", type=Path,
+                    help="write the held-out (validation and test) participants' session-level mean cosines "
+                         "and ratings here, in session order (for the calibration check in Rust)")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -187,6 +194,15 @@ def main():
         _, sess_r, keys = session_level(test, np.zeros(len(test)))
         planted = [truth[(k[0], ds.story_ids[k[1]])] for k in keys]
         held_out["planted_population_rating_r"] = round(pearson(planted, sess_r), 4)
+    if args.sessions_csv:
+        held = split["val"] + split["test"]
+        means, rated, keys = session_level(held, cosines(model, ds, held, names))
+        order = {sid: i for i, sid in enumerate(ds.frames)}  # sessions in export order
+        rows = sorted(zip(keys, means, rated), key=lambda r: (part_of(held, r[0][0]), order[r[0][0]], r[0][1]))
+        with args.sessions_csv.open("w") as f:
+            f.write("participant,session,story,mean_cosine,rating\n")
+            for (sid, story), c, r in rows:
+                f.write(f"{part_of(held, sid)},{sid},{ds.story_ids[story]},{c:.6f},{int(r)}\n")
     model_id = args.id or f"{args.family}-{args.subset.replace('+', '')}"
     training = {
         "data": str(args.data), "synthetic": synthetic, "date": datetime.date.today().isoformat(),
