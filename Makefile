@@ -1,6 +1,7 @@
 # empathic: every target does its own set-up on a fresh Debian 12 machine.
 CARGO ?= cargo
 DEMO_DB ?= empathic.db
+DEMO_REPORT ?= demo-report.html
 
 .PHONY: setup build demo test lint bench clean train-demo
 
@@ -20,6 +21,9 @@ demo: build
 	./target/release/empathic replay demo/session --db $(DEMO_DB) --replace
 	@echo
 	./target/release/empathic sessions list --db $(DEMO_DB)
+	@echo
+	@echo "session report (open it in any browser; it works offline):"
+	./target/release/empathic report demo-0001 --db $(DEMO_DB) --out $(DEMO_REPORT)
 
 test: setup
 	$(CARGO) test --release --locked
@@ -41,4 +45,4 @@ train-demo: build
 
 clean:
 	$(CARGO) clean
-	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
+	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm $(DEMO_REPORT)

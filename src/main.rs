@@ -95,6 +95,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// One self-contained HTML page (no network, no script) of a session, or of a
+    /// participant across their sessions: timeline, predictions, face, voice, data quality.
+    Report {
+        /// The session to report on.
+        #[arg(
+            required_unless_present = "participant",
+            conflicts_with = "participant"
+        )]
+        session_id: Option<String>,
+        /// Report on this participant's sessions instead.
+        #[arg(long)]
+        participant: Option<String>,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write the page (written beside, then renamed).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Check the installation and say what is missing.
     Doctor {
         #[arg(long)]
@@ -379,6 +399,19 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             predictor.as_deref(),
             phase.as_deref(),
             json,
+        ),
+        Command::Report {
+            session_id,
+            participant,
+            db,
+            config,
+            out,
+        } => cli::report::report(
+            session_id.as_deref(),
+            participant.as_deref(),
+            db,
+            config.as_deref(),
+            &out,
         ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }

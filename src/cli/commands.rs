@@ -20,7 +20,7 @@ use crate::runtime::stop_flag;
 use crate::store::Store;
 use crate::stories::{self, read_bank, session_context, Hit, StoryIndex};
 
-fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
+pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
     Config::load_or_default(path).map_err(fail)
 }
 

@@ -615,6 +615,34 @@ impl Store {
         Ok(rows)
     }
 
+    /// Every stored window prediction of session `id` over time.
+    pub fn prediction_series(
+        &self,
+        id: &str,
+    ) -> Result<Vec<sql::report::PredictionPoint>, StoreError> {
+        sql::report::prediction_series(&self.conn, id)
+    }
+
+    /// The recorded start time of session `id`.
+    pub fn start_time(&self, id: &str) -> Result<Option<String>, StoreError> {
+        sql::report::start_time(&self.conn, id)
+    }
+
+    /// The utterances of session `id`, in order.
+    pub fn utterances(&self, id: &str) -> Result<Vec<sql::report::UtteranceRow>, StoreError> {
+        sql::report::utterances(&self.conn, id)
+    }
+
+    /// The survey answers of `participant`.
+    pub fn surveys(&self, participant: &str) -> Result<Vec<sql::report::SurveyRow>, StoreError> {
+        sql::report::surveys(&self.conn, participant)
+    }
+
+    /// The sessions of `participant`, oldest first.
+    pub fn participant_sessions(&self, participant: &str) -> Result<Vec<String>, StoreError> {
+        sql::report::participant_sessions(&self.conn, participant)
+    }
+
     /// One session with its phases, stories, ratings and modalities.
     pub fn session_detail(&self, id: &str) -> Result<SessionDetail, StoreError> {
         let summary = self

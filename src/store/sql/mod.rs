@@ -10,6 +10,7 @@
 pub mod export;
 pub mod frames;
 pub mod predictions;
+pub mod report;
 pub mod sessions;
 pub mod stories;
 

@@ -1,9 +1,14 @@
-//! The session quality report and the one-screen summary at the end of a run.
+//! The session quality report, the one-screen summary at the end of a run, and the HTML
+//! pages of `empathic report` (`page`, drawn by `plots`, judged by `verdict`).
 //!
 //! Contract: [`QualityReport`] is computed once at the end of a run from the timeline
 //! counters and the signal stages' totals, stored as JSON in `sessions.quality_json`
 //! (field names are part of the store format), and shown by `replay`, `sessions show` and
 //! `sessions list --json`. Signed offsets are audio minus video.
+
+pub mod page;
+pub mod plots;
+pub mod verdict;
 
 use std::fmt::Write as _;
 

@@ -1,0 +1,90 @@
+//! `empathic report`: writes a session's (or a participant's) HTML page.
+//!
+//! Contract: the page is written to `OUT.partial` beside `OUT`, then renamed, so a failure
+//! half way never leaves a partial page under the asked name; an existing `OUT` is replaced
+//! only by a complete page. An unknown session or participant is exit 2, naming it and the
+//! database. The store is opened as every reading command opens it (migrated when
+//! writable); a read-only database of an older schema is refused with both versions.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use super::commands::load_config;
+use super::{db_path, fail, open_existing_store, Failure};
+use crate::exit::ExitKind;
+use crate::report::page::{self, PageError, PageOptions};
+use crate::store::StoreError;
+
+fn page_failure(e: PageError) -> Failure {
+    match e {
+        PageError::Store(e @ StoreError::NoSuchSession { .. }) => {
+            (ExitKind::BadInput, e.to_string())
+        }
+        PageError::Store(e) => fail(e),
+        e @ PageError::NoSuchParticipant { .. } => (ExitKind::BadInput, e.to_string()),
+        PageError::Plot(m) => (ExitKind::Runtime, m),
+    }
+}
+
+pub fn report(
+    session: Option<&str>,
+    participant: Option<&str>,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    out: &Path,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    let found = store.schema_version().map_err(fail)?;
+    let known = crate::store::schema::MIGRATIONS.last().map_or(0, |m| m.0);
+    if found < known {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "{} has schema version {found} and cannot be migrated here (read-only); this build reads {known}: copy it somewhere writable and run the report on the copy",
+                store.path().display()
+            ),
+        ));
+    }
+    let started = Instant::now();
+    let html = match (session, participant) {
+        (_, Some(p)) => page::participant_page(&store, p),
+        (Some(s), None) => page::session_page(
+            &store,
+            s,
+            &PageOptions {
+                transcript: config.report.transcript,
+            },
+        ),
+        (None, None) => {
+            return Err((
+                ExitKind::BadInput,
+                "name a session, or a participant with --participant".into(),
+            ))
+        }
+    }
+    .map_err(page_failure)?;
+    let partial = out.with_file_name(format!(
+        "{}.partial",
+        out.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "report.html".into())
+    ));
+    let write = std::fs::write(&partial, &html).and_then(|()| std::fs::rename(&partial, out));
+    if let Err(e) = write {
+        let _ = std::fs::remove_file(&partial);
+        return Err((
+            ExitKind::Runtime,
+            format!("cannot write the report to {}: {e}", out.display()),
+        ));
+    }
+    eprintln!(
+        "wrote {} ({:.0} kB in {:.2} s)",
+        out.display(),
+        html.len() as f64 / 1e3,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{}", out.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,870 @@
+//! The session report and the participant view: one self-contained HTML page each.
+//!
+//! Contract: [`session_page`] and [`participant_page`] read a store (never write it) and
+//! return a complete HTML document: inline CSS, plots as inline SVG (`report::plots`), no
+//! script, no external reference of any kind (no `http://` or `https://` appears in it),
+//! readable printed to A4 and on a phone. Raw video never appears (only numbers derived
+//! from it); the participant's words appear only when [`PageOptions::transcript`] is set.
+//! Every section is present on every page; a section without data says what is missing
+//! (a failed session, a modality not stored, no predictions) instead of disappearing.
+//! Section headings are fixed ([`SESSION_SECTIONS`], [`PARTICIPANT_SECTIONS`]) so staff
+//! and tests can find them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::plots::{self, Lane, Marker, Series, PALETTE};
+use super::verdict::{self, Verdict};
+use crate::store::{SessionDetail, Store, StoreError};
+
+/// The section headings of a session page, in order.
+pub const SESSION_SECTIONS: [&str; 7] = [
+    "Session",
+    "Timeline",
+    "Predicted empathy",
+    "Facial behaviour",
+    "Voice",
+    "Data quality",
+    "Transcript",
+];
+
+/// The section headings of a participant page, in order.
+pub const PARTICIPANT_SECTIONS: [&str; 5] = [
+    "Participant",
+    "Ratings per session",
+    "Predictions against ratings",
+    "Surveys",
+    "Data quality per session",
+];
+
+/// What a page may show.
+#[derive(Debug, Clone, Default)]
+pub struct PageOptions {
+    /// Include the participant's utterances verbatim.
+    pub transcript: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Plot(String),
+    #[error("no participant `{id}` in {path}")]
+    NoSuchParticipant {
+        id: String,
+        path: std::path::PathBuf,
+    },
+}
+
+/// HTML-escapes text.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const CSS: &str = "
+body{font-family:sans-serif;margin:0 auto;max-width:960px;padding:12px;color:#222;line-height:1.4}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;border-bottom:2px solid #0072b2;margin-top:1.6em}
+h3{font-size:1em;margin:1em 0 .3em}
+table{border-collapse:collapse;margin:.4em 0;font-size:.92em;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th{background:#f2f2f2}svg{max-width:100%;height:auto;display:block}
+.good{background:#d8f0d8}.check{background:#fff0c0}.bad{background:#f8d0d0}
+.note{color:#555;font-size:.92em}.banner{padding:8px;border:2px solid #d55e00;background:#fde8dc;margin:.6em 0}
+.synthetic{color:#a03000;font-weight:bold}
+@media print{body{max-width:none}h2{break-after:avoid}svg{break-inside:avoid}}
+";
+
+fn head(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{}</title><style>{CSS}</style></head><body>\n",
+        esc(title)
+    )
+}
+
+fn section(out: &mut String, title: &str) {
+    let id = title.to_lowercase().replace(' ', "-");
+    let _ = writeln!(out, "<h2 id=\"{id}\">{}</h2>", esc(title));
+}
+
+fn note(out: &mut String, text: &str) {
+    let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(text));
+}
+
+fn plot(out: &mut String, svg: Result<String, String>) -> Result<(), PageError> {
+    out.push_str(&svg.map_err(PageError::Plot)?);
+    out.push('\n');
+    Ok(())
+}
+
+/// A modality's per-frame values of the named columns, as (session seconds, value) per
+/// column; frames where it is absent give no point. `None` when the session lacks it.
+struct Frames {
+    columns: Vec<String>,
+    /// Per column, its points.
+    values: Vec<Vec<(f64, f64)>>,
+    /// Per frame, present or not (for presence plots).
+    present: Vec<(f64, f64)>,
+}
+
+fn read_frames(
+    store: &Store,
+    id: &str,
+    modality: &str,
+    wanted: &dyn Fn(&str) -> bool,
+    fps: f64,
+    frames: u64,
+) -> Result<Option<Frames>, PageError> {
+    let reads = store.export_reads();
+    let Some(m) = reads
+        .modalities(id)?
+        .into_iter()
+        .find(|m| m.name == modality)
+    else {
+        return Ok(None);
+    };
+    let picked: Vec<(usize, String)> = m
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| wanted(c))
+        .map(|(i, c)| (i, c.clone()))
+        .collect();
+    let mut values = vec![Vec::new(); picked.len()];
+    let mut seen = vec![false; frames as usize];
+    reads.frame_vectors(id, modality, |i, v| {
+        let t = i as f64 / fps;
+        if let Some(s) = seen.get_mut(i as usize) {
+            *s = true;
+        }
+        for (k, (col, _)) in picked.iter().enumerate() {
+            if let Some(x) = v.get(*col) {
+                values[k].push((t, f64::from(*x)));
+            }
+        }
+    })?;
+    Ok(Some(Frames {
+        columns: picked.into_iter().map(|(_, c)| c).collect(),
+        values,
+        present: seen
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as f64 / fps, f64::from(u8::from(*p))))
+            .collect(),
+    }))
+}
+
+impl Frames {
+    fn column(&self, name: &str) -> Option<&Vec<(f64, f64)>> {
+        self.columns
+            .iter()
+            .position(|c| c == name)
+            .map(|i| &self.values[i])
+    }
+}
+
+fn phase_color(i: usize) -> plotters::style::RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// The session report of session `id`.
+pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<String, PageError> {
+    let d: SessionDetail = store.session_detail(id)?;
+    let s = &d.summary;
+    let start_time = store.start_time(id)?;
+    let duration = s.duration_secs.max(0.0);
+    let fps = if duration > 0.0 && s.frames > 0 {
+        s.frames as f64 / duration
+    } else {
+        15.0
+    };
+    let mut out = head(&format!("empathic session report: {}", s.id));
+    let _ = writeln!(
+        out,
+        "<h1>Session {}</h1>\n<p class=\"note\">empathic {} session report. Raw video and audio \
+         never appear in it; only figures derived from them.</p>",
+        esc(&s.id),
+        env!("CARGO_PKG_VERSION")
+    );
+    if s.status != "complete" {
+        let _ = writeln!(
+            out,
+            "<div class=\"banner\"><b>This session is {}</b>{}. What was stored before it \
+             stopped is shown; sections without data say so.</div>",
+            esc(&s.status),
+            s.status_reason
+                .as_deref()
+                .map(|r| format!(": {}", esc(r)))
+                .unwrap_or_default()
+        );
+    }
+
+    // Session
+    section(&mut out, SESSION_SECTIONS[0]);
+    let modalities = store.export_reads().modalities(id)?;
+    let _ = writeln!(
+        out,
+        "<table><tr><th>session</th><td>{}</td></tr><tr><th>station</th><td>{}</td></tr>\
+         <tr><th>participant</th><td>{}</td></tr><tr><th>date</th><td>{}</td></tr>\
+         <tr><th>duration</th><td>{} ({} frames, {} windows)</td></tr>\
+         <tr><th>status</th><td>{}{}</td></tr><tr><th>source</th><td>{}</td></tr></table>",
+        esc(&s.id),
+        esc(&s.station_id),
+        esc(s.participant_id.as_deref().unwrap_or("(none)")),
+        esc(start_time.as_deref().unwrap_or(&s.created_at)),
+        plots::mmss(duration),
+        s.frames,
+        s.windows,
+        esc(&s.status),
+        s.status_reason
+            .as_deref()
+            .map(|r| format!(": {}", esc(r)))
+            .unwrap_or_default(),
+        esc(&s.source),
+    );
+    out.push_str("<h3>What produced each modality</h3>\n<table><tr><th>modality</th><th>values a frame</th><th>producer</th><th>layout version</th><th>present on</th></tr>\n");
+    for m in &modalities {
+        let present = d
+            .modalities
+            .iter()
+            .find(|r| r.name == m.name)
+            .map_or(0, |r| r.present_frames);
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} of {} frames</td></tr>",
+            esc(&m.name),
+            m.dims,
+            esc(m.producer.as_deref().unwrap_or("(not recorded)")),
+            m.layout_version.map_or("-".into(), |v| v.to_string()),
+            present,
+            s.frames
+        );
+    }
+    out.push_str("</table>\n");
+
+    // Timeline
+    section(&mut out, SESSION_SECTIONS[1]);
+    let utterances = store.utterances(id)?;
+    let mut lanes = vec![Lane {
+        label: "phase".into(),
+        spans: d
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                (
+                    p.start_secs,
+                    p.end_secs.unwrap_or(duration),
+                    p.phase.clone(),
+                    phase_color(i),
+                )
+            })
+            .collect(),
+    }];
+    for (speaker, color) in [("participant", PALETTE[2]), ("robot", PALETTE[1])] {
+        let spans: Vec<_> = utterances
+            .iter()
+            .filter(|u| u.speaker == speaker)
+            .map(|u| (u.start_secs, u.end_secs, String::new(), color))
+            .collect();
+        lanes.push(Lane {
+            label: format!("{speaker} speaks"),
+            spans,
+        });
+    }
+    let story_markers: Vec<Marker> = d
+        .stories
+        .iter()
+        .map(|st| Marker {
+            secs: st.shown_secs,
+            label: format!(
+                "S{}{}",
+                st.position,
+                st.rating.map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+        })
+        .collect();
+    if d.phases.is_empty() && utterances.is_empty() && d.stories.is_empty() {
+        note(&mut out, "No phases, utterances or stories were stored for this session (a recording without events, or one that stopped before them).");
+    }
+    plot(&mut out, plots::timeline(&lanes, &story_markers, duration))?;
+    if d.stories.is_empty() {
+        note(&mut out, "No story was shown in this session.");
+    } else {
+        out.push_str("<table><tr><th>marker</th><th>story</th><th>shown at</th><th>self-rating (1-5)</th></tr>\n");
+        for st in &d.stories {
+            let _ = writeln!(
+                out,
+                "<tr><td>S{}</td><td>{} <span class=\"note\">{}</span></td><td>{}</td><td>{}</td></tr>",
+                st.position,
+                esc(&st.title),
+                esc(&st.story_id),
+                plots::mmss(st.shown_secs),
+                st.rating.map_or("not rated".into(), |r| r.to_string())
+            );
+        }
+        out.push_str("</table>\n");
+    }
+
+    // Predicted empathy
+    section(&mut out, SESSION_SECTIONS[2]);
+    let series = store.prediction_series(id)?;
+    if series.is_empty() {
+        note(&mut out, "No predictions were stored for this session (prediction off, no story in play in a predicted phase, or the session stopped before).");
+    } else {
+        let mut by_predictor: BTreeMap<&str, Vec<&crate::store::sql::report::PredictionPoint>> =
+            BTreeMap::new();
+        for p in &series {
+            by_predictor.entry(&p.predictor).or_default().push(p);
+        }
+        for (predictor, points) in by_predictor {
+            let synthetic = points.iter().any(|p| p.synthetic);
+            let _ = writeln!(
+                out,
+                "<h3>{}{}</h3>",
+                esc(predictor),
+                if synthetic {
+                    " <span class=\"synthetic\">[synthetic: not an empathy model]</span>"
+                } else {
+                    ""
+                }
+            );
+            let mut stories: BTreeMap<(bool, &str), Vec<(f64, f64)>> = BTreeMap::new();
+            for p in points {
+                stories
+                    .entry((p.retrieved, &p.story_id))
+                    .or_default()
+                    .push((p.end_secs, p.score));
+            }
+            let lines: Vec<Series> = stories
+                .iter()
+                .enumerate()
+                .map(|(i, ((retrieved, story), pts))| {
+                    let rating = d
+                        .stories
+                        .iter()
+                        .find(|st| st.story_id == *story)
+                        .and_then(|st| st.rating);
+                    Series {
+                        label: format!(
+                            "{story}{}{}",
+                            if *retrieved { " (retrieved)" } else { "" },
+                            rating.map(|r| format!(", rated {r}")).unwrap_or_default()
+                        ),
+                        points: pts.clone(),
+                        color: PALETTE[i % PALETTE.len()],
+                        dots: pts.len() < 3,
+                    }
+                })
+                .collect();
+            plot(
+                &mut out,
+                plots::line_chart(
+                    "predicted empathy (1-5), window end",
+                    (1.0, 5.0),
+                    duration,
+                    &lines,
+                    &story_markers,
+                ),
+            )?;
+        }
+        out.push_str("<table><tr><th>predictor</th><th>story</th><th>in play</th><th>windows</th><th>mean predicted (1-5)</th><th>self-rating</th></tr>\n");
+        for p in &d.predictions {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+                esc(&p.predictor),
+                if p.synthetic {
+                    " <span class=\"synthetic\">[synthetic]</span>"
+                } else {
+                    ""
+                },
+                esc(p.title.as_deref().unwrap_or(&p.story_id)),
+                if p.retrieved { "retrieved" } else { "shown" },
+                p.windows,
+                p.score,
+                p.rating.map_or("-".into(), |r| r.to_string())
+            );
+        }
+        out.push_str("</table>\n");
+        note(&mut out, "Session-level prediction: the mean over the predicted windows after the story was shown (while sharing: toward the stories retrieved for what was said).");
+    }
+
+    // Facial behaviour
+    section(&mut out, SESSION_SECTIONS[3]);
+    let is_face_col = |c: &str| {
+        (c.starts_with("AU") && c.ends_with("_r"))
+            || matches!(
+                c,
+                "pose_Rx" | "pose_Ry" | "pose_Rz" | "gaze_angle_x" | "gaze_angle_y"
+            )
+    };
+    match read_frames(store, id, "face", &is_face_col, fps, s.frames)? {
+        None => note(&mut out, "The facial stage did not run for this session (`[face] enabled = false`, or the session stopped before it stored anything)."),
+        Some(face) => {
+            let aus: Vec<(String, Vec<(f64, f64)>)> = face
+                .columns
+                .iter()
+                .zip(&face.values)
+                .filter(|(c, _)| c.starts_with("AU"))
+                .map(|(c, v)| (c.trim_end_matches("_r").to_string(), v.clone()))
+                .collect();
+            out.push_str("<h3>Action unit intensity (0-5; grey: no face)</h3>\n");
+            plot(&mut out, plots::heat_strip(&aus, duration, 5.0))?;
+            let deg = |v: &Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+                v.iter().map(|(t, x)| (*t, x.to_degrees())).collect()
+            };
+            let lines = |names: &[(&str, &str)]| -> Vec<Series> {
+                names
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, (col, label))| {
+                        face.column(col).map(|v| Series {
+                            label: (*label).into(),
+                            points: deg(v),
+                            color: PALETTE[i],
+                            dots: false,
+                        })
+                    })
+                    .collect()
+            };
+            out.push_str("<h3>Head pose</h3>\n");
+            plot(
+                &mut out,
+                plots::line_chart(
+                    "rotation (degrees)",
+                    (-60.0, 60.0),
+                    duration,
+                    &lines(&[("pose_Rx", "pitch (Rx)"), ("pose_Ry", "yaw (Ry)"), ("pose_Rz", "roll (Rz)")]),
+                    &[],
+                ),
+            )?;
+            out.push_str("<h3>Eye gaze</h3>\n");
+            plot(
+                &mut out,
+                plots::line_chart(
+                    "gaze angle (degrees)",
+                    (-45.0, 45.0),
+                    duration,
+                    &lines(&[("gaze_angle_x", "left-right"), ("gaze_angle_y", "up-down")]),
+                    &[],
+                ),
+            )?;
+            out.push_str("<h3>Face presence</h3>\n");
+            plot(
+                &mut out,
+                plots::line_chart(
+                    "face found (share of frames)",
+                    (0.0, 1.05),
+                    duration,
+                    &[Series {
+                        label: "face found".into(),
+                        points: face.present.clone(),
+                        color: PALETTE[2],
+                        dots: false,
+                    }],
+                    &[],
+                ),
+            )?;
+        }
+    }
+
+    // Voice
+    section(&mut out, SESSION_SECTIONS[4]);
+    let voice_cols = |c: &str| {
+        matches!(
+            c,
+            "F0final_sma" | "voicingFinalUnclipped_sma" | "F0semitoneFrom27.5Hz_sma3nz"
+        )
+    };
+    let acoustic = match read_frames(store, id, "acoustic_compare", &voice_cols, fps, s.frames)? {
+        Some(f) => Some(f),
+        None => read_frames(store, id, "acoustic_egemaps", &voice_cols, fps, s.frames)?,
+    };
+    let level = read_frames(
+        store,
+        id,
+        "audio_signal",
+        &|c: &str| matches!(c, "level_dbfs" | "voice_activity"),
+        fps,
+        s.frames,
+    )?;
+    if acoustic.is_none() && level.is_none() {
+        note(
+            &mut out,
+            "No acoustic features were stored for this session.",
+        );
+    }
+    if let Some(a) = &acoustic {
+        if let Some(f0) = a.column("F0final_sma") {
+            // Unvoiced frames carry F0 = 0: gaps, not a dive to zero.
+            let voiced: Vec<(f64, f64)> = f0
+                .iter()
+                .map(|(t, v)| (*t, if *v > 0.0 { *v } else { f64::NAN }))
+                .collect();
+            out.push_str("<h3>Pitch (F0)</h3>\n");
+            plot(
+                &mut out,
+                plots::line_chart(
+                    "F0 (Hz), voiced frames",
+                    (50.0, 400.0),
+                    duration,
+                    &[Series {
+                        label: "F0".into(),
+                        points: voiced,
+                        color: PALETTE[0],
+                        dots: false,
+                    }],
+                    &[],
+                ),
+            )?;
+        }
+    }
+    if let Some(l) = &level {
+        if let Some(db) = l.column("level_dbfs") {
+            out.push_str("<h3>Loudness</h3>\n");
+            plot(
+                &mut out,
+                plots::line_chart(
+                    "level (dBFS)",
+                    (-80.0, 0.0),
+                    duration,
+                    &[Series {
+                        label: "level".into(),
+                        points: db.clone(),
+                        color: PALETTE[5],
+                        dots: false,
+                    }],
+                    &[],
+                ),
+            )?;
+        }
+    }
+    let mut voicing = Vec::new();
+    if let Some(v) = acoustic
+        .as_ref()
+        .and_then(|a| a.column("voicingFinalUnclipped_sma"))
+    {
+        voicing.push(Series {
+            label: "voicing probability".into(),
+            points: v.clone(),
+            color: PALETTE[2],
+            dots: false,
+        });
+    }
+    if let Some(v) = level.as_ref().and_then(|l| l.column("voice_activity")) {
+        voicing.push(Series {
+            label: "voice activity (share of 10 ms rows)".into(),
+            points: v.clone(),
+            color: PALETTE[4],
+            dots: false,
+        });
+    }
+    if !voicing.is_empty() {
+        out.push_str(
+            "<h3>Voicing and voice activity (participant speech in the timeline above)</h3>\n",
+        );
+        plot(
+            &mut out,
+            plots::line_chart("share (0-1)", (0.0, 1.05), duration, &voicing, &[]),
+        )?;
+    }
+
+    // Data quality
+    section(&mut out, SESSION_SECTIONS[5]);
+    match s
+        .quality
+        .clone()
+        .and_then(|q| serde_json::from_value::<super::QualityReport>(q).ok())
+    {
+        None => note(&mut out, "No quality report was stored: the session did not finish (the report is computed at the end of a run)."),
+        Some(q) => {
+            out.push_str("<table><tr><th>measure</th><th>value</th><th>verdict</th><th>threshold (good / check; beyond: bad)</th></tr>\n");
+            for row in verdict::quality_rows(&q) {
+                let _ = writeln!(
+                    out,
+                    "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
+                    esc(row.measure),
+                    esc(&row.value),
+                    row.verdict.class(),
+                    row.verdict.class(),
+                    esc(row.threshold)
+                );
+            }
+            out.push_str("</table>\n");
+            let worst = verdict::quality_rows(&q)
+                .iter()
+                .map(|r| r.verdict)
+                .max()
+                .unwrap_or(Verdict::Good);
+            let _ = writeln!(
+                out,
+                "<p>Overall: <b class=\"{}\">{}</b>{}</p>",
+                worst.class(),
+                worst.class(),
+                match worst {
+                    Verdict::Good => " — nothing to do.",
+                    Verdict::Check => " — look at the rows marked check before the next session.",
+                    Verdict::Bad => " — the station probably needs a visit (rows marked bad).",
+                }
+            );
+        }
+    }
+
+    // Transcript
+    section(&mut out, SESSION_SECTIONS[6]);
+    let said: Vec<_> = utterances
+        .iter()
+        .filter(|u| u.speaker == "participant")
+        .collect();
+    if !opts.transcript {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Not shown: {} participant utterance(s) stored. Set <code>[report] transcript = true</code> to include them.</p>",
+            said.len()
+        );
+    } else if said.is_empty() {
+        note(
+            &mut out,
+            "The participant said nothing that was transcribed.",
+        );
+    } else {
+        out.push_str("<table><tr><th>time</th><th>participant</th></tr>\n");
+        for u in said {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                plots::mmss(u.start_secs),
+                esc(&u.text)
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
+
+/// The longitudinal page of `participant`: one row or point per session, oldest first.
+pub fn participant_page(store: &Store, participant: &str) -> Result<String, PageError> {
+    let ids = store.participant_sessions(participant)?;
+    if ids.is_empty() {
+        return Err(PageError::NoSuchParticipant {
+            id: participant.to_string(),
+            path: store.path().to_path_buf(),
+        });
+    }
+    let details: Vec<SessionDetail> = ids
+        .iter()
+        .map(|id| store.session_detail(id))
+        .collect::<Result<_, _>>()?;
+    let starts: Vec<Option<String>> = ids
+        .iter()
+        .map(|id| store.start_time(id))
+        .collect::<Result<_, _>>()?;
+    let mut out = head(&format!("empathic participant report: {participant}"));
+    let _ = writeln!(
+        out,
+        "<h1>Participant {}</h1>\n<p class=\"note\">empathic {} participant report: every \
+         session of this participant in {}, oldest first.</p>",
+        esc(participant),
+        env!("CARGO_PKG_VERSION"),
+        esc(&store.path().display().to_string())
+    );
+    section(&mut out, PARTICIPANT_SECTIONS[0]);
+    out.push_str("<table><tr><th>#</th><th>session</th><th>date</th><th>station</th><th>status</th><th>duration</th><th>stories</th></tr>\n");
+    for (k, (d, start)) in details.iter().zip(&starts).enumerate() {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td><td>{}</td><td>{}</td></tr>",
+            k + 1,
+            esc(&d.summary.id),
+            esc(start.as_deref().unwrap_or(&d.summary.created_at)),
+            esc(&d.summary.station_id),
+            esc(&d.summary.status),
+            d.summary
+                .status_reason
+                .as_deref()
+                .map(|r| format!(": {}", esc(r)))
+                .unwrap_or_default(),
+            plots::mmss(d.summary.duration_secs),
+            d.stories.len()
+        );
+    }
+    out.push_str("</table>\n");
+
+    // Ratings per session
+    section(&mut out, PARTICIPANT_SECTIONS[1]);
+    let rated: Vec<(f64, f64)> = details
+        .iter()
+        .enumerate()
+        .flat_map(|(k, d)| {
+            d.stories
+                .iter()
+                .filter_map(move |s| s.rating.map(|r| ((k + 1) as f64, f64::from(r))))
+        })
+        .collect();
+    if rated.is_empty() {
+        note(&mut out, "No self-ratings stored.");
+    } else {
+        plot(
+            &mut out,
+            super::plots::session_chart(
+                "self-rating (1-5)",
+                (0.5, 5.5),
+                details.len(),
+                &[Series {
+                    label: "self-rating of a story".into(),
+                    points: rated,
+                    color: PALETTE[0],
+                    dots: true,
+                }],
+            ),
+        )?;
+    }
+    out.push_str("<table><tr><th>#</th><th>session</th><th>stories and self-ratings</th></tr>\n");
+    for (k, d) in details.iter().enumerate() {
+        let stories: Vec<String> = d
+            .stories
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({})",
+                    esc(&s.title),
+                    s.rating.map_or("not rated".into(), |r| r.to_string())
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            k + 1,
+            esc(&d.summary.id),
+            if stories.is_empty() {
+                "-".into()
+            } else {
+                stories.join("; ")
+            }
+        );
+    }
+    out.push_str("</table>\n");
+
+    // Predictions against ratings
+    section(&mut out, PARTICIPANT_SECTIONS[2]);
+    let mut by_predictor: BTreeMap<String, (bool, Vec<(f64, f64)>)> = BTreeMap::new();
+    for d in &details {
+        for p in d.predictions.iter().filter(|p| !p.retrieved) {
+            if let Some(r) = p.rating {
+                let e = by_predictor.entry(p.predictor.clone()).or_default();
+                e.0 |= p.synthetic;
+                e.1.push((f64::from(r), p.score));
+            }
+        }
+    }
+    if by_predictor.is_empty() {
+        note(
+            &mut out,
+            "No session-level prediction toward a rated story is stored for this participant.",
+        );
+    } else {
+        let series: Vec<Series> = by_predictor
+            .iter()
+            .enumerate()
+            .map(|(i, (id, (synthetic, pts)))| Series {
+                label: format!(
+                    "{id}{}",
+                    if *synthetic {
+                        " [synthetic: not an empathy model]"
+                    } else {
+                        ""
+                    }
+                ),
+                points: pts.clone(),
+                color: PALETTE[i % PALETTE.len()],
+                dots: true,
+            })
+            .collect();
+        plot(
+            &mut out,
+            super::plots::scatter("self-rating (1-5)", "predicted (1-5)", &series),
+        )?;
+        note(&mut out, "One point per rated story and predictor: the session-level prediction (mean over the windows after the story was shown) against the self-rating. Points on the diagonal are right.");
+    }
+
+    // Surveys
+    section(&mut out, PARTICIPANT_SECTIONS[3]);
+    let surveys = store.surveys(participant)?;
+    if surveys.is_empty() {
+        note(&mut out, "No survey answers stored.");
+    } else {
+        let mut grid: BTreeMap<(String, String), [Option<f64>; 3]> = BTreeMap::new();
+        for r in &surveys {
+            let k = match r.time_point.as_str() {
+                "pre_study" => 0,
+                "mid_study" => 1,
+                _ => 2,
+            };
+            grid.entry((r.instrument.clone(), r.item.clone()))
+                .or_default()[k] = Some(r.value);
+        }
+        out.push_str("<table><tr><th>instrument</th><th>item</th><th>pre-study</th><th>mid-study</th><th>post-study</th></tr>\n");
+        for ((instrument, item), v) in grid {
+            let cell = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x}"));
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&instrument),
+                esc(&item),
+                cell(v[0]),
+                cell(v[1]),
+                cell(v[2])
+            );
+        }
+        out.push_str("</table>\n");
+    }
+
+    // Data quality per session
+    section(&mut out, PARTICIPANT_SECTIONS[4]);
+    let measures = verdict::MEASURES;
+    out.push_str("<table><tr><th>#</th><th>session</th>");
+    for m in measures {
+        let _ = write!(out, "<th>{}</th>", esc(m));
+    }
+    out.push_str("</tr>\n");
+    for (k, d) in details.iter().enumerate() {
+        let _ = write!(out, "<tr><td>{}</td><td>{}</td>", k + 1, esc(&d.summary.id));
+        match d
+            .summary
+            .quality
+            .clone()
+            .and_then(|q| serde_json::from_value::<super::QualityReport>(q).ok())
+        {
+            None => {
+                let _ = write!(
+                    out,
+                    "<td colspan=\"{}\">no quality report ({})</td>",
+                    measures.len(),
+                    esc(&d.summary.status)
+                );
+            }
+            Some(q) => {
+                for row in verdict::quality_rows(&q) {
+                    let _ = write!(
+                        out,
+                        "<td class=\"{}\">{}</td>",
+                        row.verdict.class(),
+                        esc(&row.value)
+                    );
+                }
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    note(&mut out, "Cell colours: green good, yellow check, red bad; the thresholds are in each session's report.");
+    out.push_str("</body></html>\n");
+    Ok(out)
+}

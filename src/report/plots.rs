@@ -1,0 +1,523 @@
+//! SVG plots of the session report, drawn with `plotters` (no JavaScript, no network).
+//!
+//! Contract: every plot is a self-contained `<svg>` string with a `viewBox` (so it scales
+//! to a phone's width and prints on A4), time on the x axis in session `mm:ss`, units in
+//! the axis labels, and a legend when it has more than one series. Long sessions are
+//! downsampled to at most [`MAX_POINTS`] points a series (bucket means, gaps kept), which is
+//! more than a screen's width shows, so a one-hour session draws as fast as a short one.
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+/// Points per series at most (about two per horizontal pixel at the plot's width).
+pub const MAX_POINTS: usize = 1200;
+const WIDTH: u32 = 900;
+
+/// The palette (colour-blind safe, Okabe-Ito), cycled over series.
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 0, 0),
+    RGBColor(240, 228, 66),
+];
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // DejaVu Sans (Bitstream Vera licence, assets/fonts/): plotters measures text with it;
+        // the browser draws the labels with its own sans-serif.
+        let bytes: &'static [u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+        if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_err() {
+            tracing::warn!("the bundled font did not load; plot labels may be missing");
+        }
+    });
+}
+
+/// Session seconds as `mm:ss` (or `h:mm:ss` past an hour).
+pub fn mmss(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+    } else {
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+}
+
+/// Bucket means over `[0, duration)` in at most `max` buckets; a bucket without a point
+/// stays empty (`None`), so gaps stay gaps.
+pub fn downsample(points: &[(f64, f64)], duration: f64, max: usize) -> Vec<(f64, Option<f64>)> {
+    if points.len() <= max || duration <= 0.0 {
+        return points.iter().map(|(t, v)| (*t, Some(*v))).collect();
+    }
+    let width = duration / max as f64;
+    let mut sums = vec![(0.0, 0usize); max];
+    for (t, v) in points {
+        let i = ((t / width) as usize).min(max - 1);
+        sums[i].0 += v;
+        sums[i].1 += 1;
+    }
+    sums.iter()
+        .enumerate()
+        .map(|(i, (s, n))| ((i as f64 + 0.5) * width, (*n > 0).then(|| s / *n as f64)))
+        .collect()
+}
+
+/// One line of a chart.
+pub struct Series {
+    pub label: String,
+    /// (session seconds, value); NaN values are gaps.
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+    /// Drawn as dots rather than a line (sparse points, e.g. one per window).
+    pub dots: bool,
+}
+
+/// A vertical marker (a story shown, say).
+pub struct Marker {
+    pub secs: f64,
+    pub label: String,
+}
+
+fn finish_svg(svg: String, height: u32) -> String {
+    // A viewBox lets the page scale the plot to its width. Inline SVG in HTML needs no
+    // namespace declaration, and the page carries no URL of any kind.
+    svg.replace(" xmlns=\"http://www.w3.org/2000/svg\"", "")
+        .replacen(
+        &format!("<svg width=\"{WIDTH}\" height=\"{height}\""),
+        &format!(
+            "<svg viewBox=\"0 0 {WIDTH} {height}\" width=\"100%\" preserveAspectRatio=\"xMinYMin meet\""
+        ),
+        1,
+    )
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    format!("cannot draw a plot: {e}")
+}
+
+/// A line chart over session time.
+pub fn line_chart(
+    y_desc: &str,
+    y_range: (f64, f64),
+    duration: f64,
+    series: &[Series],
+    markers: &[Marker],
+) -> Result<String, String> {
+    register_font();
+    let height = 230;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let x_max = duration.max(1.0);
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..x_max, y_range.0..y_range.1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("session time (mm:ss)")
+            .y_desc(y_desc)
+            .x_label_formatter(&|x| mmss(*x))
+            .x_labels(10)
+            .y_labels(6)
+            .light_line_style(RGBColor(235, 235, 235))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        for m in markers {
+            chart
+                .draw_series(LineSeries::new(
+                    [(m.secs, y_range.0), (m.secs, y_range.1)],
+                    RGBColor(150, 150, 150).stroke_width(1),
+                ))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    m.label.clone(),
+                    (m.secs, y_range.1),
+                    ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
+                )))
+                .map_err(err)?;
+        }
+        for s in series {
+            let color = s.color;
+            let points = downsample(&s.points, x_max, MAX_POINTS);
+            if s.dots {
+                chart
+                    .draw_series(
+                        points
+                            .iter()
+                            .filter_map(|(t, v)| v.filter(|v| v.is_finite()).map(|v| (*t, v)))
+                            .map(|p| Circle::new(p, 3, color.filled())),
+                    )
+                    .map_err(err)?
+                    .label(s.label.clone())
+                    .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            } else {
+                // Split at gaps so a missing stretch is not bridged by a line.
+                let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+                for (t, v) in points {
+                    match v.filter(|v| v.is_finite()) {
+                        Some(v) => runs.last_mut().map(|r| r.push((t, v))).unwrap_or(()),
+                        None => runs.push(Vec::new()),
+                    }
+                }
+                let mut first = true;
+                for run in runs.into_iter().filter(|r| !r.is_empty()) {
+                    let drawn = chart
+                        .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                        .map_err(err)?;
+                    if first {
+                        drawn.label(s.label.clone()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                        });
+                        first = false;
+                    }
+                }
+            }
+        }
+        if series.len() > 1 || series.iter().any(|s| s.dots) {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .label_font(("sans-serif", 12))
+                .draw()
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(finish_svg(svg, height))
+}
+
+/// Rows of intensities over time as a heat strip (one row per name; white = 0, dark blue
+/// = `max`; grey = no measurement).
+pub fn heat_strip(
+    rows: &[(String, Vec<(f64, f64)>)],
+    duration: f64,
+    max: f64,
+) -> Result<String, String> {
+    register_font();
+    let row_h = 16u32;
+    let height = 44 + row_h * rows.len() as u32;
+    let buckets = 300usize;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let x_max = duration.max(1.0);
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..x_max, 0f64..rows.len() as f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .disable_x_mesh()
+            .x_desc("session time (mm:ss)")
+            .x_label_formatter(&|x| mmss(*x))
+            .x_labels(10)
+            .y_labels(rows.len() * 2 + 1)
+            .y_label_formatter(&|y| {
+                let k = (*y - 0.5).round();
+                if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
+                    return String::new();
+                }
+                rows.get(rows.len().saturating_sub(1 + k as usize))
+                    .map(|r| r.0.clone())
+                    .unwrap_or_default()
+            })
+            .label_style(("sans-serif", 11))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        let width = x_max / buckets as f64;
+        for (k, (_, points)) in rows.iter().enumerate() {
+            let y = (rows.len() - 1 - k) as f64;
+            let cells = downsample(points, x_max, buckets);
+            let dense = points.len() > buckets;
+            chart
+                .draw_series(cells.iter().map(|(t, v)| {
+                    let (x0, x1) = if dense {
+                        (t - width / 2.0, t + width / 2.0)
+                    } else {
+                        (*t, t + width.max(1.0 / 15.0))
+                    };
+                    let color = match v {
+                        Some(v) if v.is_finite() => {
+                            let a = (v / max).clamp(0.0, 1.0);
+                            RGBColor(
+                                (255.0 - a * 247.0) as u8,
+                                (255.0 - a * 207.0) as u8,
+                                (255.0 - a * 148.0) as u8,
+                            )
+                        }
+                        _ => RGBColor(225, 225, 225),
+                    };
+                    Rectangle::new([(x0, y), (x1, y + 1.0)], color.filled())
+                }))
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(finish_svg(svg, height))
+}
+
+/// Spans on one lane per row (phases, speech), with point markers (stories, ratings).
+pub struct Lane {
+    pub label: String,
+    pub spans: Vec<(f64, f64, String, RGBColor)>,
+}
+
+/// The session's timeline: lanes of labelled spans over time, and markers.
+pub fn timeline(lanes: &[Lane], markers: &[Marker], duration: f64) -> Result<String, String> {
+    register_font();
+    let lane_h = 30u32;
+    let height = 60 + lane_h * lanes.len() as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let x_max = duration.max(1.0);
+        let n = lanes.len() as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .margin_top(22)
+            .x_label_area_size(30)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0f64..x_max, 0f64..n)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("session time (mm:ss)")
+            .x_label_formatter(&|x| mmss(*x))
+            .x_labels(10)
+            .y_labels(lanes.len() * 2 + 1)
+            .y_label_formatter(&|y| {
+                let k = (*y - 0.5).round();
+                if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
+                    return String::new();
+                }
+                lanes
+                    .get(lanes.len().saturating_sub(1 + k as usize))
+                    .map(|l| l.label.clone())
+                    .unwrap_or_default()
+            })
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        for (k, lane) in lanes.iter().enumerate() {
+            let y = n - 1.0 - k as f64;
+            for (a, b, label, color) in &lane.spans {
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(*a, y + 0.15), (b.max(a + 0.05), y + 0.85)],
+                        color.mix(0.55).filled(),
+                    )))
+                    .map_err(err)?;
+                if !label.is_empty() && (b - a) / x_max > 0.06 {
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            label.clone(),
+                            (a + x_max * 0.004, y + 0.62),
+                            ("sans-serif", 11).into_font(),
+                        )))
+                        .map_err(err)?;
+                }
+            }
+        }
+        for m in markers {
+            chart
+                .draw_series(LineSeries::new(
+                    [(m.secs, 0.0), (m.secs, n)],
+                    RGBColor(60, 60, 60).stroke_width(1),
+                ))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    m.label.clone(),
+                    (m.secs, n + 0.05),
+                    ("sans-serif", 11).into_font(),
+                )))
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(finish_svg(svg, height))
+}
+
+/// Values per session (x = session number, 1-based), as dots.
+pub fn session_chart(
+    y_desc: &str,
+    y_range: (f64, f64),
+    sessions: usize,
+    series: &[Series],
+) -> Result<String, String> {
+    register_font();
+    let height = 230;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.5f64..sessions as f64 + 0.5, y_range.0..y_range.1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("session (oldest first)")
+            .y_desc(y_desc)
+            .x_labels(sessions.min(20))
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{}", x.round())
+                } else {
+                    String::new()
+                }
+            })
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        for s in series {
+            let color = s.color;
+            chart
+                .draw_series(
+                    s.points
+                        .iter()
+                        .map(|p| Circle::new(*p, 4, color.mix(0.7).filled())),
+                )
+                .map_err(err)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(finish_svg(svg, height))
+}
+
+/// Predicted against rated on the 1-5 scale, with the diagonal.
+pub fn scatter(x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String, String> {
+    register_font();
+    let height = 360;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.5f64..5.5, 0.5f64..5.5)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_labels(6)
+            .y_labels(6)
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(
+                [(0.5, 0.5), (5.5, 5.5)],
+                RGBColor(160, 160, 160).stroke_width(1),
+            ))
+            .map_err(err)?;
+        for s in series {
+            let color = s.color;
+            chart
+                .draw_series(
+                    s.points
+                        .iter()
+                        .map(|p| Circle::new(*p, 4, color.mix(0.7).filled())),
+                )
+                .map_err(err)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(finish_svg(svg, height))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mmss_and_downsampling_keep_gaps() {
+        assert_eq!(mmss(0.0), "00:00");
+        assert_eq!(mmss(75.4), "01:15");
+        assert_eq!(mmss(3725.0), "1:02:05");
+        let pts: Vec<(f64, f64)> = (0..100).map(|i| (i as f64, 1.0)).collect();
+        assert_eq!(downsample(&pts, 100.0, 200).len(), 100);
+        let pts: Vec<(f64, f64)> = (0..1000)
+            .filter(|i| !(400..600).contains(i))
+            .map(|i| (i as f64 / 10.0, 2.0))
+            .collect();
+        let d = downsample(&pts, 100.0, 10);
+        assert_eq!(d.len(), 10);
+        assert_eq!(d[0].1, Some(2.0));
+        assert_eq!(d[4].1, None, "the gap stays a gap");
+    }
+
+    #[test]
+    fn a_chart_is_a_scalable_svg_with_its_labels() {
+        let svg = line_chart(
+            "score (1-5)",
+            (1.0, 5.0),
+            60.0,
+            &[Series {
+                label: "text-zero-shot".into(),
+                points: vec![(10.0, 2.0), (20.0, 3.0)],
+                color: PALETTE[0],
+                dots: false,
+            }],
+            &[Marker {
+                secs: 15.0,
+                label: "story 1".into(),
+            }],
+        )
+        .unwrap();
+        assert!(
+            svg.starts_with("<svg viewBox=\"0 0 900 230\""),
+            "{}",
+            &svg[..80]
+        );
+        assert!(svg.contains("00:30") && svg.contains("score (1-5)") && svg.contains("story 1"));
+    }
+}

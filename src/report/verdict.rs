@@ -1,0 +1,164 @@
+//! Plain verdicts on a session's data quality, with the thresholds shown beside them.
+//!
+//! Contract: [`quality_rows`] turns a stored `QualityReport` into rows of (measure, value,
+//! verdict, threshold) in the fixed order of [`MEASURES`]. The thresholds are first
+//! principles for a 15 fps webcam and a boundary microphone in a home, not fitted to any
+//! data: a frame in a hundred missing is noticeable in the windows, one in twenty spoils
+//! them; an audio-video offset beyond one frame (67 ms) blurs lip-sync-level timing and
+//! beyond two it shifts what a window pairs; speech that clips at all distorts pitch
+//! measures; a session that is silent nine tenths of the time suggests a muted or distant
+//! microphone; a face missing on more than a tenth of frames leaves the facial modality
+//! patchy. Staff read them as "good: nothing to do, check: look before the next session,
+//! bad: the station probably needs a visit".
+
+use super::QualityReport;
+
+/// How a measure looks. Ordered: the worst of a session is its `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Good,
+    Check,
+    Bad,
+}
+
+impl Verdict {
+    /// The CSS class and the word shown.
+    pub fn class(self) -> &'static str {
+        match self {
+            Verdict::Good => "good",
+            Verdict::Check => "check",
+            Verdict::Bad => "bad",
+        }
+    }
+}
+
+/// One row of the data quality table.
+pub struct Row {
+    pub measure: &'static str,
+    pub value: String,
+    pub verdict: Verdict,
+    pub threshold: &'static str,
+}
+
+/// The measures, in the order of [`quality_rows`].
+pub const MEASURES: [&str; 9] = [
+    "missing frames",
+    "duplicated frames",
+    "dropped frames (live queue)",
+    "audio-video offset",
+    "audio clipping",
+    "silence",
+    "brightness",
+    "sharpness",
+    "face presence",
+];
+
+/// Lower is better: good at or below `good`, check at or below `check`.
+fn at_most(v: f64, good: f64, check: f64) -> Verdict {
+    if v <= good {
+        Verdict::Good
+    } else if v <= check {
+        Verdict::Check
+    } else {
+        Verdict::Bad
+    }
+}
+
+/// Higher is better: good at or above `good`, check at or above `check`.
+fn at_least(v: f64, good: f64, check: f64) -> Verdict {
+    if v >= good {
+        Verdict::Good
+    } else if v >= check {
+        Verdict::Check
+    } else {
+        Verdict::Bad
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1} %", 100.0 * x)
+}
+
+pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
+    let slots = (q.video.frames_used + q.video.missing_frames).max(1) as f64;
+    let missing = q.video.missing_frames as f64 / slots;
+    let duplicated = q.video.duplicated_frames as f64 / slots;
+    let dropped = q.video_queue_drops as f64 / slots;
+    let face = q
+        .modality_presence
+        .iter()
+        .find(|m| m.modality == "face")
+        .map(|m| m.present_frames as f64 / m.decoded_frames.max(1) as f64);
+    let brightness = if (0.25..=0.8).contains(&q.mean_brightness) {
+        Verdict::Good
+    } else if (0.15..=0.9).contains(&q.mean_brightness) {
+        Verdict::Check
+    } else {
+        Verdict::Bad
+    };
+    let mut rows = vec![
+        Row {
+            measure: MEASURES[0],
+            value: format!("{} ({})", q.video.missing_frames, pct(missing)),
+            verdict: at_most(missing, 0.01, 0.05),
+            threshold: "<= 1 % / <= 5 % of frame slots",
+        },
+        Row {
+            measure: MEASURES[1],
+            value: format!("{} ({})", q.video.duplicated_frames, pct(duplicated)),
+            verdict: at_most(duplicated, 0.01, 0.05),
+            threshold: "<= 1 % / <= 5 % of frame slots",
+        },
+        Row {
+            measure: MEASURES[2],
+            value: format!("{} ({})", q.video_queue_drops, pct(dropped)),
+            verdict: at_most(dropped, 0.01, 0.05),
+            threshold: "<= 1 % / <= 5 % of frame slots",
+        },
+        Row {
+            measure: MEASURES[3],
+            value: format!("{:+.0} ms", q.av_offset_ms),
+            verdict: at_most(q.av_offset_ms.abs(), 67.0, 133.0),
+            threshold: "|offset| <= 67 ms (one frame) / <= 133 ms (two)",
+        },
+        Row {
+            measure: MEASURES[4],
+            value: pct(q.audio_clipping_ratio),
+            verdict: at_most(q.audio_clipping_ratio, 0.0001, 0.01),
+            threshold: "<= 0.01 % / <= 1 % of samples",
+        },
+        Row {
+            measure: MEASURES[5],
+            value: pct(q.silence_ratio),
+            verdict: at_most(q.silence_ratio, 0.8, 0.95),
+            threshold: "<= 80 % / <= 95 % of 10 ms rows without voice",
+        },
+        Row {
+            measure: MEASURES[6],
+            value: format!("{:.2}", q.mean_brightness),
+            verdict: brightness,
+            threshold: "0.25-0.80 / 0.15-0.90 (mean luma, 0-1)",
+        },
+        Row {
+            measure: MEASURES[7],
+            value: format!("{:.1}", q.mean_sharpness),
+            verdict: at_least(q.mean_sharpness, 40.0, 15.0),
+            threshold: ">= 40 / >= 15 (variance of the Laplacian)",
+        },
+    ];
+    rows.push(match face {
+        Some(f) => Row {
+            measure: MEASURES[8],
+            value: pct(f),
+            verdict: at_least(f, 0.9, 0.6),
+            threshold: ">= 90 % / >= 60 % of decoded frames",
+        },
+        None => Row {
+            measure: MEASURES[8],
+            value: "not measured (facial stage off)".into(),
+            verdict: Verdict::Check,
+            threshold: ">= 90 % / >= 60 % of decoded frames",
+        },
+    });
+    rows
+}
