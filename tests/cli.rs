@@ -25,6 +25,27 @@ fn doctor_finds_onnxruntime_and_reports_devices() {
 }
 
 #[test]
+fn the_models_are_found_from_any_working_directory() {
+    // A station runs `empathic doctor` from wherever its operator stands: with no config,
+    // the models are found beside the binary's checkout (or install), not only in `./models`.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["doctor", "--db", path_str(&tmp.path().join("d.db"))])
+        .current_dir(tmp.path())
+        .env("EMPATHIC_LOG", "error")
+        .env_remove("EMPATHIC_MODELS")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok") && l.contains("models") && l.contains("in the manifest")),
+        "{text}"
+    );
+    assert!(text.contains("ready for replay: yes"), "{text}");
+}
+
+#[test]
 fn doctor_names_a_bad_config() {
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("c.toml");
