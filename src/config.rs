@@ -52,6 +52,26 @@ pub struct Config {
     pub face: FaceConfig,
     pub fusion: FusionConfig,
     pub report: ReportConfig,
+    pub sync: SyncConfig,
+}
+
+/// Study sync over MQTT (`empathic sync`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// `mqtt://HOST:PORT`; empty: no broker configured (flags can still give one).
+    pub broker: String,
+    /// The study's name, in every topic.
+    pub study: String,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            broker: String::new(),
+            study: "study".into(),
+        }
+    }
 }
 
 /// What `empathic report` may show.

@@ -32,6 +32,7 @@ pub mod runtime;
 pub mod session;
 pub mod store;
 pub mod stories;
+pub mod sync;
 pub mod windows;
 
 /// Nanoseconds on a session timeline: 0 is the session start.

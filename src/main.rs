@@ -115,6 +115,32 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Publish the store's outbox (every ended session's record, and tombstones) to the
+    /// study's MQTT broker; `sync status` shows what is pending.
+    #[command(args_conflicts_with_subcommands = true)]
+    Sync {
+        #[command(subcommand)]
+        command: Option<SyncCommand>,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// `mqtt://HOST:PORT` (default: `[sync] broker`).
+        #[arg(long)]
+        broker: Option<String>,
+        /// Study name in the topics (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+        /// Station id in the topics (default: `[station] id`).
+        #[arg(long)]
+        station: Option<String>,
+        /// Exit once nothing is pending (otherwise keep publishing what comes).
+        #[arg(long)]
+        until_synced: bool,
+        /// Give up (exit 1) after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+    },
     /// Check the installation and say what is missing.
     Doctor {
         #[arg(long)]
@@ -156,6 +182,19 @@ enum StoriesCommand {
         session_id: String,
         #[arg(short, default_value_t = 3)]
         k: usize,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SyncCommand {
+    /// Pending, synced, bytes waiting, last error.
+    Status {
         #[arg(long)]
         db: Option<PathBuf>,
         #[arg(long)]
@@ -412,6 +451,30 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             db,
             config.as_deref(),
             &out,
+        ),
+        Command::Sync {
+            command: Some(SyncCommand::Status { db, config, json }),
+            ..
+        } => cli::sync::status(db, config.as_deref(), json),
+        Command::Sync {
+            command: None,
+            db,
+            config,
+            broker,
+            study,
+            station,
+            until_synced,
+            timeout,
+        } => cli::sync::push(
+            db,
+            config.as_deref(),
+            cli::sync::Overrides {
+                broker,
+                study,
+                station,
+            },
+            until_synced,
+            timeout,
         ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }

@@ -83,6 +83,22 @@ fn sigkill_mid_run_leaves_a_clean_database() {
         .contains("ended without finishing"));
     assert_eq!(s["frames"].as_i64().unwrap(), frames);
     assert!(s["windows"].as_i64().unwrap() >= 1);
+    // Marked incomplete and announced for sync in one transaction: exactly one record,
+    // saying incomplete.
+    let conn = Connection::open(&db).unwrap();
+    let announced: Vec<String> = conn
+        .prepare("SELECT payload FROM outbox WHERE kind = 'session'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(announced.len(), 1);
+    assert!(
+        announced[0].contains("\"status\":\"incomplete\""),
+        "{}",
+        announced[0]
+    );
 }
 
 #[test]

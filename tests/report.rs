@@ -73,6 +73,21 @@ fn open_in_chromium(page: &Path) -> (String, f64) {
     (String::from_utf8_lossy(&dom.stdout).into_owned(), spread)
 }
 
+/// Opens `page` in Chromium: every heading of `sections` in the DOM, a screenshot not blank.
+fn assert_opens_with(page: &Path, sections: &[&str]) {
+    let (dom, spread) = open_in_chromium(page);
+    for h in sections {
+        assert!(
+            dom.contains(&format!(">{h}</h2>")),
+            "section {h} missing from the DOM"
+        );
+    }
+    assert!(
+        spread > 10.0,
+        "the screenshot looks blank (pixel spread {spread})"
+    );
+}
+
 fn report(args: &[&str]) -> std::process::Output {
     let mut all = vec!["report"];
     all.extend_from_slice(args);
@@ -122,17 +137,7 @@ fn the_session_page_and_the_participant_view_open_in_a_browser_with_every_sectio
     assert!(html.contains("text-zero-shot") && html.contains("The bus driver who waited"));
     // The transcript is off by default: the participant's words are not in the page.
     assert!(!html.contains("mister john dashwood"));
-    let (dom, spread) = open_in_chromium(&page);
-    for h in SESSION_SECTIONS {
-        assert!(
-            dom.contains(&format!(">{h}</h2>")),
-            "section {h} missing from the DOM"
-        );
-    }
-    assert!(
-        spread > 10.0,
-        "the screenshot looks blank (pixel spread {spread})"
-    );
+    assert_opens_with(&page, &SESSION_SECTIONS);
 
     // With the transcript allowed, the words are there.
     let cfg = tmp.path().join("t.toml");
@@ -170,17 +175,7 @@ fn the_session_page_and_the_participant_view_open_in_a_browser_with_every_sectio
         html.contains("ubc_state_social_connection"),
         "survey answers"
     );
-    let (dom, spread) = open_in_chromium(&view);
-    for h in PARTICIPANT_SECTIONS {
-        assert!(
-            dom.contains(&format!(">{h}</h2>")),
-            "section {h} missing from the DOM"
-        );
-    }
-    assert!(
-        spread > 10.0,
-        "the screenshot looks blank (pixel spread {spread})"
-    );
+    assert_opens_with(&view, &PARTICIPANT_SECTIONS);
 }
 
 #[test]
@@ -199,11 +194,7 @@ fn a_failed_session_renders_with_its_reason_and_unknown_ones_write_nothing() {
     assert!(html.contains("This session is failed") && html.contains("decoding stopped"));
     assert!(html.contains("No quality report was stored"));
     assert!(html.contains("No predictions were stored"));
-    let (dom, spread) = open_in_chromium(&page);
-    for h in SESSION_SECTIONS {
-        assert!(dom.contains(&format!(">{h}</h2>")), "section {h} missing");
-    }
-    assert!(spread > 10.0);
+    assert_opens_with(&page, &SESSION_SECTIONS);
 
     // Unknown session or participant: exit 2, named, and no file (nor a partial one).
     for args in [vec!["nope"], vec!["--participant", "nobody"]] {

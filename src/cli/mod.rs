@@ -13,6 +13,7 @@ pub mod export;
 pub mod extract_audio;
 pub mod extract_face;
 pub mod report;
+pub mod sync;
 pub mod tracked_video;
 
 mod commands;

@@ -359,6 +359,40 @@ pub fn timeline(lanes: &[Lane], markers: &[Marker], duration: f64) -> Result<Str
     Ok(finish_svg(svg, height))
 }
 
+/// Draws each series as dots, with a legend at `legend`.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+fn draw_dots<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    series: &[Series],
+    legend: SeriesLabelPosition,
+) -> Result<(), String> {
+    for s in series {
+        let color = s.color;
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .map(|p| Circle::new(*p, 4, color.mix(0.7).filled())),
+            )
+            .map_err(err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(legend)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(err)
+}
+
 /// Values per session (x = session number, 1-based), as dots.
 pub fn session_chart(
     y_desc: &str,
@@ -394,26 +428,7 @@ pub fn session_chart(
             .axis_desc_style(("sans-serif", 13))
             .draw()
             .map_err(err)?;
-        for s in series {
-            let color = s.color;
-            chart
-                .draw_series(
-                    s.points
-                        .iter()
-                        .map(|p| Circle::new(*p, 4, color.mix(0.7).filled())),
-                )
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(err)?;
+        draw_dots(&mut chart, series, SeriesLabelPosition::UpperRight)?;
         root.present().map_err(err)?;
     }
     Ok(finish_svg(svg, height))
@@ -449,26 +464,7 @@ pub fn scatter(x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String, 
                 RGBColor(160, 160, 160).stroke_width(1),
             ))
             .map_err(err)?;
-        for s in series {
-            let color = s.color;
-            chart
-                .draw_series(
-                    s.points
-                        .iter()
-                        .map(|p| Circle::new(*p, 4, color.mix(0.7).filled())),
-                )
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(err)?;
+        draw_dots(&mut chart, series, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(err)?;
     }
     Ok(finish_svg(svg, height))

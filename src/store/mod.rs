@@ -447,15 +447,22 @@ impl Store {
                 "process {} on {} ended without finishing the session (killed, crashed or power lost); data up to its last committed batch is kept",
                 owner.pid, owner.host
             );
-            self.conn
-                .execute(
-                    "UPDATE sessions SET status = 'incomplete', status_reason = ?2,
-                     frames = (SELECT count(*) FROM frames WHERE session_id = ?1),
-                     windows = (SELECT count(*) FROM windows WHERE session_id = ?1),
-                     updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-                     WHERE id = ?1 AND status = 'running'",
-                    params![id, reason],
-                )
+            // Marked incomplete and announced to sync in one transaction.
+            let tx = self
+                .conn
+                .unchecked_transaction()
+                .map_err(sql("marking an abandoned session incomplete"))?;
+            tx.execute(
+                "UPDATE sessions SET status = 'incomplete', status_reason = ?2,
+                 frames = (SELECT count(*) FROM frames WHERE session_id = ?1),
+                 windows = (SELECT count(*) FROM windows WHERE session_id = ?1),
+                 updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                 WHERE id = ?1 AND status = 'running'",
+                params![id, reason],
+            )
+            .map_err(sql("marking an abandoned session incomplete"))?;
+            sql::outbox::announce_session(&tx, &id)?;
+            tx.commit()
                 .map_err(sql("marking an abandoned session incomplete"))?;
             tracing::warn!(session = %id, "{reason}");
             recovered += 1;
@@ -863,14 +870,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), 4);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 3);
+        assert_eq!(n, 4, "one row per migration, each applied once");
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -910,7 +917,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), 4);
         let n: i64 = store
             .connection()
             .query_row(
@@ -940,7 +947,13 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), 4);
+        // v4: the outbox exists and announces nothing retroactively.
+        let queued: i64 = store
+            .connection()
+            .query_row("SELECT count(*) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(queued, 0);
         let row: (String, f64, Option<f64>, String, Option<String>) = store
             .connection()
             .query_row(

@@ -10,7 +10,30 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "session store", V1),
     (2, "text modality and story embeddings", V2),
     (3, "modality producers and fusion predictions", V3),
+    (4, "sync outbox", V4),
 ];
+
+/// Version 4: the outbox of study sync (`src/sync/`). A message is written in the same
+/// transaction as what it announces: a session's record when the session ends (complete,
+/// incomplete or failed), a tombstone when a stored session is replaced or removed. The
+/// announced session is `subject` (not `session_id`: outbox rows must outlive the session
+/// rows they announce, and replace/delete sweep every `session_id` column).
+const V4: &str = r#"
+CREATE TABLE outbox (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id TEXT NOT NULL UNIQUE,
+    kind       TEXT NOT NULL CHECK (kind IN ('session', 'tombstone')),
+    subject    TEXT NOT NULL,
+    payload    TEXT NOT NULL,
+    sha256     TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    state      TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'synced')),
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    synced_at  TEXT,
+    last_error TEXT
+);
+CREATE INDEX outbox_pending ON outbox (state, seq);
+"#;
 
 /// Version 3: each session's modalities record what produced them (a stage with its layout
 /// version, or a model id with its sha256); predictions carry what an analyst needs (the

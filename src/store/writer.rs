@@ -360,10 +360,15 @@ fn finish(
     }
     sessions::finish(tx, &s.id, end)?;
     if let Some(final_id) = &s.replaces {
+        // The replaced session's record is void; the replacement's is announced below, in
+        // the same transaction.
+        crate::store::sql::outbox::tombstone(tx, final_id, "replaced")?;
         sessions::swap_in(tx, &s.id, final_id)?;
         for e in &s.deferred_surveys {
             sessions::write_survey(tx, final_id, s.participant_id.as_deref(), e)?;
         }
     }
+    // The session's record goes into the outbox with the commit that ends it (sync).
+    crate::store::sql::outbox::announce_session(tx, s.replaces.as_ref().unwrap_or(&s.id))?;
     Ok(())
 }

@@ -9,6 +9,7 @@
 
 pub mod export;
 pub mod frames;
+pub mod outbox;
 pub mod predictions;
 pub mod report;
 pub mod sessions;

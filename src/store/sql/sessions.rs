@@ -84,7 +84,11 @@ pub fn begin(
             // A replacement abandoned by a crash.
             delete(tx, &begun.row_id)?;
         }
-        Some(_) => delete(tx, &s.id)?,
+        Some(_) => {
+            // An earlier failed or incomplete run, announced when it ended: void it.
+            super::outbox::tombstone(tx, &s.id, "rerun")?;
+            delete(tx, &s.id)?
+        }
         None => {}
     }
     let row_id = &begun.row_id;
@@ -407,6 +411,9 @@ pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), Stor
             )
             .map_err(ctx("recording the failed session"))?;
         }
+    }
+    if status(tx, &f.id)?.as_deref() != Some("complete") {
+        super::outbox::announce_session(tx, &f.id)?;
     }
     Ok(())
 }

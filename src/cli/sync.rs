@@ -1,0 +1,90 @@
+//! `empathic sync` (publish the outbox) and `empathic sync status`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::commands::load_config;
+use super::{db_path, fail, open_existing_store, print_json, Failure};
+use crate::exit::ExitKind;
+use crate::store::sql::outbox;
+use crate::sync::{parse_broker, publish, SyncError, SyncOptions};
+
+/// Flags over the config's `[sync]` and `[station]`.
+pub struct Overrides {
+    pub broker: Option<String>,
+    pub study: Option<String>,
+    pub station: Option<String>,
+}
+
+pub fn push(
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    o: Overrides,
+    until_synced: bool,
+    timeout: Option<f64>,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let db = db_path(db, &config);
+    // Opened (and migrated) here first so a missing or foreign file is a usage error.
+    drop(open_existing_store(&db)?);
+    let broker = o.broker.unwrap_or(config.sync.broker.clone());
+    if broker.is_empty() {
+        return Err((
+            ExitKind::BadInput,
+            "no broker: give --broker mqtt://HOST:PORT or set [sync] broker".into(),
+        ));
+    }
+    let (host, port) = parse_broker(&broker).map_err(|e| (ExitKind::BadInput, e.to_string()))?;
+    let opts = SyncOptions {
+        host,
+        port,
+        study: o.study.unwrap_or(config.sync.study.clone()),
+        station: o.station.unwrap_or(config.station.id.clone()),
+    };
+    for (what, v) in [("study", &opts.study), ("station", &opts.station)] {
+        if v.is_empty() || v.contains(['/', '+', '#']) {
+            return Err((
+                ExitKind::BadInput,
+                format!("{what} `{v}` cannot be part of an MQTT topic (empty, or has / + #)"),
+            ));
+        }
+    }
+    let stop = crate::runtime::stop_flag().map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let timeout = timeout.map(Duration::from_secs_f64);
+    match publish(&db, &opts, until_synced, timeout, &stop) {
+        Ok(outcome) => {
+            eprintln!(
+                "sync: {} message(s) acknowledged by {broker} over {} connection(s)",
+                outcome.published, outcome.connections
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ SyncError::Address(_)) => Err((ExitKind::BadInput, e.to_string())),
+        Err(SyncError::Store(e)) => Err(fail(e)),
+        Err(e) => Err((ExitKind::Runtime, format!("sync to {broker}: {e}"))),
+    }
+}
+
+pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    let s = outbox::status(store.connection()).map_err(fail)?;
+    if json {
+        print_json(&s)?;
+    } else {
+        println!(
+            "outbox    {} pending ({} bytes), {} synced",
+            s.pending, s.pending_bytes, s.synced
+        );
+        println!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
+        println!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));
+        println!("last error {}", s.last_error.as_deref().unwrap_or("-"));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,306 @@
+//! Study sync, station side: publishes the outbox (`store::sql::outbox`) to an MQTT broker.
+//!
+//! Contract: each outbox message goes out as one or more chunks (QoS 1) on
+//! `empathic/v1/{study}/{station}/{kind}` (`kind`: `session`, `tombstone`), each chunk a JSON
+//! envelope (format `empathic-sync` version 1): `{v, message_id, kind, study, station,
+//! subject, chunk, chunks, sha256, data}`, where the `data` strings of chunks `0..chunks`
+//! concatenate to the message's payload text and `sha256` is the payload's digest. A message
+//! is marked synced only when the broker has acknowledged (PUBACK) every chunk of it on one
+//! connection; anything unacknowledged stays pending and is sent again (same message id)
+//! after a reconnect or a restart, so a collector de-duplicates by `message_id`. Every
+//! connection is a fresh client (clean session): the outbox, not the broker, holds what is
+//! still owed, and acknowledgements on a connection can only be for what was sent on it.
+//! One message is in flight at a time. A retained `status` topic says `online` on connect and
+//! `offline` by the last will. Connection failures back off exponentially with jitter (0.5 s
+//! doubling to 30 s), never a busy loop.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
+
+use crate::store::sql::outbox::{self, Pending};
+use crate::store::{Store, StoreError};
+
+/// Payload characters per chunk (well under brokers' default packet limits).
+pub const CHUNK_CHARS: usize = 64 * 1024;
+/// The envelope format version.
+pub const ENVELOPE_VERSION: u32 = 1;
+
+/// Where and as whom to publish.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    pub host: String,
+    pub port: u16,
+    pub study: String,
+    pub station: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("broker address `{0}`: expected mqtt://HOST:PORT")]
+    Address(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("gave up after {secs:.0} s and {attempts} failed connection attempt(s) with {pending} message(s) still pending; last error: {last_error}")]
+    Timeout {
+        secs: f64,
+        attempts: u64,
+        pending: u64,
+        last_error: String,
+    },
+}
+
+/// Parses `mqtt://HOST:PORT`.
+pub fn parse_broker(url: &str) -> Result<(String, u16), SyncError> {
+    let rest = url
+        .strip_prefix("mqtt://")
+        .ok_or_else(|| SyncError::Address(url.into()))?;
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| SyncError::Address(url.into()))?;
+    let port = port.parse().map_err(|_| SyncError::Address(url.into()))?;
+    if host.is_empty() {
+        return Err(SyncError::Address(url.into()));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// The chunk envelopes of a message, in order.
+pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut rest = m.payload.as_str();
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(CHUNK_CHARS);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        parts.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    if parts.is_empty() {
+        parts.push("");
+    }
+    let n = parts.len();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, data)| {
+            serde_json::json!({
+                "v": ENVELOPE_VERSION,
+                "message_id": m.message_id,
+                "kind": m.kind,
+                "study": opts.study,
+                "station": opts.station,
+                "subject": m.subject,
+                "chunk": i,
+                "chunks": n,
+                "sha256": m.sha256,
+                "data": data,
+            })
+            .to_string()
+        })
+        .collect()
+}
+
+fn topic(opts: &SyncOptions, kind: &str) -> String {
+    format!("empathic/v1/{}/{}/{kind}", opts.study, opts.station)
+}
+
+/// What a run of the publisher did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SyncOutcome {
+    pub published: u64,
+    pub connections: u64,
+}
+
+/// Publishes the outbox of the store at `db` until it is empty (`until_synced`) or `stop`
+/// is set; gives up after `timeout` with the pending count and the last error.
+pub fn publish(
+    db: &Path,
+    opts: &SyncOptions,
+    until_synced: bool,
+    timeout: Option<Duration>,
+    stop: &AtomicBool,
+) -> Result<SyncOutcome, SyncError> {
+    let store = Store::open(db)?;
+    let conn = store.connection();
+    let started = Instant::now();
+    let mut outcome = SyncOutcome::default();
+    let mut backoff = Duration::from_millis(500);
+    let mut last_error = String::from("none");
+    let mut jitter_state = u64::from(std::process::id()) | 1;
+    let mut attempts = 0u64;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(outcome);
+        }
+        if until_synced && outbox::status(conn)?.pending == 0 {
+            return Ok(outcome);
+        }
+        if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
+            return Err(SyncError::Timeout {
+                secs: t.as_secs_f64(),
+                attempts,
+                pending: outbox::status(conn)?.pending,
+                last_error,
+            });
+        }
+        match connection_round(
+            conn,
+            opts,
+            until_synced,
+            stop,
+            timeout,
+            started,
+            &mut outcome,
+        ) {
+            Ok(()) => return Ok(outcome),
+            Err(Round::Failed(e)) => {
+                attempts += 1;
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "sync: broker connection failed");
+                last_error = e;
+                // Exponential backoff with jitter (xorshift; no need for a crypto RNG).
+                jitter_state ^= jitter_state << 13;
+                jitter_state ^= jitter_state >> 7;
+                jitter_state ^= jitter_state << 17;
+                let jitter =
+                    Duration::from_millis(jitter_state % (backoff.as_millis() as u64 / 2 + 1));
+                sleep_unless_stopped(backoff + jitter, stop);
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+            Err(Round::Store(e)) => return Err(e.into()),
+            Err(Round::TimedOut) => continue,
+        }
+    }
+}
+
+fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {
+    let end = Instant::now() + d;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
+    }
+}
+
+enum Round {
+    Failed(String),
+    Store(StoreError),
+    TimedOut,
+}
+
+impl From<StoreError> for Round {
+    fn from(e: StoreError) -> Self {
+        Round::Store(e)
+    }
+}
+
+/// One connection: publish until done (`Ok`), or fail (`Round::Failed`).
+fn connection_round(
+    conn: &rusqlite::Connection,
+    opts: &SyncOptions,
+    until_synced: bool,
+    stop: &AtomicBool,
+    timeout: Option<Duration>,
+    started: Instant,
+    outcome: &mut SyncOutcome,
+) -> Result<(), Round> {
+    let status = topic(opts, "status");
+    let mut mqtt = MqttOptions::new(
+        format!("empathic-{}-{}", opts.study, opts.station),
+        opts.host.clone(),
+        opts.port,
+    );
+    mqtt.set_clean_session(true)
+        .set_keep_alive(Duration::from_secs(15))
+        .set_max_packet_size(4 * CHUNK_CHARS + 4096, 4 * CHUNK_CHARS + 4096)
+        .set_last_will(LastWill::new(&status, "offline", QoS::AtLeastOnce, true));
+    let (client, mut connection) = Client::new(mqtt, 64);
+    let poll = |c: &mut rumqttc::Connection| c.recv_timeout(Duration::from_millis(200));
+    // Wait for the broker's CONNACK.
+    let connect_deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match poll(&mut connection) {
+            Ok(Ok(Event::Incoming(Packet::ConnAck(_)))) => break,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(Round::Failed(e.to_string())),
+            Err(_) if Instant::now() > connect_deadline => {
+                return Err(Round::Failed(
+                    "no answer from the broker within 10 s".into(),
+                ))
+            }
+            Err(_) => {}
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    }
+    outcome.connections += 1;
+    tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
+    let mut expected: u64 = 0;
+    let mut acked: u64 = 0;
+    client
+        .try_publish(&status, QoS::AtLeastOnce, true, "online")
+        .map_err(|e| Round::Failed(e.to_string()))?;
+    expected += 1;
+    // The message in flight: its outbox row, and the acks that complete it.
+    let mut current: Option<(Pending, u64)> = None;
+    let mut queue: std::collections::VecDeque<(String, String)> = Default::default();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if timeout.is_some_and(|t| started.elapsed() > t) {
+            return Err(Round::TimedOut);
+        }
+        if current.is_none() && queue.is_empty() {
+            match outbox::pending(conn, 1)?.pop() {
+                Some(m) => {
+                    let chunks = envelopes(&m, opts);
+                    let t = topic(opts, &m.kind);
+                    expected += chunks.len() as u64;
+                    let done_at = expected;
+                    queue.extend(chunks.into_iter().map(|c| (t.clone(), c)));
+                    current = Some((m, done_at));
+                }
+                None if until_synced && acked >= expected => return Ok(()),
+                None => {}
+            }
+        }
+        // Hand chunks to the client while its request queue takes them.
+        while let Some((t, payload)) = queue.front() {
+            match client.try_publish(t.clone(), QoS::AtLeastOnce, false, payload.clone()) {
+                Ok(()) => {
+                    queue.pop_front();
+                }
+                Err(_) => break,
+            }
+        }
+        match poll(&mut connection) {
+            Ok(Ok(Event::Incoming(Packet::PubAck(_)))) => {
+                acked += 1;
+                if let Some((m, done_at)) = &current {
+                    if acked >= *done_at && queue.is_empty() {
+                        outbox::mark_synced(conn, m.seq)?;
+                        outcome.published += 1;
+                        tracing::debug!(message = %m.message_id, kind = %m.kind, subject = %m.subject, "sync: acknowledged");
+                        current = None;
+                    }
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                if let Some((m, _)) = &current {
+                    outbox::note_attempt(conn, m.seq, Some(&e.to_string()))?;
+                }
+                return Err(Round::Failed(e.to_string()));
+            }
+            Err(_) => {
+                // Nothing pending and nothing to wait for: idle until something is queued.
+                if current.is_none() && queue.is_empty() && !until_synced {
+                    sleep_unless_stopped(Duration::from_millis(500), stop);
+                }
+            }
+        }
+    }
+}

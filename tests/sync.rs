@@ -1,0 +1,316 @@
+//! Study sync against a real Mosquitto (Debian's `mosquitto`, installed by set-up) started
+//! by the test on a free loopback port: every ended session's record reaches the broker as
+//! the outbox holds it (message ids, sha256 of the reassembled chunks), tombstones follow a
+//! `--replace`, a broker that is down at first is waited for with backoff, and an
+//! unreachable one makes `sync --timeout` give up with the pending count.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
+use sha2::{Digest, Sha256};
+
+struct Broker {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_broker(dir: &Path, port: u16) -> Broker {
+    let conf = dir.join(format!("mosquitto-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("mosquitto")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mosquitto is installed by scripts/setup.sh (Debian package `mosquitto`)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "mosquitto did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Broker { child, port }
+}
+
+/// Collects every publish under `empathic/#` (resubscribing on every CONNACK).
+fn subscriber(port: u16) -> Arc<Mutex<Vec<(String, String)>>> {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let mut opts = MqttOptions::new(format!("test-sub-{port}"), "127.0.0.1", port);
+    opts.set_max_packet_size(1 << 20, 1 << 20);
+    let (client, mut connection) = Client::new(opts, 16);
+    std::thread::Builder::new()
+        .name("test-subscriber".into())
+        .spawn(move || {
+            for event in connection.iter() {
+                match event {
+                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                        client.subscribe("empathic/#", QoS::AtLeastOnce).unwrap();
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) => sink.lock().unwrap().push((
+                        p.topic.clone(),
+                        String::from_utf8_lossy(&p.payload).into_owned(),
+                    )),
+                    Ok(_) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        })
+        .unwrap();
+    // Wait until subscribed: the broker echoes nothing, so give it a moment.
+    std::thread::sleep(Duration::from_millis(500));
+    got
+}
+
+/// Reassembled messages by id: (kind, subject, payload), checked against their sha256.
+fn messages(got: &[(String, String)]) -> BTreeMap<String, (String, String, String)> {
+    let mut chunks: BTreeMap<String, BTreeMap<u64, serde_json::Value>> = BTreeMap::new();
+    for (topic, payload) in got {
+        if topic.ends_with("/status") {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(payload).unwrap();
+        assert_eq!(v["v"], 1);
+        assert!(topic.ends_with(v["kind"].as_str().unwrap()), "{topic}");
+        chunks
+            .entry(v["message_id"].as_str().unwrap().to_string())
+            .or_default()
+            .insert(v["chunk"].as_u64().unwrap(), v);
+    }
+    chunks
+        .into_iter()
+        .map(|(id, parts)| {
+            let first = parts.values().next().unwrap().clone();
+            assert_eq!(
+                parts.len() as u64,
+                first["chunks"].as_u64().unwrap(),
+                "{id}"
+            );
+            let text: String = parts
+                .values()
+                .map(|p| p["data"].as_str().unwrap())
+                .collect();
+            let digest: String = Sha256::digest(text.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(digest, first["sha256"].as_str().unwrap(), "{id}: checksum");
+            (
+                id,
+                (
+                    first["kind"].as_str().unwrap().to_string(),
+                    first["subject"].as_str().unwrap().to_string(),
+                    text,
+                ),
+            )
+        })
+        .collect()
+}
+
+fn outbox(db: &Path) -> Vec<(String, String, String, String)> {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .prepare("SELECT message_id, kind, subject, state FROM outbox ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn sync(db: &Path, port: u16, extra: &[&str]) -> std::process::Output {
+    let broker = format!("mqtt://127.0.0.1:{port}");
+    let mut args = vec![
+        "sync",
+        "--db",
+        path_str(db),
+        "--broker",
+        &broker,
+        "--study",
+        "test-study",
+        "--station",
+        "station-1",
+    ];
+    args.extend_from_slice(extra);
+    empathic(&args)
+}
+
+fn wait_for(
+    got: &Arc<Mutex<Vec<(String, String)>>>,
+    n: usize,
+) -> BTreeMap<String, (String, String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = messages(&got.lock().unwrap());
+        if m.len() >= n || Instant::now() > deadline {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let got = subscriber(broker.port);
+    let db = tmp.path().join("s.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+    let queued = outbox(&db);
+    assert_eq!(queued.len(), 2, "one message per ended session: {queued:?}");
+    let o = sync(&db, broker.port, &["--until-synced", "--timeout", "30"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let synced = outbox(&db);
+    assert!(synced.iter().all(|m| m.3 == "synced"), "{synced:?}");
+    let got_messages = wait_for(&got, 2);
+    for (id, kind, subject, _) in &synced {
+        let (k, s, payload) = got_messages
+            .get(id)
+            .unwrap_or_else(|| panic!("{id} not received"));
+        assert_eq!((k, s), (kind, subject));
+        let v: serde_json::Value = serde_json::from_str(payload).unwrap();
+        assert_eq!(v["format"], "empathic-session");
+        assert_eq!(v["session"]["id"], subject.as_str());
+        assert_eq!(v["self_ratings"].as_array().unwrap().len(), 3);
+        assert!(!v["predictions"].as_array().unwrap().is_empty());
+        // No transcript and no raw media in a session record.
+        assert!(!payload.contains("mister john dashwood"));
+    }
+    let status = empathic(&["sync", "status", "--db", path_str(&db), "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(
+        (s["pending"].as_u64(), s["synced"].as_u64()),
+        (Some(0), Some(2))
+    );
+
+    // Replacing a session voids what was announced: a tombstone, then the new record.
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let queued = outbox(&db);
+    let kinds: Vec<(&str, &str, &str)> = queued[2..]
+        .iter()
+        .map(|m| (m.1.as_str(), m.2.as_str(), m.3.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("tombstone", "demo-0001", "pending"),
+            ("session", "demo-0001", "pending")
+        ]
+    );
+    assert!(
+        sync(&db, broker.port, &["--until-synced", "--timeout", "30"])
+            .status
+            .success()
+    );
+    let got_messages = wait_for(&got, 4);
+    assert_eq!(got_messages.len(), 4);
+    let tomb = got_messages.get(&queued[2].0).unwrap();
+    assert_eq!(tomb.0, "tombstone");
+    assert!(tomb.2.contains("\"reason\":\"replaced\""), "{}", tomb.2);
+}
+
+#[test]
+fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("s.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+
+    // Nobody listens: the timeout gives up, names the pending count, exit 1; nothing lost.
+    let dead = free_port();
+    let started = Instant::now();
+    let o = sync(&db, dead, &["--until-synced", "--timeout", "2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 message(s) still pending"),
+        "{}",
+        stderr(&o)
+    );
+    // Backoff, not a busy loop: a couple of attempts in two seconds, not thousands.
+    let err = stderr(&o);
+    let attempts: u64 = err
+        .split(" failed connection attempt")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!((1..=6).contains(&attempts), "{attempts} attempts: {err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(outbox(&db)[0].3, "pending");
+
+    // The broker comes up while sync waits: it connects and delivers.
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args([
+            "sync",
+            "--db",
+            path_str(&db),
+            "--broker",
+            &format!("mqtt://127.0.0.1:{port}"),
+            "--study",
+            "test-study",
+            "--station",
+            "station-1",
+            "--until-synced",
+            "--timeout",
+            "40",
+        ])
+        .env("EMPATHIC_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let broker = start_broker(tmp.path(), port);
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(outbox(&db)[0].3, "synced");
+    drop(broker);
+}
