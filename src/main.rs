@@ -140,6 +140,10 @@ enum Command {
         /// Give up (exit 1) after this many seconds.
         #[arg(long)]
         timeout: Option<f64>,
+        /// First enqueue every ended session the outbox has never announced (sessions stored
+        /// before the outbox existed).
+        #[arg(long)]
+        backfill: bool,
     },
     /// Check the installation and say what is missing.
     Doctor {
@@ -465,6 +469,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             station,
             until_synced,
             timeout,
+            backfill,
         } => cli::sync::push(
             db,
             config.as_deref(),
@@ -475,6 +480,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             },
             until_synced,
             timeout,
+            backfill,
         ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }

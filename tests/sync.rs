@@ -219,6 +219,27 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
         (s["pending"].as_u64(), s["synced"].as_u64()),
         (Some(0), Some(2))
     );
+    // Sessions stored before the outbox existed (a station upgraded mid-study) are
+    // announced by --backfill, once.
+    let copy = tmp.path().join("old.db");
+    std::fs::copy(&db, &copy).unwrap();
+    rusqlite::Connection::open(&copy)
+        .unwrap()
+        .execute("DELETE FROM outbox", [])
+        .unwrap();
+    for _ in 0..2 {
+        let o = sync(
+            &copy,
+            broker.port,
+            &["--backfill", "--until-synced", "--timeout", "30"],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let backfilled = outbox(&copy);
+    assert_eq!(backfilled.len(), 2, "{backfilled:?}");
+    assert!(backfilled
+        .iter()
+        .all(|m| m.1 == "session" && m.3 == "synced"));
 
     // Replacing a session voids what was announced: a tombstone, then the new record.
     let o = empathic(&[
@@ -248,8 +269,10 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
             .status
             .success()
     );
-    let got_messages = wait_for(&got, 4);
-    assert_eq!(got_messages.len(), 4);
+    // Two records, two backfilled from the copy, a tombstone and the new record.
+    let got_messages = wait_for(&got, 6);
+    assert_eq!(got_messages.len(), 6);
+    assert!(got_messages.contains_key(&queued[3].0));
     let tomb = got_messages.get(&queued[2].0).unwrap();
     assert_eq!(tomb.0, "tombstone");
     assert!(tomb.2.contains("\"reason\":\"replaced\""), "{}", tomb.2);

@@ -23,11 +23,29 @@ pub fn push(
     o: Overrides,
     until_synced: bool,
     timeout: Option<f64>,
+    backfill: bool,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let db = db_path(db, &config);
     // Opened (and migrated) here first so a missing or foreign file is a usage error.
-    drop(open_existing_store(&db)?);
+    let store = open_existing_store(&db)?;
+    if backfill {
+        let tx = store.connection().unchecked_transaction().map_err(|e| {
+            (
+                ExitKind::Runtime,
+                format!("cannot backfill the outbox: {e}"),
+            )
+        })?;
+        let n = outbox::backfill(&tx).map_err(fail)?;
+        tx.commit().map_err(|e| {
+            (
+                ExitKind::Runtime,
+                format!("cannot backfill the outbox: {e}"),
+            )
+        })?;
+        eprintln!("sync: {n} session(s) stored before the outbox enqueued");
+    }
+    drop(store);
     let broker = o.broker.unwrap_or(config.sync.broker.clone());
     if broker.is_empty() {
         return Err((

@@ -137,6 +137,26 @@ pub fn tombstone(tx: &Transaction<'_>, id: &str, reason: &str) -> Result<(), Sto
     )
 }
 
+/// Announces every ended session that has no record in the outbox yet: sessions stored
+/// before schema v4 (a station upgraded mid-study). Returns how many were enqueued.
+pub fn backfill(tx: &Transaction<'_>) -> Result<usize, StoreError> {
+    let ids: Vec<String> = tx
+        .prepare(
+            "SELECT id FROM sessions s WHERE status IN ('complete', 'failed', 'incomplete')
+               AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.subject = s.id AND o.kind = 'session')
+             ORDER BY start_time, created_at, id",
+        )
+        .and_then(|mut st| {
+            st.query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(ctx("looking for sessions never announced"))?;
+    for id in &ids {
+        announce_session(tx, id)?;
+    }
+    Ok(ids.len())
+}
+
 /// A message waiting to be sent (or re-sent).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
