@@ -145,6 +145,24 @@ enum Command {
         #[arg(long)]
         backfill: bool,
     },
+    /// For study staff: receive every station's sync messages into a central SQLite file,
+    /// exactly once (until SIGINT/SIGTERM).
+    Collect {
+        /// The central file (created when missing).
+        #[arg(long)]
+        central: PathBuf,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// `mqtt://HOST:PORT` (default: `[sync] broker`).
+        #[arg(long)]
+        broker: Option<String>,
+        /// Study name in the topics (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+        /// The collector's MQTT client id (stable: the broker keeps its session).
+        #[arg(long, default_value = "empathic-collector")]
+        client_id: String,
+    },
     /// Check the installation and say what is missing.
     Doctor {
         #[arg(long)]
@@ -482,6 +500,13 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             timeout,
             backfill,
         ),
+        Command::Collect {
+            central,
+            config,
+            broker,
+            study,
+            client_id,
+        } => cli::sync::collect(&central, config.as_deref(), broker, study, &client_id),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }
 }

@@ -337,3 +337,153 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
     assert_eq!(outbox(&db)[0].3, "synced");
     drop(broker);
 }
+
+fn start_collector(central: &Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args([
+            "collect",
+            "--central",
+            path_str(central),
+            "--broker",
+            &format!("mqtt://127.0.0.1:{port}"),
+            "--study",
+            "test-study",
+            "--client-id",
+            "test-collector",
+        ])
+        .env("EMPATHIC_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn central_records(central: &Path) -> Vec<(String, String, String, i64)> {
+    let conn = rusqlite::Connection::open(central).unwrap();
+    conn.prepare(
+        "SELECT message_id, station, kind, voided FROM collect_records ORDER BY message_id",
+    )
+    .and_then(|mut s| {
+        s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .unwrap_or_default()
+}
+
+#[test]
+fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let central = tmp.path().join("central.db");
+    let fast = config_without_vision_models(tmp.path());
+    // Two stations, two sessions each.
+    let mut stations = Vec::new();
+    for k in 1..=2 {
+        let db = tmp.path().join(format!("station-{k}.db"));
+        assert!(replay_cli(&demo_session(), &db, Some(&fast))
+            .status
+            .success());
+        let later = later_demo_session(&tmp.path().join(format!("later-{k}")));
+        assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+        stations.push(db);
+    }
+    let sync_as = |db: &Path, station: &str| {
+        let broker_url = format!("mqtt://127.0.0.1:{}", broker.port);
+        let o = empathic(&[
+            "sync",
+            "--db",
+            path_str(db),
+            "--broker",
+            &broker_url,
+            "--study",
+            "test-study",
+            "--station",
+            station,
+            "--until-synced",
+            "--timeout",
+            "30",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    // The collector registers its persistent session, then dies (SIGKILL) before the
+    // stations sync: the broker keeps their messages for it.
+    let mut collector = start_collector(&central, broker.port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !central.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    collector.kill().unwrap();
+    collector.wait().unwrap();
+    sync_as(&stations[0], "station-1");
+    // Back up: it receives what was queued, then what comes while it runs.
+    let mut collector = start_collector(&central, broker.port);
+    sync_as(&stations[1], "station-2");
+    // A replacement on station 1: its earlier record of demo-0001 is voided centrally.
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&stations[0]),
+        "--config",
+        path_str(&fast),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sync_as(&stations[0], "station-1");
+    // And garbage on a station topic is quarantined, not fatal.
+    let mut opts = MqttOptions::new("test-garbage", "127.0.0.1", broker.port);
+    opts.set_keep_alive(Duration::from_secs(5));
+    let (client, mut conn) = Client::new(opts, 4);
+    client
+        .publish(
+            "empathic/v1/test-study/station-9/session",
+            QoS::AtLeastOnce,
+            false,
+            "not json",
+        )
+        .unwrap();
+    for _ in 0..20 {
+        if let Ok(Ok(Event::Incoming(Packet::PubAck(_)))) =
+            conn.recv_timeout(Duration::from_millis(200))
+        {
+            break;
+        }
+    }
+    let expected: usize = stations.iter().map(|db| outbox(db).len()).sum();
+    assert_eq!(
+        expected,
+        2 + 2 + 2,
+        "two records each, a tombstone and a new record"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = central_records(&central);
+    while got.len() < expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        got = central_records(&central);
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &collector.id().to_string()])
+        .status();
+    collector.wait().unwrap();
+    // Exactly once: every outbox message id of both stations, and nothing else.
+    let mut want: Vec<String> = stations
+        .iter()
+        .flat_map(|db| outbox(db).into_iter().map(|m| m.0))
+        .collect();
+    want.sort();
+    let ids: Vec<String> = got.iter().map(|r| r.0.clone()).collect();
+    assert_eq!(ids, want);
+    // The tombstone voided station 1's first record of demo-0001, and only it.
+    let voided: Vec<&(String, String, String, i64)> = got.iter().filter(|r| r.3 == 1).collect();
+    assert_eq!(voided.len(), 1, "{got:?}");
+    assert_eq!(
+        (voided[0].1.as_str(), voided[0].2.as_str()),
+        ("station-1", "session")
+    );
+    let quarantined: i64 = rusqlite::Connection::open(&central)
+        .unwrap()
+        .query_row("SELECT count(*) FROM collect_quarantine", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(quarantined, 1);
+}

@@ -106,3 +106,30 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `empathic collect`.
+pub fn collect(
+    central: &Path,
+    config: Option<&Path>,
+    broker: Option<String>,
+    study: Option<String>,
+    client_id: &str,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let broker = broker.unwrap_or(config.sync.broker.clone());
+    let (host, port) = parse_broker(&broker).map_err(|e| (ExitKind::BadInput, e.to_string()))?;
+    let study = study.unwrap_or(config.sync.study.clone());
+    let stop = crate::runtime::stop_flag().map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let records = crate::sync::collect::collect(central, &host, port, &study, client_id, &stop)
+        .map_err(|e| (ExitKind::Runtime, e))?;
+    eprintln!(
+        "collect: {records} record(s) stored in {}",
+        central.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

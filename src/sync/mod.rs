@@ -14,6 +14,8 @@
 //! `offline` by the last will. Connection failures back off exponentially with jitter (0.5 s
 //! doubling to 30 s), never a busy loop.
 
+pub mod collect;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
