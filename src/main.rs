@@ -125,12 +125,8 @@ enum Command {
         db: Option<PathBuf>,
         #[arg(long)]
         config: Option<PathBuf>,
-        /// `mqtt://HOST:PORT` (default: `[sync] broker`).
-        #[arg(long)]
-        broker: Option<String>,
-        /// Study name in the topics (default: `[sync] study`).
-        #[arg(long)]
-        study: Option<String>,
+        #[command(flatten)]
+        target: BrokerArgs,
         /// Station id in the topics (default: `[station] id`).
         #[arg(long)]
         station: Option<String>,
@@ -153,12 +149,8 @@ enum Command {
         central: PathBuf,
         #[arg(long)]
         config: Option<PathBuf>,
-        /// `mqtt://HOST:PORT` (default: `[sync] broker`).
-        #[arg(long)]
-        broker: Option<String>,
-        /// Study name in the topics (default: `[sync] study`).
-        #[arg(long)]
-        study: Option<String>,
+        #[command(flatten)]
+        target: BrokerArgs,
         /// The collector's MQTT client id (stable: the broker keeps its session).
         #[arg(long, default_value = "empathic-collector")]
         client_id: String,
@@ -211,6 +203,17 @@ enum StoriesCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The broker and study of `sync` and `collect`.
+#[derive(clap::Args)]
+struct BrokerArgs {
+    /// `mqtt://HOST:PORT` (default: `[sync] broker`).
+    #[arg(long)]
+    broker: Option<String>,
+    /// Study name in the topics (default: `[sync] study`).
+    #[arg(long)]
+    study: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -482,8 +485,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             command: None,
             db,
             config,
-            broker,
-            study,
+            target,
             station,
             until_synced,
             timeout,
@@ -492,8 +494,8 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             db,
             config.as_deref(),
             cli::sync::Overrides {
-                broker,
-                study,
+                broker: target.broker,
+                study: target.study,
                 station,
             },
             until_synced,
@@ -503,10 +505,15 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Collect {
             central,
             config,
-            broker,
-            study,
+            target,
             client_id,
-        } => cli::sync::collect(&central, config.as_deref(), broker, study, &client_id),
+        } => cli::sync::collect(
+            &central,
+            config.as_deref(),
+            target.broker,
+            target.study,
+            &client_id,
+        ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }
 }
