@@ -141,6 +141,11 @@ enum Command {
         #[arg(long)]
         backfill: bool,
     },
+    /// Participants.
+    Participant {
+        #[command(subcommand)]
+        command: ParticipantCommand,
+    },
     /// For study staff: receive every station's sync messages into a central SQLite file,
     /// exactly once (until SIGINT/SIGTERM).
     Collect {
@@ -202,6 +207,20 @@ enum StoriesCommand {
         config: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ParticipantCommand {
+    /// Withdrawal: delete the participant's sessions, answers and pending records here, and
+    /// tell the study's collector to delete theirs (at the next `sync`); only an audit line
+    /// that a purge happened stays.
+    Purge {
+        id: String,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -502,6 +521,9 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             timeout,
             backfill,
         ),
+        Command::Participant {
+            command: ParticipantCommand::Purge { id, db, config },
+        } => cli::sync::purge(&id, db, config.as_deref()),
         Command::Collect {
             central,
             config,

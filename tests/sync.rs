@@ -487,3 +487,94 @@ fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash
         .unwrap();
     assert_eq!(quarantined, 1);
 }
+
+#[test]
+fn a_withdrawal_purges_the_participant_on_the_station_and_at_the_collector() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let central = tmp.path().join("central.db");
+    let fast = config_without_vision_models(tmp.path());
+    let db = tmp.path().join("station.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+    let mut collector = start_collector(&central, broker.port);
+    std::thread::sleep(Duration::from_millis(700));
+    let sync_now = || {
+        let o = sync(&db, broker.port, &["--until-synced", "--timeout", "30"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    sync_now();
+    let records = |kind: &str| -> i64 {
+        rusqlite::Connection::open(&central)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM collect_records WHERE kind = ?1",
+                [kind],
+                |r| r.get(0),
+            )
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while records("session") < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(records("session"), 2);
+
+    // Unknown participant: exit 2, nothing touched.
+    let o = empathic(&["participant", "purge", "P-NOBODY", "--db", path_str(&db)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = empathic(&["participant", "purge", "P-DEMO", "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("2 session(s) removed"),
+        "{}",
+        stdout(&o)
+    );
+    let station = rusqlite::Connection::open(&db).unwrap();
+    let count = |sql: &str| -> i64 { station.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM sessions"), 0);
+    assert_eq!(count("SELECT count(*) FROM participants"), 0);
+    assert_eq!(count("SELECT count(*) FROM survey_responses"), 0);
+    assert_eq!(count("SELECT count(*) FROM frames"), 0);
+    // Their records are gone from the outbox too; only the purge message and an audit line.
+    assert_eq!(
+        count("SELECT count(*) FROM outbox WHERE kind = 'session'"),
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM outbox WHERE kind = 'purge' AND state = 'pending'"),
+        1
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM purges WHERE participant_id = 'P-DEMO'"),
+        1
+    );
+    drop(station);
+
+    sync_now();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while records("session") > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &collector.id().to_string()])
+        .status();
+    collector.wait().unwrap();
+    assert_eq!(
+        records("session"),
+        0,
+        "the participant's records are deleted centrally"
+    );
+    let audit: (String, i64) = rusqlite::Connection::open(&central)
+        .unwrap()
+        .query_row(
+            "SELECT participant_id, records FROM collect_purges",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(audit, ("P-DEMO".to_string(), 2));
+}

@@ -133,3 +133,26 @@ pub fn collect(
     );
     Ok(ExitCode::SUCCESS)
 }
+
+/// `empathic participant purge ID`.
+pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    let tx = store
+        .connection()
+        .unchecked_transaction()
+        .map_err(|e| (ExitKind::Runtime, format!("cannot purge: {e}")))?;
+    let Some(sessions) = outbox::purge_participant(&tx, id).map_err(fail)? else {
+        return Err((
+            ExitKind::BadInput,
+            format!("no participant `{id}` in {}", store.path().display()),
+        ));
+    };
+    tx.commit()
+        .map_err(|e| (ExitKind::Runtime, format!("cannot purge: {e}")))?;
+    println!(
+        "purged participant {id}: {} session(s) removed; the collector removes theirs at the next sync",
+        sessions.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -13,7 +13,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "sync outbox", V4),
 ];
 
-/// Version 4: the outbox of study sync (`src/sync/`). A message is written in the same
+/// Version 4: the outbox of study sync (`src/sync/`) and the audit of participant purges. A message is written in the same
 /// transaction as what it announces: a session's record when the session ends (complete,
 /// incomplete or failed), a tombstone when a stored session is replaced or removed. The
 /// announced session is `subject` (not `session_id`: outbox rows must outlive the session
@@ -22,7 +22,7 @@ const V4: &str = r#"
 CREATE TABLE outbox (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
     message_id TEXT NOT NULL UNIQUE,
-    kind       TEXT NOT NULL CHECK (kind IN ('session', 'tombstone')),
+    kind       TEXT NOT NULL CHECK (kind IN ('session', 'tombstone', 'purge')),
     subject    TEXT NOT NULL,
     payload    TEXT NOT NULL,
     sha256     TEXT NOT NULL,
@@ -33,6 +33,14 @@ CREATE TABLE outbox (
     last_error TEXT
 );
 CREATE INDEX outbox_pending ON outbox (state, seq);
+
+-- A participant's withdrawal: that it happened, when, and how many sessions went; nothing
+-- of their data.
+CREATE TABLE purges (
+    participant_id TEXT NOT NULL,
+    sessions       INTEGER NOT NULL,
+    purged_at      TEXT NOT NULL
+);
 "#;
 
 /// Version 3: each session's modalities record what produced them (a stage with its layout

@@ -8,7 +8,9 @@
 //! nothing twice (`message_id` and `(message_id, chunk)` are keys). Chunks are held in
 //! `collect_chunks` until all of a message's have arrived; the reassembled payload is checked
 //! against its sha256 and stored in `collect_records`. A tombstone marks every earlier
-//! record of its subject from that station `voided`. Anything malformed (not JSON, wrong
+//! record of its subject from that station `voided`; a purge (a participant's withdrawal)
+//! deletes every record of that participant from that station and leaves an audit line in
+//! `collect_purges`. Anything malformed (not JSON, wrong
 //! envelope version, chunk numbers out of range, checksum mismatch, topic and envelope
 //! disagreeing) goes to `collect_quarantine` with the reason and is acknowledged (a
 //! redelivery would be just as bad); the collector never stops on a bad message. Central
@@ -43,6 +45,13 @@ CREATE TABLE IF NOT EXISTS collect_chunks (
     chunks     INTEGER NOT NULL,
     data       TEXT NOT NULL,
     PRIMARY KEY (message_id, chunk)
+);
+CREATE TABLE IF NOT EXISTS collect_purges (
+    study          TEXT NOT NULL,
+    station        TEXT NOT NULL,
+    participant_id TEXT NOT NULL,
+    records        INTEGER NOT NULL,
+    purged_at      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
 CREATE TABLE IF NOT EXISTS collect_quarantine (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -194,6 +203,22 @@ pub fn store_publish(conn: &mut Connection, topic: &str, payload: &[u8]) -> Resu
             conn,
             format!("message {id}: reassembled sha256 {digest}, announced {sha}"),
         );
+    }
+    if kind == "purge" {
+        // Withdrawal: every record of the participant from that station goes; an audit
+        // line (who, when, how many; nothing of the data) stays.
+        let removed = tx
+            .execute(
+                "DELETE FROM collect_records WHERE station = ?1 AND study = ?2 AND kind = 'session'
+                   AND json_extract(payload, '$.session.participant_id') = ?3",
+                params![station, study, subject],
+            )
+            .map_err(|e| format!("cannot apply a purge: {e}"))?;
+        tx.execute(
+            "INSERT INTO collect_purges (study, station, participant_id, records) VALUES (?1, ?2, ?3, ?4)",
+            params![study, station, subject, removed as i64],
+        )
+        .map_err(|e| format!("cannot apply a purge: {e}"))?;
     }
     if kind == "tombstone" {
         tx.execute(
