@@ -30,6 +30,8 @@ fn browser(page: &Path, extra: &[&str]) -> std::process::Output {
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            // Containers often have a tiny /dev/shm; Chromium then crashes without this.
+            "--disable-dev-shm-usage",
             "--hide-scrollbars",
             // No network: a page that needed one would render incomplete.
             "--proxy-server=127.0.0.1:9",
