@@ -1,40 +1,107 @@
 #!/usr/bin/env bash
-# Replay throughput at --speed max: frames per second and multiple of real time, for the
-# demo session and (when present) the shared real sessions. Each session is replayed 3 times
-# into a fresh database; the median is reported. Build first: cargo build --release.
+# Replay throughput at --speed max, per session: frames per second, multiple of real time,
+# CPU cores used (user + system CPU time over wall time), peak resident memory, and a table
+# of CPU per thread (sampled from /proc every 50 ms: CPU ms a frame and share of the run
+# each named thread was busy). The demo session and (when present) the shared real
+# sessions; each replayed 3 times into a fresh database; medians reported. Build first:
+# cargo build --release.
 # REPLAY_CONFIG=FILE passes --config FILE (e.g. a config with appearance_encoder = "").
 # EMPATHIC_BINS="A B" compares binaries in one sitting: their runs are interleaved (A, B,
 # A, B, ...) so the machine's load falls on both alike, and each row after the first binary's
 # gives its median time as a ratio to the first's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-read -r -a bins <<< "${EMPATHIC_BINS:-./target/release/empathic}"
 fixtures=${EMPATHIC_FIXTURES:-../shared/fixtures}
 sessions=(demo/session)
 for s in grid still selfie; do [[ -d $fixtures/sessions/$s ]] && sessions+=("$fixtures/sessions/$s"); done
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-printf '%-34s %-28s %8s %10s %10s %11s %9s\n' session binary frames media_s "frames/s" "x realtime" "time/1st"
-for s in "${sessions[@]}"; do
-  for b in "${!bins[@]}"; do : > "$tmp/runs.$b"; done
-  for i in 1 2 3; do
-    for b in "${!bins[@]}"; do
-      rm -f "$tmp"/t.db*
-      "${bins[$b]}" replay "$s" --db "$tmp/t.db" --json ${REPLAY_CONFIG:+--config "$REPLAY_CONFIG"} \
-        | tr -d '\n' >> "$tmp/runs.$b"
-      echo >> "$tmp/runs.$b"
-    done
-  done
-  python3 - "$s" "$tmp" "${bins[@]}" <<'PY'
-import json, statistics, sys
-name, tmp, bins = sys.argv[1], sys.argv[2], sys.argv[3:]
-first = None
-for b, path in enumerate(bins):
-    runs = [json.loads(l) for l in open(f"{tmp}/runs.{b}") if l.strip()]
-    el = statistics.median(r["elapsed_secs"] for r in runs)
-    first = first or el
-    r = runs[0]
-    label = path if len(path) <= 28 else "..." + path[-25:]
-    print(f"{name:<34} {label:<28} {r['frames']:>8} {r['duration_secs']:>10.1f} "
-          f"{r['frames']/el:>10.0f} {r['duration_secs']/el:>11.1f} {el/first:>9.3f}")
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+  "flags: $(grep -m1 -o -w -E 'avx512_vnni|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+python3 - "${EMPATHIC_BINS:-./target/release/empathic}" "${REPLAY_CONFIG:-}" "${sessions[@]}" <<'PY'
+import json, os, resource, statistics, subprocess, sys, tempfile, time
+
+bins, config, sessions = sys.argv[1].split(), sys.argv[2], sys.argv[3:]
+tick = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid, seen):
+    """Adds every live thread's CPU seconds (by tid) into seen[tid] = (name, secs)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        seen[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+
+
+def run(binary, session):
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [binary, "replay", session, "--db", f"{tmp}/t.db", "--json"]
+        if config:
+            cmd += ["--config", config]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        seen, hwm_kib = {}, 0
+        while p.poll() is None:
+            thread_cpu(p.pid, seen)
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            hwm_kib = max(hwm_kib, int(line.split()[1]))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+            time.sleep(0.05)
+        out = p.stdout.read()
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if p.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed with exit {p.returncode}")
+        r = json.loads(out)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        threads = {}
+        for name, secs in seen.values():
+            threads[name] = threads.get(name, 0.0) + secs
+        # Peak RSS: the process's high-water mark (VmHWM) at the last sample before it ended.
+        return {"elapsed": r["elapsed_secs"], "wall": wall, "frames": r["frames"],
+                "media": r["duration_secs"], "cpu": cpu, "rss_mib": hwm_kib / 1024,
+                "threads": threads}
+
+
+print(f"{'session':<30} {'binary':<24} {'frames':>7} {'media s':>8} {'frames/s':>9} "
+      f"{'x real':>7} {'cores':>6} {'peak RSS MiB':>13} {'time/1st':>9}")
+tables = []
+for s in sessions:
+    runs = {b: [] for b in bins}
+    for _ in range(3):
+        for b in bins:
+            runs[b].append(run(b, s))
+    first = None
+    for b in bins:
+        rs = sorted(runs[b], key=lambda r: r["elapsed"])
+        med = rs[1]
+        first = first or med["elapsed"]
+        label = b if len(b) <= 24 else "..." + b[-21:]
+        print(f"{s[-30:]:<30} {label:<24} {med['frames']:>7} {med['media']:>8.1f} "
+              f"{med['frames'] / med['elapsed']:>9.0f} {med['media'] / med['elapsed']:>7.1f} "
+              f"{med['cpu'] / med['wall']:>6.2f} {max(r['rss_mib'] for r in rs):>13.0f} "
+              f"{med['elapsed'] / first:>9.3f}")
+        if b == bins[0]:
+            tables.append((s, med))
+print()
+print("CPU per thread (first binary, median run): ms of CPU a frame, and busy share of the run")
+for s, med in tables:
+    print(f"  {s}")
+    for name, secs in sorted(med["threads"].items(), key=lambda kv: -kv[1]):
+        if secs * 1000 / max(med["frames"], 1) < 0.05:
+            continue
+        print(f"    {name:<22} {secs * 1000 / max(med['frames'], 1):>8.2f} ms/frame "
+              f"{100 * secs / med['wall']:>6.1f} %")
 PY
-done
