@@ -98,7 +98,7 @@ fn subscriber(port: u16) -> Arc<Mutex<Vec<(String, String)>>> {
 fn messages(got: &[(String, String)]) -> BTreeMap<String, (String, String, String)> {
     let mut chunks: BTreeMap<String, BTreeMap<u64, serde_json::Value>> = BTreeMap::new();
     for (topic, payload) in got {
-        if topic.ends_with("/status") {
+        if topic.ends_with("/status") || topic.ends_with("/receipt") {
             continue;
         }
         let v: serde_json::Value = serde_json::from_str(payload).unwrap();
@@ -186,6 +186,8 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
     let tmp = tempfile::tempdir().unwrap();
     let broker = start_broker(tmp.path(), free_port());
     let got = subscriber(broker.port);
+    // A collector answers with receipts; without one nothing is ever synced.
+    let mut collector = start_collector(&tmp.path().join("central.db"), broker.port);
     let db = tmp.path().join("s.db");
     let fast = config_without_vision_models(tmp.path());
     assert!(replay_cli(&demo_session(), &db, Some(&fast))
@@ -276,6 +278,8 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
     let tomb = got_messages.get(&queued[2].0).unwrap();
     assert_eq!(tomb.0, "tombstone");
     assert!(tomb.2.contains("\"reason\":\"replaced\""), "{}", tomb.2);
+    collector.kill().unwrap();
+    collector.wait().unwrap();
 }
 
 #[test]
@@ -293,7 +297,7 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
     let o = sync(&db, dead, &["--until-synced", "--timeout", "2"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("1 message(s) still pending"),
+        stderr(&o).contains("1 message(s) not yet synced"),
         "{}",
         stderr(&o)
     );
@@ -332,9 +336,12 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let broker = start_broker(tmp.path(), port);
+    let mut collector = start_collector(&tmp.path().join("central.db"), port);
     let status = child.wait().unwrap();
     assert!(status.success());
     assert_eq!(outbox(&db)[0].3, "synced");
+    collector.kill().unwrap();
+    collector.wait().unwrap();
     drop(broker);
 }
 
@@ -415,9 +422,33 @@ fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash
     std::thread::sleep(Duration::from_millis(700));
     collector.kill().unwrap();
     collector.wait().unwrap();
-    sync_as(&stations[0], "station-1");
-    // Back up: it receives what was queued, then what comes while it runs.
+    // The broker takes station 1's records, but no collector confirms them: not synced.
+    let broker_url = format!("mqtt://127.0.0.1:{}", broker.port);
+    let o = empathic(&[
+        "sync",
+        "--db",
+        path_str(&stations[0]),
+        "--broker",
+        &broker_url,
+        "--study",
+        "test-study",
+        "--station",
+        "station-1",
+        "--until-synced",
+        "--timeout",
+        "3",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("2 message(s) not yet synced"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(outbox(&stations[0]).iter().all(|m| m.3 == "sent"));
+    // Back up: it receives what was queued; station 1's next sync re-sends (duplicates,
+    // answered with receipts) and is done.
     let mut collector = start_collector(&central, broker.port);
+    sync_as(&stations[0], "station-1");
     sync_as(&stations[1], "station-2");
     // A replacement on station 1: its earlier record of demo-0001 is voided centrally.
     let o = empathic(&[

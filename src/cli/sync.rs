@@ -78,8 +78,8 @@ pub fn push(
     match publish(&db, &opts, until_synced, timeout, &stop) {
         Ok(outcome) => {
             eprintln!(
-                "sync: {} message(s) acknowledged by {broker} over {} connection(s)",
-                outcome.published, outcome.connections
+                "sync: {} message(s) taken by {broker}, {} confirmed by a collector, over {} connection(s)",
+                outcome.published, outcome.confirmed, outcome.connections
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -97,8 +97,8 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
         print_json(&s)?;
     } else {
         println!(
-            "outbox    {} pending ({} bytes), {} synced",
-            s.pending, s.pending_bytes, s.synced
+            "outbox    {} pending, {} sent awaiting a collector's receipt ({} bytes), {} synced",
+            s.pending, s.sent, s.pending_bytes, s.synced
         );
         println!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
         println!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));

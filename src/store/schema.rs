@@ -27,7 +27,10 @@ CREATE TABLE outbox (
     payload    TEXT NOT NULL,
     sha256     TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    state      TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'synced')),
+    -- pending: not yet acknowledged by the broker; sent: the broker has it (PUBACK), no
+    -- collector receipt yet; synced: a collector committed it and said so (receipt).
+    state      TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'synced')),
+    sent_at    TEXT,
     attempts   INTEGER NOT NULL DEFAULT 0,
     synced_at  TEXT,
     last_error TEXT

@@ -8,7 +8,10 @@
 //! nothing twice (`message_id` and `(message_id, chunk)` are keys). Chunks are held in
 //! `collect_chunks` until all of a message's have arrived; the reassembled payload is checked
 //! against its sha256 and stored in `collect_records`. A tombstone marks every earlier
-//! record of its subject from that station `voided`; a purge (a participant's withdrawal)
+//! record of its subject from that station `voided`; every whole message (new or a
+//! duplicate) is answered, after the commit, with a receipt on
+//! `empathic/v1/{study}/{station}/receipt` (`{"message_id": ...}`), which is what makes the
+//! station call it synced; a purge (a participant's withdrawal)
 //! deletes every record of that participant from that station and leaves an audit line in
 //! `collect_purges`. Anything malformed (not JSON, wrong
 //! envelope version, chunk numbers out of range, checksum mismatch, topic and envelope
@@ -85,8 +88,16 @@ pub fn open_central(path: &Path) -> Result<Connection, String> {
 #[derive(Debug, PartialEq)]
 pub enum Stored {
     Chunk,
-    Record,
-    Duplicate,
+    /// A whole message stored: its receipt goes to `topic`.
+    Record {
+        receipt_topic: String,
+        message_id: String,
+    },
+    /// Already stored: answered with a receipt again (the station may have missed it).
+    Duplicate {
+        receipt_topic: String,
+        message_id: String,
+    },
     Quarantined(String),
 }
 
@@ -162,8 +173,12 @@ pub fn store_publish(conn: &mut Connection, topic: &str, payload: &[u8]) -> Resu
         )
         .optional()
         .map_err(|e| format!("cannot store a message: {e}"))?;
+    let receipt_topic = format!("empathic/v1/{study}/{station}/receipt");
     if done.is_some() {
-        return Ok(Stored::Duplicate);
+        return Ok(Stored::Duplicate {
+            receipt_topic,
+            message_id: id,
+        });
     }
     tx.execute(
         "INSERT OR IGNORE INTO collect_chunks (message_id, chunk, chunks, data) VALUES (?1, ?2, ?3, ?4)",
@@ -235,7 +250,10 @@ pub fn store_publish(conn: &mut Connection, topic: &str, payload: &[u8]) -> Resu
     .map_err(|e| format!("cannot store a message: {e}"))?;
     tx.commit()
         .map_err(|e| format!("cannot store a message: {e}"))?;
-    Ok(Stored::Record)
+    Ok(Stored::Record {
+        receipt_topic,
+        message_id: id,
+    })
 }
 
 /// Receives until `stop`; reconnects with backoff.
@@ -268,13 +286,32 @@ pub fn collect(
                 tracing::info!(host, port, %filter, "collect: connected");
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
-                if p.topic.ends_with("/status") {
+                if p.topic.ends_with("/status") || p.topic.ends_with("/receipt") {
                     ack(&client, &p)?;
                     continue;
                 }
                 match store_publish(&mut conn, &p.topic, &p.payload) {
                     Ok(stored) => {
-                        if stored == Stored::Record {
+                        if let Stored::Record {
+                            receipt_topic,
+                            message_id,
+                        }
+                        | Stored::Duplicate {
+                            receipt_topic,
+                            message_id,
+                        } = &stored
+                        {
+                            // After the commit: the station may now call it synced.
+                            client
+                                .try_publish(
+                                    receipt_topic.clone(),
+                                    QoS::AtLeastOnce,
+                                    false,
+                                    serde_json::json!({ "message_id": message_id }).to_string(),
+                                )
+                                .map_err(|e| format!("cannot send a receipt: {e}"))?;
+                        }
+                        if matches!(stored, Stored::Record { .. }) {
                             records += 1;
                         }
                         ack(&client, &p)?;

@@ -5,9 +5,13 @@
 //! envelope (format `empathic-sync` version 1): `{v, message_id, kind, study, station,
 //! subject, chunk, chunks, sha256, data}`, where the `data` strings of chunks `0..chunks`
 //! concatenate to the message's payload text and `sha256` is the payload's digest. A message
-//! is marked synced only when the broker has acknowledged (PUBACK) every chunk of it on one
-//! connection; anything unacknowledged stays pending and is sent again (same message id)
-//! after a reconnect or a restart, so a collector de-duplicates by `message_id`. Every
+//! is marked `sent` when the broker has acknowledged (PUBACK) every chunk of it on one
+//! connection, and `synced` only when a collector's receipt names it (on
+//! `empathic/v1/{study}/{station}/receipt`, `{"message_id": ...}`, published after the
+//! collector's commit): a broker that loses its state can drop what it acknowledged, so
+//! PUBACK alone is not delivery. Anything not yet synced is sent again (same message id)
+//! on the next connection, or after [`outbox::RESEND_AFTER_SECS`] without a receipt, so a
+//! collector de-duplicates by `message_id` (and answers a duplicate with a receipt again). Every
 //! connection is a fresh client (clean session): the outbox, not the broker, holds what is
 //! still owed, and acknowledgements on a connection can only be for what was sent on it.
 //! One message is in flight at a time. A retained `status` topic says `online` on connect and
@@ -45,7 +49,7 @@ pub enum SyncError {
     Address(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("gave up after {secs:.0} s and {attempts} failed connection attempt(s) with {pending} message(s) still pending; last error: {last_error}")]
+    #[error("gave up after {secs:.0} s and {attempts} failed connection attempt(s) with {pending} message(s) not yet synced (no collector receipt); last error: {last_error}")]
     Timeout {
         secs: f64,
         attempts: u64,
@@ -113,7 +117,10 @@ fn topic(opts: &SyncOptions, kind: &str) -> String {
 /// What a run of the publisher did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct SyncOutcome {
+    /// Messages the broker acknowledged.
     pub published: u64,
+    /// Messages a collector's receipt confirmed.
+    pub confirmed: u64,
     pub connections: u64,
 }
 
@@ -138,14 +145,17 @@ pub fn publish(
         if stop.load(Ordering::Relaxed) {
             return Ok(outcome);
         }
-        if until_synced && outbox::status(conn)?.pending == 0 {
+        if until_synced && settled(conn)? {
             return Ok(outcome);
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
             return Err(SyncError::Timeout {
                 secs: t.as_secs_f64(),
                 attempts,
-                pending: outbox::status(conn)?.pending,
+                pending: {
+                    let s = outbox::status(conn)?;
+                    s.pending + s.sent
+                },
                 last_error,
             });
         }
@@ -176,6 +186,12 @@ pub fn publish(
             Err(Round::TimedOut) => continue,
         }
     }
+}
+
+/// Nothing left to send and no receipt awaited.
+fn settled(conn: &rusqlite::Connection) -> Result<bool, StoreError> {
+    let s = outbox::status(conn)?;
+    Ok(s.pending == 0 && s.sent == 0)
 }
 
 fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {
@@ -238,7 +254,12 @@ fn connection_round(
         }
     }
     outcome.connections += 1;
+    let connected_at = outbox::now(conn)?;
     tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
+    let receipts = topic(opts, "receipt");
+    client
+        .try_subscribe(receipts.clone(), QoS::AtLeastOnce)
+        .map_err(|e| Round::Failed(e.to_string()))?;
     let mut expected: u64 = 0;
     let mut acked: u64 = 0;
     client
@@ -256,7 +277,7 @@ fn connection_round(
             return Err(Round::TimedOut);
         }
         if current.is_none() && queue.is_empty() {
-            match outbox::pending(conn, 1)?.pop() {
+            match outbox::pending(conn, 1, &connected_at)?.pop() {
                 Some(m) => {
                     let chunks = envelopes(&m, opts);
                     let t = topic(opts, &m.kind);
@@ -265,7 +286,7 @@ fn connection_round(
                     queue.extend(chunks.into_iter().map(|c| (t.clone(), c)));
                     current = Some((m, done_at));
                 }
-                None if until_synced && acked >= expected => return Ok(()),
+                None if until_synced && acked >= expected && settled(conn)? => return Ok(()),
                 None => {}
             }
         }
@@ -283,10 +304,26 @@ fn connection_round(
                 acked += 1;
                 if let Some((m, done_at)) = &current {
                     if acked >= *done_at && queue.is_empty() {
-                        outbox::mark_synced(conn, m.seq)?;
+                        outbox::mark_sent(conn, m.seq)?;
                         outcome.published += 1;
-                        tracing::debug!(message = %m.message_id, kind = %m.kind, subject = %m.subject, "sync: acknowledged");
+                        tracing::debug!(message = %m.message_id, kind = %m.kind, subject = %m.subject, "sync: the broker has it");
                         current = None;
+                    }
+                }
+            }
+            Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic == receipts => {
+                // A collector committed the message: only now is it synced.
+                let id = serde_json::from_slice::<serde_json::Value>(&p.payload)
+                    .ok()
+                    .and_then(|v| v["message_id"].as_str().map(str::to_string));
+                match id {
+                    Some(id) => {
+                        if outbox::mark_synced(conn, &id)? {
+                            outcome.confirmed += 1;
+                        }
+                    }
+                    None => {
+                        tracing::warn!(topic = %p.topic, "sync: a receipt without a message id")
                     }
                 }
             }

@@ -227,36 +227,80 @@ pub struct Pending {
     pub sha256: String,
 }
 
-/// The oldest `limit` messages not yet acknowledged, in order.
-pub fn pending(conn: &Connection, limit: usize) -> Result<Vec<Pending>, StoreError> {
+/// How long a message the broker took may wait for a collector's receipt before it is
+/// sent again (a broker that lost its state may have dropped it).
+pub const RESEND_AFTER_SECS: i64 = 60;
+
+/// The store's clock now (the form `sent_at` has), e.g. to mark a connection's start.
+pub fn now(conn: &Connection) -> Result<String, StoreError> {
+    conn.query_row(&format!("SELECT {NOW}"), [], |r| r.get(0))
+        .map_err(ctx("reading the clock"))
+}
+
+/// The oldest `limit` messages to send, in order: never acknowledged by the broker, or
+/// acknowledged without a collector's receipt, either before `connected_at` (an earlier
+/// connection: the receipt may have come while nobody listened) or [`RESEND_AFTER_SECS`]
+/// ago.
+pub fn pending(
+    conn: &Connection,
+    limit: usize,
+    connected_at: &str,
+) -> Result<Vec<Pending>, StoreError> {
     conn.prepare(
         "SELECT seq, message_id, kind, subject, payload, sha256 FROM outbox
-         WHERE state = 'pending' ORDER BY seq LIMIT ?1",
+         WHERE state = 'pending'
+            OR (state = 'sent' AND sent_at < max(?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?3)))
+         ORDER BY seq LIMIT ?1",
     )
     .and_then(|mut s| {
-        s.query_map([limit as i64], |r| {
-            Ok(Pending {
-                seq: r.get(0)?,
-                message_id: r.get(1)?,
-                kind: r.get(2)?,
-                subject: r.get(3)?,
-                payload: r.get(4)?,
-                sha256: r.get(5)?,
-            })
-        })?
+        s.query_map(
+            params![
+                limit as i64,
+                connected_at,
+                format!("-{RESEND_AFTER_SECS} seconds")
+            ],
+            |r| {
+                Ok(Pending {
+                    seq: r.get(0)?,
+                    message_id: r.get(1)?,
+                    kind: r.get(2)?,
+                    subject: r.get(3)?,
+                    payload: r.get(4)?,
+                    sha256: r.get(5)?,
+                })
+            },
+        )?
         .collect::<Result<Vec<_>, _>>()
     })
     .map_err(ctx("reading the outbox"))
 }
 
-/// Marks message `seq` acknowledged by the broker.
-pub fn mark_synced(conn: &Connection, seq: i64) -> Result<(), StoreError> {
+/// Marks message `seq` acknowledged by the broker (its receipt still to come).
+pub fn mark_sent(conn: &Connection, seq: i64) -> Result<(), StoreError> {
     conn.execute(
-        &format!("UPDATE outbox SET state = 'synced', synced_at = {NOW}, last_error = NULL WHERE seq = ?1"),
+        &format!(
+            "UPDATE outbox SET state = 'sent', sent_at = {NOW}, last_error = NULL
+             WHERE seq = ?1 AND state != 'synced'"
+        ),
         [seq],
     )
-    .map_err(ctx("marking an outbox message synced"))?;
+    .map_err(ctx("marking an outbox message sent"))?;
     Ok(())
+}
+
+/// Marks message `message_id` synced: a collector committed it. Returns whether it was
+/// this outbox's (and not yet synced).
+pub fn mark_synced(conn: &Connection, message_id: &str) -> Result<bool, StoreError> {
+    let n = conn
+        .execute(
+            &format!(
+                "UPDATE outbox SET state = 'synced', synced_at = {NOW}, last_error = NULL
+                 WHERE message_id = ?1 AND state != 'synced'"
+            ),
+            [message_id],
+        )
+        .map_err(ctx("marking an outbox message synced"))?;
+    Ok(n > 0)
 }
 
 /// Records an attempt (and its error) for message `seq`.
@@ -272,7 +316,10 @@ pub fn note_attempt(conn: &Connection, seq: i64, error: Option<&str>) -> Result<
 /// What the outbox holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutboxStatus {
+    /// Not yet acknowledged by the broker.
     pub pending: u64,
+    /// Acknowledged by the broker, no collector receipt yet.
+    pub sent: u64,
     pub synced: u64,
     pub pending_bytes: u64,
     pub oldest_pending: Option<String>,
@@ -284,8 +331,9 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
     conn.query_row(
         "SELECT
             (SELECT count(*) FROM outbox WHERE state = 'pending'),
+            (SELECT count(*) FROM outbox WHERE state = 'sent'),
             (SELECT count(*) FROM outbox WHERE state = 'synced'),
-            (SELECT coalesce(sum(length(payload)), 0) FROM outbox WHERE state = 'pending'),
+            (SELECT coalesce(sum(length(payload)), 0) FROM outbox WHERE state != 'synced'),
             (SELECT min(created_at) FROM outbox WHERE state = 'pending'),
             (SELECT max(synced_at) FROM outbox WHERE state = 'synced'),
             (SELECT last_error FROM outbox WHERE last_error IS NOT NULL ORDER BY seq DESC LIMIT 1)",
@@ -293,11 +341,12 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
         |r| {
             Ok(OutboxStatus {
                 pending: r.get::<_, i64>(0)?.max(0) as u64,
-                synced: r.get::<_, i64>(1)?.max(0) as u64,
-                pending_bytes: r.get::<_, i64>(2)?.max(0) as u64,
-                oldest_pending: r.get(3)?,
-                last_synced: r.get(4)?,
-                last_error: r.get(5)?,
+                sent: r.get::<_, i64>(1)?.max(0) as u64,
+                synced: r.get::<_, i64>(2)?.max(0) as u64,
+                pending_bytes: r.get::<_, i64>(3)?.max(0) as u64,
+                oldest_pending: r.get(4)?,
+                last_synced: r.get(5)?,
+                last_error: r.get(6)?,
             })
         },
     )
