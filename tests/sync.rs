@@ -150,21 +150,33 @@ fn outbox(db: &Path) -> Vec<(String, String, String, String)> {
         .unwrap()
 }
 
-fn sync(db: &Path, port: u16, extra: &[&str]) -> std::process::Output {
-    let broker = format!("mqtt://127.0.0.1:{port}");
-    let mut args = vec![
+/// `empathic sync` arguments for `db` as `station` of `test-study` on the loopback broker.
+fn sync_args(db: &Path, port: u16, station: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
         "sync",
         "--db",
         path_str(db),
         "--broker",
-        &broker,
+        &format!("mqtt://127.0.0.1:{port}"),
         "--study",
         "test-study",
         "--station",
-        "station-1",
-    ];
-    args.extend_from_slice(extra);
-    empathic(&args)
+        station,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+fn sync_station(db: &Path, port: u16, station: &str, extra: &[&str]) -> std::process::Output {
+    let args = sync_args(db, port, station, extra);
+    empathic(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+fn sync(db: &Path, port: u16, extra: &[&str]) -> std::process::Output {
+    sync_station(db, port, "station-1", extra)
 }
 
 fn wait_for(
@@ -316,20 +328,12 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
     // The broker comes up while sync waits: it connects and delivers.
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args([
-            "sync",
-            "--db",
-            path_str(&db),
-            "--broker",
-            &format!("mqtt://127.0.0.1:{port}"),
-            "--study",
-            "test-study",
-            "--station",
+        .args(sync_args(
+            &db,
+            port,
             "station-1",
-            "--until-synced",
-            "--timeout",
-            "40",
-        ])
+            &["--until-synced", "--timeout", "40"],
+        ))
         .env("EMPATHIC_LOG", "warn")
         .stderr(Stdio::piped())
         .spawn()
@@ -395,21 +399,12 @@ fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash
         stations.push(db);
     }
     let sync_as = |db: &Path, station: &str| {
-        let broker_url = format!("mqtt://127.0.0.1:{}", broker.port);
-        let o = empathic(&[
-            "sync",
-            "--db",
-            path_str(db),
-            "--broker",
-            &broker_url,
-            "--study",
-            "test-study",
-            "--station",
+        let o = sync_station(
+            db,
+            broker.port,
             station,
-            "--until-synced",
-            "--timeout",
-            "30",
-        ]);
+            &["--until-synced", "--timeout", "30"],
+        );
         assert!(o.status.success(), "{}", stderr(&o));
     };
     // The collector registers its persistent session, then dies (SIGKILL) before the
@@ -423,21 +418,11 @@ fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash
     collector.kill().unwrap();
     collector.wait().unwrap();
     // The broker takes station 1's records, but no collector confirms them: not synced.
-    let broker_url = format!("mqtt://127.0.0.1:{}", broker.port);
-    let o = empathic(&[
-        "sync",
-        "--db",
-        path_str(&stations[0]),
-        "--broker",
-        &broker_url,
-        "--study",
-        "test-study",
-        "--station",
-        "station-1",
-        "--until-synced",
-        "--timeout",
-        "3",
-    ]);
+    let o = sync(
+        &stations[0],
+        broker.port,
+        &["--until-synced", "--timeout", "3"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("2 message(s) not yet synced"),

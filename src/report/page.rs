@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 
 use super::plots::{self, Lane, Marker, Series, PALETTE};
 use super::verdict::{self, Verdict};
+use crate::store::sql::export::ExportModality;
 use crate::store::{SessionDetail, Store, StoreError};
 
 /// The section headings of a session page, in order.
@@ -111,20 +112,26 @@ struct Frames {
     present: Vec<(f64, f64)>,
 }
 
-fn read_frames(
-    store: &Store,
-    id: &str,
-    modality: &str,
-    wanted: &dyn Fn(&str) -> bool,
+/// Where a page reads per-frame vectors: the session, its modalities (read once per page)
+/// and its frame rate.
+struct FrameSource<'a> {
+    store: &'a Store,
+    id: &'a str,
+    modalities: &'a [ExportModality],
     fps: f64,
     frames: u64,
+}
+
+/// Modality `modality`'s columns that `wanted` picks, per frame; `None` when the session
+/// does not have the modality.
+fn read_frames(
+    src: &FrameSource<'_>,
+    modality: &str,
+    wanted: &dyn Fn(&str) -> bool,
 ) -> Result<Option<Frames>, PageError> {
+    let (store, id, fps, frames) = (src.store, src.id, src.fps, src.frames);
     let reads = store.export_reads();
-    let Some(m) = reads
-        .modalities(id)?
-        .into_iter()
-        .find(|m| m.name == modality)
-    else {
+    let Some(m) = src.modalities.iter().find(|m| m.name == modality) else {
         return Ok(None);
     };
     let picked: Vec<(usize, String)> = m
@@ -206,6 +213,13 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     // Session
     section(&mut out, SESSION_SECTIONS[0]);
     let modalities = store.export_reads().modalities(id)?;
+    let frame_source = FrameSource {
+        store,
+        id,
+        modalities: &modalities,
+        fps,
+        frames: s.frames,
+    };
     let _ = writeln!(
         out,
         "<table><tr><th>session</th><td>{}</td></tr><tr><th>station</th><td>{}</td></tr>\
@@ -403,7 +417,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 "pose_Rx" | "pose_Ry" | "pose_Rz" | "gaze_angle_x" | "gaze_angle_y"
             )
     };
-    match read_frames(store, id, "face", &is_face_col, fps, s.frames)? {
+    match read_frames(&frame_source, "face", &is_face_col)? {
         None => note(&mut out, "The facial stage did not run for this session (`[face] enabled = false`, or the session stopped before it stored anything)."),
         Some(face) => {
             let aus: Vec<(String, Vec<(f64, f64)>)> = face
@@ -481,18 +495,13 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             "F0final_sma" | "voicingFinalUnclipped_sma" | "F0semitoneFrom27.5Hz_sma3nz"
         )
     };
-    let acoustic = match read_frames(store, id, "acoustic_compare", &voice_cols, fps, s.frames)? {
+    let acoustic = match read_frames(&frame_source, "acoustic_compare", &voice_cols)? {
         Some(f) => Some(f),
-        None => read_frames(store, id, "acoustic_egemaps", &voice_cols, fps, s.frames)?,
+        None => read_frames(&frame_source, "acoustic_egemaps", &voice_cols)?,
     };
-    let level = read_frames(
-        store,
-        id,
-        "audio_signal",
-        &|c: &str| matches!(c, "level_dbfs" | "voice_activity"),
-        fps,
-        s.frames,
-    )?;
+    let level = read_frames(&frame_source, "audio_signal", &|c: &str| {
+        matches!(c, "level_dbfs" | "voice_activity")
+    })?;
     if acoustic.is_none() && level.is_none() {
         note(
             &mut out,
@@ -584,7 +593,8 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         None => note(&mut out, "No quality report was stored: the session did not finish (the report is computed at the end of a run)."),
         Some(q) => {
             out.push_str("<table><tr><th>measure</th><th>value</th><th>verdict</th><th>threshold (good / check; beyond: bad)</th></tr>\n");
-            for row in verdict::quality_rows(&q) {
+            let rows = verdict::quality_rows(&q);
+            for row in &rows {
                 let _ = writeln!(
                     out,
                     "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>",
@@ -596,7 +606,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 );
             }
             out.push_str("</table>\n");
-            let worst = verdict::quality_rows(&q)
+            let worst = rows
                 .iter()
                 .map(|r| r.verdict)
                 .max()

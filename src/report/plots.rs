@@ -99,6 +99,42 @@ fn err(e: impl std::fmt::Display) -> String {
     format!("cannot draw a plot: {e}")
 }
 
+/// Label areas and top margin of a chart, in pixels.
+struct Frame {
+    x_labels: u32,
+    y_labels: u32,
+    top: u32,
+}
+
+/// The one way a plot is made: a white `WIDTH` x `height` SVG with the label areas of
+/// `frame`, axes over `x` and `y`, drawn by the block (which sees the chart as `$chart` and
+/// evaluates to `Result<(), String>`), made scalable by `finish_svg`. A macro rather than a
+/// function taking a closure: the chart borrows the drawing area, which borrows the SVG
+/// string, and those two lifetimes cannot be named in a closure parameter's type.
+macro_rules! draw_svg {
+    ($height:expr, $frame:expr, $x:expr, $y:expr, |$chart:ident| $body:block $(,)?) => {{
+        register_font();
+        let frame: Frame = $frame;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (WIDTH, $height)).into_drawing_area();
+            root.fill(&WHITE).map_err(err)?;
+            #[allow(unused_mut)]
+            let mut $chart = ChartBuilder::on(&root)
+                .margin(8)
+                .margin_top(frame.top)
+                .x_label_area_size(frame.x_labels)
+                .y_label_area_size(frame.y_labels)
+                .build_cartesian_2d($x, $y)
+                .map_err(err)?;
+            let drawn: Result<(), String> = $body;
+            drawn?;
+            root.present().map_err(err)?;
+        }
+        Ok(finish_svg(svg, $height))
+    }};
+}
+
 /// A line chart over session time.
 pub fn line_chart(
     y_desc: &str,
@@ -107,96 +143,95 @@ pub fn line_chart(
     series: &[Series],
     markers: &[Marker],
 ) -> Result<String, String> {
-    register_font();
     let height = 230;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let x_max = duration.max(1.0);
-        let mut chart = ChartBuilder::on(&root)
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..x_max, y_range.0..y_range.1)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("session time (mm:ss)")
-            .y_desc(y_desc)
-            .x_label_formatter(&|x| mmss(*x))
-            .x_labels(10)
-            .y_labels(6)
-            .light_line_style(RGBColor(235, 235, 235))
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
-        for m in markers {
+    let x_max = duration.max(1.0);
+    draw_svg!(
+        height,
+        Frame {
+            x_labels: 34,
+            y_labels: 56,
+            top: 8
+        },
+        0f64..x_max,
+        y_range.0..y_range.1,
+        |chart| {
             chart
-                .draw_series(LineSeries::new(
-                    [(m.secs, y_range.0), (m.secs, y_range.1)],
-                    RGBColor(150, 150, 150).stroke_width(1),
-                ))
+                .configure_mesh()
+                .x_desc("session time (mm:ss)")
+                .y_desc(y_desc)
+                .x_label_formatter(&|x| mmss(*x))
+                .x_labels(10)
+                .y_labels(6)
+                .light_line_style(RGBColor(235, 235, 235))
+                .label_style(("sans-serif", 13))
+                .axis_desc_style(("sans-serif", 13))
+                .draw()
                 .map_err(err)?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    m.label.clone(),
-                    (m.secs, y_range.1),
-                    ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
-                )))
-                .map_err(err)?;
-        }
-        for s in series {
-            let color = s.color;
-            let points = downsample(&s.points, x_max, MAX_POINTS);
-            if s.dots {
+            for m in markers {
                 chart
-                    .draw_series(
-                        points
-                            .iter()
-                            .filter_map(|(t, v)| v.filter(|v| v.is_finite()).map(|v| (*t, v)))
-                            .map(|p| Circle::new(p, 3, color.filled())),
-                    )
-                    .map_err(err)?
-                    .label(s.label.clone())
-                    .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
-            } else {
-                // Split at gaps so a missing stretch is not bridged by a line.
-                let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-                for (t, v) in points {
-                    match v.filter(|v| v.is_finite()) {
-                        Some(v) => runs.last_mut().map(|r| r.push((t, v))).unwrap_or(()),
-                        None => runs.push(Vec::new()),
+                    .draw_series(LineSeries::new(
+                        [(m.secs, y_range.0), (m.secs, y_range.1)],
+                        RGBColor(150, 150, 150).stroke_width(1),
+                    ))
+                    .map_err(err)?;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        m.label.clone(),
+                        (m.secs, y_range.1),
+                        ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
+                    )))
+                    .map_err(err)?;
+            }
+            for s in series {
+                let color = s.color;
+                let points = downsample(&s.points, x_max, MAX_POINTS);
+                if s.dots {
+                    chart
+                        .draw_series(
+                            points
+                                .iter()
+                                .filter_map(|(t, v)| v.filter(|v| v.is_finite()).map(|v| (*t, v)))
+                                .map(|p| Circle::new(p, 3, color.filled())),
+                        )
+                        .map_err(err)?
+                        .label(s.label.clone())
+                        .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+                } else {
+                    // Split at gaps so a missing stretch is not bridged by a line.
+                    let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+                    for (t, v) in points {
+                        match v.filter(|v| v.is_finite()) {
+                            Some(v) => runs.last_mut().map(|r| r.push((t, v))).unwrap_or(()),
+                            None => runs.push(Vec::new()),
+                        }
                     }
-                }
-                let mut first = true;
-                for run in runs.into_iter().filter(|r| !r.is_empty()) {
-                    let drawn = chart
-                        .draw_series(LineSeries::new(run, color.stroke_width(2)))
-                        .map_err(err)?;
-                    if first {
-                        drawn.label(s.label.clone()).legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                        });
-                        first = false;
+                    let mut first = true;
+                    for run in runs.into_iter().filter(|r| !r.is_empty()) {
+                        let drawn = chart
+                            .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                            .map_err(err)?;
+                        if first {
+                            drawn.label(s.label.clone()).legend(move |(x, y)| {
+                                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                            });
+                            first = false;
+                        }
                     }
                 }
             }
-        }
-        if series.len() > 1 || series.iter().any(|s| s.dots) {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .label_font(("sans-serif", 12))
-                .draw()
-                .map_err(err)?;
-        }
-        root.present().map_err(err)?;
-    }
-    Ok(finish_svg(svg, height))
+            if series.len() > 1 || series.iter().any(|s| s.dots) {
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperRight)
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(RGBColor(180, 180, 180))
+                    .label_font(("sans-serif", 12))
+                    .draw()
+                    .map_err(err)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Rows of intensities over time as a heat strip (one row per name; white = 0, dark blue
@@ -206,72 +241,71 @@ pub fn heat_strip(
     duration: f64,
     max: f64,
 ) -> Result<String, String> {
-    register_font();
     let row_h = 16u32;
     let height = 44 + row_h * rows.len() as u32;
     let buckets = 300usize;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let x_max = duration.max(1.0);
-        let mut chart = ChartBuilder::on(&root)
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..x_max, 0f64..rows.len() as f64)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .disable_x_mesh()
-            .x_desc("session time (mm:ss)")
-            .x_label_formatter(&|x| mmss(*x))
-            .x_labels(10)
-            .y_labels(rows.len() * 2 + 1)
-            .y_label_formatter(&|y| {
-                let k = (*y - 0.5).round();
-                if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
-                    return String::new();
-                }
-                rows.get(rows.len().saturating_sub(1 + k as usize))
-                    .map(|r| r.0.clone())
-                    .unwrap_or_default()
-            })
-            .label_style(("sans-serif", 11))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
-        let width = x_max / buckets as f64;
-        for (k, (_, points)) in rows.iter().enumerate() {
-            let y = (rows.len() - 1 - k) as f64;
-            let cells = downsample(points, x_max, buckets);
-            let dense = points.len() > buckets;
+    let x_max = duration.max(1.0);
+    draw_svg!(
+        height,
+        Frame {
+            x_labels: 30,
+            y_labels: 56,
+            top: 8
+        },
+        0f64..x_max,
+        0f64..rows.len() as f64,
+        |chart| {
             chart
-                .draw_series(cells.iter().map(|(t, v)| {
-                    let (x0, x1) = if dense {
-                        (t - width / 2.0, t + width / 2.0)
-                    } else {
-                        (*t, t + width.max(1.0 / 15.0))
-                    };
-                    let color = match v {
-                        Some(v) if v.is_finite() => {
-                            let a = (v / max).clamp(0.0, 1.0);
-                            RGBColor(
-                                (255.0 - a * 247.0) as u8,
-                                (255.0 - a * 207.0) as u8,
-                                (255.0 - a * 148.0) as u8,
-                            )
-                        }
-                        _ => RGBColor(225, 225, 225),
-                    };
-                    Rectangle::new([(x0, y), (x1, y + 1.0)], color.filled())
-                }))
+                .configure_mesh()
+                .disable_y_mesh()
+                .disable_x_mesh()
+                .x_desc("session time (mm:ss)")
+                .x_label_formatter(&|x| mmss(*x))
+                .x_labels(10)
+                .y_labels(rows.len() * 2 + 1)
+                .y_label_formatter(&|y| {
+                    let k = (*y - 0.5).round();
+                    if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
+                        return String::new();
+                    }
+                    rows.get(rows.len().saturating_sub(1 + k as usize))
+                        .map(|r| r.0.clone())
+                        .unwrap_or_default()
+                })
+                .label_style(("sans-serif", 11))
+                .axis_desc_style(("sans-serif", 13))
+                .draw()
                 .map_err(err)?;
-        }
-        root.present().map_err(err)?;
-    }
-    Ok(finish_svg(svg, height))
+            let width = x_max / buckets as f64;
+            for (k, (_, points)) in rows.iter().enumerate() {
+                let y = (rows.len() - 1 - k) as f64;
+                let cells = downsample(points, x_max, buckets);
+                let dense = points.len() > buckets;
+                chart
+                    .draw_series(cells.iter().map(|(t, v)| {
+                        let (x0, x1) = if dense {
+                            (t - width / 2.0, t + width / 2.0)
+                        } else {
+                            (*t, t + width.max(1.0 / 15.0))
+                        };
+                        let color = match v {
+                            Some(v) if v.is_finite() => {
+                                let a = (v / max).clamp(0.0, 1.0);
+                                RGBColor(
+                                    (255.0 - a * 247.0) as u8,
+                                    (255.0 - a * 207.0) as u8,
+                                    (255.0 - a * 148.0) as u8,
+                                )
+                            }
+                            _ => RGBColor(225, 225, 225),
+                        };
+                        Rectangle::new([(x0, y), (x1, y + 1.0)], color.filled())
+                    }))
+                    .map_err(err)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Spans on one lane per row (phases, speech), with point markers (stories, ratings).
@@ -282,81 +316,79 @@ pub struct Lane {
 
 /// The session's timeline: lanes of labelled spans over time, and markers.
 pub fn timeline(lanes: &[Lane], markers: &[Marker], duration: f64) -> Result<String, String> {
-    register_font();
     let lane_h = 30u32;
     let height = 60 + lane_h * lanes.len() as u32;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let x_max = duration.max(1.0);
-        let n = lanes.len() as f64;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(8)
-            .margin_top(22)
-            .x_label_area_size(30)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0f64..x_max, 0f64..n)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .x_desc("session time (mm:ss)")
-            .x_label_formatter(&|x| mmss(*x))
-            .x_labels(10)
-            .y_labels(lanes.len() * 2 + 1)
-            .y_label_formatter(&|y| {
-                let k = (*y - 0.5).round();
-                if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
-                    return String::new();
-                }
-                lanes
-                    .get(lanes.len().saturating_sub(1 + k as usize))
-                    .map(|l| l.label.clone())
-                    .unwrap_or_default()
-            })
-            .label_style(("sans-serif", 12))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
-        for (k, lane) in lanes.iter().enumerate() {
-            let y = n - 1.0 - k as f64;
-            for (a, b, label, color) in &lane.spans {
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(*a, y + 0.15), (b.max(a + 0.05), y + 0.85)],
-                        color.mix(0.55).filled(),
-                    )))
-                    .map_err(err)?;
-                if !label.is_empty() && (b - a) / x_max > 0.06 {
+    let x_max = duration.max(1.0);
+    let n = lanes.len() as f64;
+    draw_svg!(
+        height,
+        Frame {
+            x_labels: 30,
+            y_labels: 90,
+            top: 22
+        },
+        0f64..x_max,
+        0f64..n,
+        |chart| {
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .x_desc("session time (mm:ss)")
+                .x_label_formatter(&|x| mmss(*x))
+                .x_labels(10)
+                .y_labels(lanes.len() * 2 + 1)
+                .y_label_formatter(&|y| {
+                    let k = (*y - 0.5).round();
+                    if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
+                        return String::new();
+                    }
+                    lanes
+                        .get(lanes.len().saturating_sub(1 + k as usize))
+                        .map(|l| l.label.clone())
+                        .unwrap_or_default()
+                })
+                .label_style(("sans-serif", 12))
+                .axis_desc_style(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+            for (k, lane) in lanes.iter().enumerate() {
+                let y = n - 1.0 - k as f64;
+                for (a, b, label, color) in &lane.spans {
                     chart
-                        .draw_series(std::iter::once(Text::new(
-                            label.clone(),
-                            (a + x_max * 0.004, y + 0.62),
-                            ("sans-serif", 11).into_font(),
+                        .draw_series(std::iter::once(Rectangle::new(
+                            [(*a, y + 0.15), (b.max(a + 0.05), y + 0.85)],
+                            color.mix(0.55).filled(),
                         )))
                         .map_err(err)?;
+                    if !label.is_empty() && (b - a) / x_max > 0.06 {
+                        chart
+                            .draw_series(std::iter::once(Text::new(
+                                label.clone(),
+                                (a + x_max * 0.004, y + 0.62),
+                                ("sans-serif", 11).into_font(),
+                            )))
+                            .map_err(err)?;
+                    }
                 }
             }
-        }
-        for m in markers {
-            chart
-                .draw_series(LineSeries::new(
-                    [(m.secs, 0.0), (m.secs, n)],
-                    RGBColor(60, 60, 60).stroke_width(1),
-                ))
-                .map_err(err)?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    m.label.clone(),
-                    (m.secs, n + 0.05),
-                    ("sans-serif", 11).into_font(),
-                )))
-                .map_err(err)?;
-        }
-        root.present().map_err(err)?;
-    }
-    Ok(finish_svg(svg, height))
+            for m in markers {
+                chart
+                    .draw_series(LineSeries::new(
+                        [(m.secs, 0.0), (m.secs, n)],
+                        RGBColor(60, 60, 60).stroke_width(1),
+                    ))
+                    .map_err(err)?;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        m.label.clone(),
+                        (m.secs, n + 0.05),
+                        ("sans-serif", 11).into_font(),
+                    )))
+                    .map_err(err)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Draws each series as dots, with a legend at `legend`.
@@ -400,74 +432,72 @@ pub fn session_chart(
     sessions: usize,
     series: &[Series],
 ) -> Result<String, String> {
-    register_font();
     let height = 230;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.5f64..sessions as f64 + 0.5, y_range.0..y_range.1)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("session (oldest first)")
-            .y_desc(y_desc)
-            .x_labels(sessions.min(20))
-            .x_label_formatter(&|x| {
-                if (x - x.round()).abs() < 1e-6 {
-                    format!("{}", x.round())
-                } else {
-                    String::new()
-                }
-            })
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
-        draw_dots(&mut chart, series, SeriesLabelPosition::UpperRight)?;
-        root.present().map_err(err)?;
-    }
-    Ok(finish_svg(svg, height))
+    draw_svg!(
+        height,
+        Frame {
+            x_labels: 34,
+            y_labels: 56,
+            top: 8
+        },
+        0.5f64..sessions as f64 + 0.5,
+        y_range.0..y_range.1,
+        |chart| {
+            chart
+                .configure_mesh()
+                .x_desc("session (oldest first)")
+                .y_desc(y_desc)
+                .x_labels(sessions.min(20))
+                .x_label_formatter(&|x| {
+                    if (x - x.round()).abs() < 1e-6 {
+                        format!("{}", x.round())
+                    } else {
+                        String::new()
+                    }
+                })
+                .label_style(("sans-serif", 13))
+                .axis_desc_style(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+            draw_dots(&mut chart, series, SeriesLabelPosition::UpperRight)?;
+            Ok(())
+        },
+    )
 }
 
 /// Predicted against rated on the 1-5 scale, with the diagonal.
 pub fn scatter(x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String, String> {
-    register_font();
     let height = 360;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.5f64..5.5, 0.5f64..5.5)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .x_labels(6)
-            .y_labels(6)
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(err)?;
-        chart
-            .draw_series(LineSeries::new(
-                [(0.5, 0.5), (5.5, 5.5)],
-                RGBColor(160, 160, 160).stroke_width(1),
-            ))
-            .map_err(err)?;
-        draw_dots(&mut chart, series, SeriesLabelPosition::UpperLeft)?;
-        root.present().map_err(err)?;
-    }
-    Ok(finish_svg(svg, height))
+    draw_svg!(
+        height,
+        Frame {
+            x_labels: 34,
+            y_labels: 56,
+            top: 8
+        },
+        0.5f64..5.5,
+        0.5f64..5.5,
+        |chart| {
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .x_labels(6)
+                .y_labels(6)
+                .label_style(("sans-serif", 13))
+                .axis_desc_style(("sans-serif", 13))
+                .draw()
+                .map_err(err)?;
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.5, 0.5), (5.5, 5.5)],
+                    RGBColor(160, 160, 160).stroke_width(1),
+                ))
+                .map_err(err)?;
+            draw_dots(&mut chart, series, SeriesLabelPosition::UpperLeft)?;
+            Ok(())
+        },
+    )
 }
 
 #[cfg(test)]

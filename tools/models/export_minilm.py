@@ -93,23 +93,29 @@ def ort_embed(path, st):
     return np.array(out)
 
 
-def export_external(model, enc):
-    """The fp32 graph with its initializers pointing into the wheel's model.safetensors."""
-    import onnx
-
-    tmp = Path("/tmp/all-MiniLM-L6-v2.nofold.onnx")
+def export_graph(model, enc, path, fold):
+    """torch.onnx.export with the encoder's inputs and dynamic axes; `fold=False` keeps every
+    weight as the parameter it is (needed to point it into the safetensors file)."""
     torch.onnx.export(
         model,
         (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]),
-        str(tmp),
+        str(path),
         input_names=["input_ids", "attention_mask", "token_type_ids"],
         output_names=["sentence_embedding"],
         dynamic_axes={n: {0: "batch", 1: "tokens"} for n in ("input_ids", "attention_mask", "token_type_ids")}
         | {"sentence_embedding": {0: "batch"}},
         opset_version=17,
         dynamo=False,
-        do_constant_folding=False,
+        do_constant_folding=fold,
     )
+
+
+def export_external(model, enc):
+    """The fp32 graph with its initializers pointing into the wheel's model.safetensors."""
+    import onnx
+
+    tmp = Path("/tmp/all-MiniLM-L6-v2.nofold.onnx")
+    export_graph(model, enc, tmp, fold=False)
     graph = onnx.load(str(tmp))
     with open(SRC / "model.safetensors", "rb") as f:
         header_len = struct.unpack("<Q", f.read(8))[0]
@@ -137,17 +143,7 @@ def main():
     reference = st.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
     model = Encoder(st[0].auto_model).eval()
     enc = st.tokenizer(["a b c", "a longer second text here"], padding=True, return_tensors="pt")
-    torch.onnx.export(
-        model,
-        (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]),
-        str(FP32),
-        input_names=["input_ids", "attention_mask", "token_type_ids"],
-        output_names=["sentence_embedding"],
-        dynamic_axes={n: {0: "batch", 1: "tokens"} for n in ("input_ids", "attention_mask", "token_type_ids")}
-        | {"sentence_embedding": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
+    export_graph(model, enc, FP32, fold=True)
     export_external(model, enc)
     quantize_dynamic(str(FP32), str(INT8), weight_type=QuantType.QInt8, per_channel=True)
     shutil.copy(SRC / "tokenizer.json", MODELS / "all-MiniLM-L6-v2.tokenizer.json")
