@@ -53,6 +53,72 @@ pub struct Config {
     pub fusion: FusionConfig,
     pub report: ReportConfig,
     pub sync: SyncConfig,
+    pub live: LiveConfig,
+    pub recording: RecordingConfig,
+}
+
+/// The live service (`empathic run`): its control socket and timing.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiveConfig {
+    /// Unix socket the robot's dialogue app talks to (JSON lines).
+    pub socket: PathBuf,
+    /// Group given the socket (empty: the service's own group).
+    pub socket_group: String,
+    /// Permission bits of the socket, octal as a string (e.g. "660").
+    pub socket_mode: String,
+    /// How long frames wait for transcripts: an utterance is stamped at its start but sent
+    /// when it ends, so frames within this of now are held until it may have arrived.
+    /// Utterances arriving later than this after their start still count, but frames
+    /// already stored carry no text for them (the live run then differs from a replay).
+    pub transcript_wait_ms: u64,
+    /// SCHED_FIFO priority for the capture threads (1-99; 0: normal priority). Needs the
+    /// unit's `LimitRTPRIO=`; when refused the service logs it and carries on.
+    pub realtime_priority: u8,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/run/empathic/control.sock"),
+            socket_group: String::new(),
+            socket_mode: "660".into(),
+            transcript_wait_ms: 10_000,
+            realtime_priority: 20,
+        }
+    }
+}
+
+/// Raw media recorded by the live service.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordingConfig {
+    /// Record each live session into a folder `empathic replay` reads.
+    pub enabled: bool,
+    /// Where the session folders go.
+    pub dir: PathBuf,
+    /// Raw media stop (features and the database carry on) below this much free disk.
+    pub min_free_mib: u64,
+    /// Run (through `sh -c`) when recording starts and stops, e.g. to light the station's
+    /// ring light. Empty: nothing. The session id is in `$EMPATHIC_SESSION`.
+    pub on_start: String,
+    pub on_stop: String,
+    /// Raw media (video.avi, audio.wav) of sessions older than this many days are deleted
+    /// when the service starts (events and session.json are kept). 0: kept forever.
+    pub retention_days: u64,
+}
+
+impl Default for RecordingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: PathBuf::from("/var/lib/empathic/recordings"),
+            min_free_mib: 1024,
+            on_start: String::new(),
+            on_stop: String::new(),
+            retention_days: 0,
+        }
+    }
 }
 
 /// Study sync over MQTT (`empathic sync`).
@@ -131,10 +197,14 @@ impl Default for StationConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct VideoConfig {
-    /// V4L2 device of the station camera (live capture; checked by `empathic doctor`).
+    /// V4L2 device of the station camera (live capture; checked by `empathic doctor`), or
+    /// a Motion-JPEG AVI file played as a camera in real time (tests, demos).
     pub device: PathBuf,
-    /// Nominal frame rate when a session does not state one.
+    /// Nominal frame rate when a session does not state one; the rate asked of the camera.
     pub nominal_fps: f64,
+    /// Frame size asked of the camera (Motion-JPEG).
+    pub width: u32,
+    pub height: u32,
 }
 
 impl Default for VideoConfig {
@@ -142,6 +212,8 @@ impl Default for VideoConfig {
         Self {
             device: PathBuf::from("/dev/video0"),
             nominal_fps: 15.0,
+            width: 640,
+            height: 480,
         }
     }
 }
@@ -415,6 +487,27 @@ impl Config {
         };
         crate::session::manifest::check_id("station.id", &self.station.id)
             .map_err(|m| invalid("station.id", m))?;
+        if u32::from_str_radix(&self.live.socket_mode, 8).map_or(true, |m| m > 0o777) {
+            return Err(invalid(
+                "live.socket_mode",
+                format!(
+                    "must be octal permission bits like \"660\", got \"{}\"",
+                    self.live.socket_mode
+                ),
+            ));
+        }
+        within(
+            "live.realtime_priority",
+            u64::from(self.live.realtime_priority),
+            0,
+            99,
+        )?;
+        within(
+            "live.transcript_wait_ms",
+            self.live.transcript_wait_ms,
+            0,
+            120_000,
+        )?;
         let fps = self.video.nominal_fps;
         if !(fps.is_finite() && (1.0..=240.0).contains(&fps)) {
             return Err(invalid(

@@ -141,6 +141,36 @@ enum Command {
         #[arg(long)]
         backfill: bool,
     },
+    /// The live station service: camera, microphone and the control socket, one session at
+    /// a time, recorded and stored (run by systemd; see systemd/empathic.service).
+    Run {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Send a request to the running service (the dialogue app's protocol).
+    Ctl {
+        #[command(subcommand)]
+        command: CtlCommand,
+        /// The control socket (default: `live.socket` of the config).
+        #[arg(long, global = true)]
+        socket: Option<PathBuf>,
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+    },
+    /// Devices, the running session, drops, disk space and the last error of the service.
+    Status {
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live recordings.
+    Recording {
+        #[command(subcommand)]
+        command: RecordingCommand,
+    },
     /// Participants.
     Participant {
         #[command(subcommand)]
@@ -211,7 +241,46 @@ enum StoriesCommand {
 }
 
 #[derive(Subcommand)]
+enum CtlCommand {
+    /// Start a session for a participant with recorded consent.
+    Start {
+        participant: String,
+        #[arg(long)]
+        session_id: Option<String>,
+    },
+    /// Stop the running session (stored complete, recording finalised).
+    Stop,
+    /// Enter a phase: warm_up, story_share, story_receive, reflection, cool_down.
+    Phase { phase: String },
+    /// Any event as an events.jsonl line without t_ms, e.g.
+    /// '{"type":"rating","story_id":"s1","value":4}'.
+    Event { json: String },
+}
+
+#[derive(Subcommand)]
+enum RecordingCommand {
+    /// Finish recordings a crash or power loss left unfinished (the service does this when
+    /// it starts).
+    Repair { dir: PathBuf },
+}
+
+#[derive(Subcommand)]
 enum ParticipantCommand {
+    /// Record consent as study staff took it: the live service captures only participants
+    /// whose consent is `given`.
+    Consent {
+        id: String,
+        /// Consent given (without it: withdrawn).
+        #[arg(long)]
+        given: bool,
+        /// Raw video and audio may leave the station (only with --given).
+        #[arg(long)]
+        raw_media: bool,
+        #[arg(long)]
+        db: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Withdrawal: delete the participant's sessions, answers and pending records here, and
     /// tell the study's collector to delete theirs (at the next `sync`); only an audit line
     /// that a purge happened stays.
@@ -521,6 +590,50 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             timeout,
             backfill,
         ),
+        Command::Run { config } => cli::live::run(config.as_deref()),
+        Command::Ctl {
+            command,
+            socket,
+            config,
+        } => {
+            let body = match command {
+                CtlCommand::Start {
+                    participant,
+                    session_id,
+                } => Ok(
+                    serde_json::json!({"type": "start_session", "participant_id": participant, "session_id": session_id}),
+                ),
+                CtlCommand::Stop => Ok(serde_json::json!({"type": "stop_session"})),
+                CtlCommand::Phase { phase } => {
+                    Ok(serde_json::json!({"type": "phase", "phase": phase}))
+                }
+                CtlCommand::Event { json } => serde_json::from_str(&json).map_err(|e| {
+                    (
+                        empathic::exit::ExitKind::BadInput,
+                        format!("not valid JSON: {e}"),
+                    )
+                }),
+            };
+            body.and_then(|b| cli::live::ctl(socket, config.as_deref(), b))
+        }
+        Command::Status {
+            socket,
+            config,
+            json,
+        } => cli::live::status(socket, config.as_deref(), json),
+        Command::Recording {
+            command: RecordingCommand::Repair { dir },
+        } => cli::live::repair(&dir),
+        Command::Participant {
+            command:
+                ParticipantCommand::Consent {
+                    id,
+                    given,
+                    raw_media,
+                    db,
+                    config,
+                },
+        } => cli::live::consent(&id, given, raw_media, db, config.as_deref()),
         Command::Participant {
             command: ParticipantCommand::Purge { id, db, config },
         } => cli::sync::purge(&id, db, config.as_deref()),

@@ -103,6 +103,8 @@ fn run_demo(
                 speed: Speed::Max,
             },
             progress: indicatif::ProgressBar::hidden(),
+            realtime_priority: 0,
+            events_lag_ns: 0,
         },
         clock,
         &AtomicBool::new(false),

@@ -11,7 +11,11 @@
 //! live control socket.
 
 pub mod audio_file;
+pub mod avi;
+pub mod camera;
+pub mod control;
 pub mod events;
+pub mod microphone;
 pub mod resample;
 pub mod timeline;
 pub mod video_file;

@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 use super::BgrImage;
 use crate::Nanos;
 
+/// The grid slot of a frame stamped `t_ns` when the first frame was stamped `first_ns`:
+/// `round((t - first) / period)`. The timeline and the live recorder both place frames
+/// with it, so a recording's chunks line up with the live run's slots.
+pub fn slot_of(t_ns: Nanos, first_ns: Nanos, period_ns: f64) -> u64 {
+    (t_ns.saturating_sub(first_ns) as f64 / period_ns).round() as u64
+}
+
 /// What to do with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotDecision {
@@ -81,7 +88,7 @@ impl VideoTimeline {
         }
         self.last_hash = Some(hash);
         let first = *self.stats.first_t_ns.get_or_insert(t_ns);
-        let slot = (t_ns.saturating_sub(first) as f64 / self.period_ns).round() as u64;
+        let slot = slot_of(t_ns, first, self.period_ns);
         let decision = match self.last_slot {
             Some(last) if slot <= last => SlotDecision::Duplicate,
             Some(last) => SlotDecision::Take {

@@ -155,7 +155,7 @@ impl VideoSource for FileVideoSource {
 }
 
 /// Copies a decoded OpenCV matrix into a packed BGR8 image.
-fn to_bgr_image(mat: &Mat) -> Result<BgrImage, String> {
+pub(crate) fn to_bgr_image(mat: &Mat) -> Result<BgrImage, String> {
     let (rows, cols) = (mat.rows(), mat.cols());
     if mat.typ() != opencv::core::CV_8UC3 {
         return Err(format!(

@@ -12,6 +12,7 @@
 pub mod export;
 pub mod extract_audio;
 pub mod extract_face;
+pub mod live;
 pub mod report;
 pub mod sync;
 pub mod tracked_video;

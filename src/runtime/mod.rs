@@ -10,6 +10,7 @@
 //! Stop is a flag ([`stop_flag`]): sources stop reading, every queue drains, everything
 //! already computed is written and the session is closed as `incomplete`.
 
+pub mod live;
 pub mod pipeline;
 pub mod queues;
 pub mod replay;

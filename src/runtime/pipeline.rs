@@ -171,6 +171,11 @@ pub struct PipelineOptions {
     pub pacer: Pacer,
     /// Advanced by one per stored frame (hidden when nobody watches).
     pub progress: ProgressBar,
+    /// SCHED_FIFO priority asked for the capture threads (live; 0: normal priority).
+    pub realtime_priority: u8,
+    /// How far behind the capture the event source may be known (live: the transcript
+    /// wait; replay: 0).
+    pub events_lag_ns: Nanos,
 }
 
 /// What a run produced.
@@ -347,11 +352,13 @@ pub fn run(
     let figures = Figures::default();
     let pacer = opts.pacer;
     let progress = &opts.progress;
+    let opts_events_lag_ns = opts.events_lag_ns;
 
     let result = std::thread::scope(|scope| -> Result<_, RunError> {
         let (stopped, figures_ref, layout_ref) = (&stopped_early, &figures, &layout);
         let cx = CaptureContext {
             pacer: &pacer,
+            realtime_priority: opts.realtime_priority,
             clock: clock.as_ref(),
             stop,
             stopped,
@@ -418,6 +425,10 @@ pub fn run(
             let aligner = FrameAligner::new(pools, Some((text_modality, track)));
             align_windows(
                 AlignInputs {
+                    // Live events are known only `events_lag_ns` behind now: hold that
+                    // many slots on top, so waiting for them never stalls the camera.
+                    max_pending: MAX_PENDING_SLOTS
+                        + (opts_events_lag_ns as f64 / period_ns).ceil() as usize,
                     slots: slot_rx,
                     rows: rows_rx,
                     text: text_rx,
@@ -589,6 +600,7 @@ fn next_stopped(thread: &str, next: &str) -> RunError {
 #[derive(Clone, Copy)]
 struct CaptureContext<'a> {
     pacer: &'a Pacer,
+    realtime_priority: u8,
     clock: &'a dyn Clock,
     stop: &'a AtomicBool,
     /// Set when `stop` ended the capture before the end of its input.
@@ -606,6 +618,7 @@ fn capture<T>(
     tx: PolicySender<T>,
     cx: CaptureContext<'_>,
 ) -> Result<u64, RunError> {
+    super::live::realtime_priority(cx.realtime_priority);
     let mut meter = Meter::new(thread);
     while let Some(item) = meter.time(&mut next)? {
         if cx.stop.load(Ordering::SeqCst) {
@@ -873,6 +886,8 @@ impl InPlay {
 }
 
 struct AlignInputs {
+    /// Slots the aligner may hold before it stops taking video.
+    max_pending: usize,
     slots: PolicyReceiver<VideoSlot>,
     rows: PolicyReceiver<Vec<(ModalityId, Vec<AudioRow>)>>,
     text: PolicyReceiver<TextUpdate>,
@@ -922,7 +937,7 @@ fn align_windows(
     while !(video_done && audio_done && text_done) {
         // Hold back video while slots wait for audio or text, so memory stays bounded.
         let take_video = !video_done
-            && ((audio_done && text_done) || aligner.pending_slots() < MAX_PENDING_SLOTS);
+            && ((audio_done && text_done) || aligner.pending_slots() < inputs.max_pending);
         let slot_rx = if take_video {
             inputs.slots.receiver()
         } else {

@@ -20,6 +20,7 @@ use super::queues::Overflow;
 use super::stages::Stages;
 use super::{RunError, WriterThread};
 use crate::capture::audio_file::WavAudioSource;
+use crate::capture::camera::MjpegFileSource;
 use crate::capture::events::RecordedEvents;
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{ReadAhead, VideoSource};
@@ -27,6 +28,7 @@ use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
 use crate::features::face::pose::IntrinsicsArgs;
 use crate::report::ReplaySummary;
+use crate::session::manifest::RecordingState;
 use crate::session::{RecordedSession, SessionError};
 use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use crate::store::{Store, StoreWriter};
@@ -85,35 +87,15 @@ pub fn replay(
         e
     };
     let mut stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
-    if stages.fusion.is_some() && config.fusion.retrieve_k > 0 {
-        // Stories in play while the participant shares: retrieved from the bank.
-        match StoryIndex::load(&store, &config.models.sentence_encoder) {
-            Ok(index) => {
-                let seen = match &m.participant_id {
-                    Some(p) => store
-                        .stories_seen_before(p, &m.session_id, m.start_time.as_deref())
-                        .map_err(|e| fail(e.into()))?,
-                    None => Vec::new(),
-                };
-                stages
-                    .text
-                    .1
-                    .set_retrieval(index, config.fusion.retrieve_k, seen);
-            }
-            Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
-        }
-    }
-    if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), &m.participant_id) {
-        // Per-participant calibration from their earlier sessions only.
-        for id in fusion.predictor_ids() {
-            let pairs = store
-                .calibration_pairs(participant, &id, &m.session_id, m.start_time.as_deref())
-                .map_err(|e| fail(e.into()))?;
-            if let Some(label) = fusion.calibrate(&id, &pairs) {
-                tracing::info!(predictor = %id, participant = %participant, "calibrated on {} earlier rated stories ({label})", pairs.len());
-            }
-        }
-    }
+    prepare_session(
+        &mut stages,
+        &store,
+        config,
+        m.participant_id.as_deref(),
+        &m.session_id,
+        m.start_time.as_deref(),
+    )
+    .map_err(fail)?;
     writer
         .begin(SessionStart {
             id: m.session_id.clone(),
@@ -150,6 +132,8 @@ pub fn replay(
                 speed: opts.speed,
             },
             progress: opts.progress.clone(),
+            realtime_priority: 0,
+            events_lag_ns: 0,
         },
         clock,
         &stop,
@@ -205,10 +189,66 @@ pub fn replay(
     })
 }
 
+/// Sets up what a session's stages need from the store: the stories the bank offers while
+/// the participant shares (leaving out those they saw before), and each predictor's
+/// per-participant calibration from their earlier sessions only. Replay and live both.
+pub(super) fn prepare_session(
+    stages: &mut Stages,
+    store: &Store,
+    config: &Config,
+    participant: Option<&str>,
+    session_id: &str,
+    start_time: Option<&str>,
+) -> Result<(), RunError> {
+    if stages.fusion.is_some() && config.fusion.retrieve_k > 0 {
+        match StoryIndex::load(store, &config.models.sentence_encoder) {
+            Ok(index) => {
+                let seen = match participant {
+                    Some(p) => store.stories_seen_before(p, session_id, start_time)?,
+                    None => Vec::new(),
+                };
+                stages
+                    .text
+                    .1
+                    .set_retrieval(index, config.fusion.retrieve_k, seen);
+            }
+            Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
+        }
+    }
+    if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), participant) {
+        for id in fusion.predictor_ids() {
+            let pairs = store.calibration_pairs(participant, &id, session_id, start_time)?;
+            if let Some(label) = fusion.calibrate(&id, &pairs) {
+                tracing::info!(predictor = %id, participant = %participant, "calibrated on {} earlier rated stories ({label})", pairs.len());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The recorded folder's media and events as pipeline sources. The first video frame is
 /// decoded now, so an undecodable file fails before any thread starts.
 fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, RunError> {
-    let video = ReadAhead::new(Box::new(FileVideoSource::open(&session.video_path)?))?;
+    let m = &session.manifest;
+    let video: Box<dyn VideoSource> = match &m.recording {
+        // A live recording: the camera's JPEG buffers, decoded as the live run decoded them.
+        Some(rec) => {
+            if rec.state == RecordingState::Recording {
+                return Err(SessionError::Manifest {
+                    path: session.dir.join("session.json"),
+                    message: "this recording was interrupted and is not finished yet; `empathic run` finishes it when it starts (or run `empathic recording repair FOLDER`)".into(),
+                }
+                .into());
+            }
+            Box::new(MjpegFileSource::open(
+                &session.video_path,
+                m.nominal_fps,
+                m.video_offset_ms * 1_000_000,
+            )?)
+        }
+        None => Box::new(FileVideoSource::open(&session.video_path)?),
+    };
+    let video = ReadAhead::new(video)?;
     if let Some(camera) = session.manifest.camera {
         let info = video.info();
         IntrinsicsArgs::from(camera)
@@ -222,7 +262,8 @@ fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, R
         &session.audio_path,
         config.audio.sample_rate_hz,
         config.audio.block_ms,
-        session.manifest.audio_offset_ms,
+        // Audio's offset is relative to the first frame, which is at video_offset_ms.
+        session.manifest.audio_offset_ms + i64::try_from(m.video_offset_ms).unwrap_or(0),
     )?;
     Ok(Sources {
         video: Box::new(video),

@@ -2,7 +2,7 @@
 //!
 //! Contract: the file is optional; every field but `format_version` is optional and has a
 //! documented default; unknown fields are rejected (new fields mean a new format version);
-//! a `format_version` other than [`FORMAT_VERSION`] is rejected with a message naming it.
+//! a `format_version` outside 1..=[`FORMAT_VERSION`] is rejected with a message naming it.
 
 use std::path::Path;
 
@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::SessionError;
 
-/// The recorded-session format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest recorded-session format version this build reads (it reads 1 and 2) and the
+/// one the live recorder writes. Version 2 adds `video_offset_ms` and `recording`.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Pinhole camera intrinsics in pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -52,6 +53,47 @@ pub struct SessionManifestFile {
     /// Time of the first audio sample on the session timeline, relative to the first video
     /// frame (positive: audio started later). Stations measure it on one clock.
     pub audio_offset_ms: Option<i64>,
+    /// Version 2: the first video frame's time on the session timeline (session time 0 is
+    /// when the live session started). Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video_offset_ms: Option<u64>,
+    /// Version 2: written by the live recorder; its video is the camera's own Motion-JPEG
+    /// buffers, one AVI chunk per nominal frame slot (empty: no frame in that slot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<RecordingInfo>,
+}
+
+/// How a live recording was made and ended (`session.json`, version 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordingInfo {
+    /// `recording` while it runs, `finalised` after a clean stop, `repaired` when a later
+    /// start finished a folder a crash or power loss interrupted.
+    pub state: RecordingState,
+    /// e.g. `empathic 0.1.0`.
+    pub software: String,
+    /// Frame slots written with a frame.
+    pub video_frames: u64,
+    /// Slots with no frame (the camera delivered none: dropped, unplugged).
+    pub video_slots_empty: u64,
+    /// Frames that landed on a slot already written (not recorded).
+    pub video_frames_duplicated: u64,
+    /// Zero samples written where the microphone delivered none (gaps, reconnects).
+    pub audio_samples_inserted: u64,
+    /// Why raw media stopped being recorded before the end (disk nearly full), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_media_stopped: Option<String>,
+    /// What a repair did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordingState {
+    Recording,
+    Finalised,
+    Repaired,
 }
 
 /// `session.json` with the defaults filled in.
@@ -72,6 +114,10 @@ pub struct SessionManifest {
     pub nominal_fps: f64,
     /// Default: 0.
     pub audio_offset_ms: i64,
+    /// Default: 0.
+    pub video_offset_ms: u64,
+    /// Present for folders the live recorder wrote.
+    pub recording: Option<RecordingInfo>,
     /// Whether a `session.json` was found.
     pub from_file: bool,
 }
@@ -98,7 +144,7 @@ impl SessionManifest {
                     message: e.to_string(),
                 })?;
             match value.get("format_version").and_then(|v| v.as_u64()) {
-                Some(v) if v == u64::from(FORMAT_VERSION) => {}
+                Some(v) if (1..=u64::from(FORMAT_VERSION)).contains(&v) => {}
                 Some(v) => {
                     return Err(SessionError::UnsupportedVersion {
                         path,
@@ -133,6 +179,8 @@ impl SessionManifest {
             camera: None,
             nominal_fps: None,
             audio_offset_ms: None,
+            video_offset_ms: None,
+            recording: None,
         });
         let manifest = SessionManifest {
             format_version: file.format_version,
@@ -145,6 +193,8 @@ impl SessionManifest {
             camera: file.camera,
             nominal_fps: file.nominal_fps.unwrap_or(default_fps),
             audio_offset_ms: file.audio_offset_ms.unwrap_or(0),
+            video_offset_ms: file.video_offset_ms.unwrap_or(0),
+            recording: file.recording,
             from_file,
         };
         manifest.validate(&path)?;

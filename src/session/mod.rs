@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod manifest;
+pub mod record;
 
 use std::path::{Path, PathBuf};
 
@@ -29,7 +30,7 @@ pub enum SessionError {
         source: std::io::Error,
     },
     #[error(
-        "unsupported recorded-session format version {found} (this build reads version {}): {path}",
+        "unsupported recorded-session format version {found} (this build reads versions 1 to {}): {path}",
         FORMAT_VERSION
     )]
     UnsupportedVersion { path: PathBuf, found: String },
@@ -110,8 +111,9 @@ impl RecordedSession {
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .filter(|v| {
-                v.get("format_version").and_then(|f| f.as_u64())
-                    == Some(u64::from(manifest::FORMAT_VERSION))
+                v.get("format_version")
+                    .and_then(|f| f.as_u64())
+                    .is_some_and(|f| (1..=u64::from(manifest::FORMAT_VERSION)).contains(&f))
             })
             .and_then(|v| v.get("session_id")?.as_str().map(str::to_string))
             .filter(|id| manifest::check_id("session_id", id).is_ok());

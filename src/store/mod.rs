@@ -645,6 +645,37 @@ impl Store {
         sql::report::surveys(&self.conn, participant)
     }
 
+    /// A participant's recorded consent: `(consent, raw_media_consent)`, or `None` when
+    /// the participant is unknown here.
+    pub fn participant_consent(&self, id: &str) -> Result<Option<(String, bool)>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT consent, raw_media_consent FROM participants WHERE id = ?1",
+                [id],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? == 1)),
+            )
+            .optional()
+            .map_err(sql("reading a participant's consent"))
+    }
+
+    /// Records a participant's consent as study staff took it (creating the participant).
+    /// `consent`: `given` or `withdrawn`.
+    pub fn set_consent(&self, id: &str, consent: &str, raw_media: bool) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                &format!(
+                    "INSERT INTO participants (id, consent, consent_at, raw_media_consent, first_seen_at)
+                     VALUES (?1, ?2, {now}, ?3, {now})
+                     ON CONFLICT (id) DO UPDATE SET consent = ?2, consent_at = {now},
+                         raw_media_consent = ?3",
+                    now = sql::NOW
+                ),
+                rusqlite::params![id, consent, i64::from(raw_media)],
+            )
+            .map(|_| ())
+            .map_err(sql("recording a participant's consent"))
+    }
+
     /// The sessions of `participant`, oldest first.
     pub fn participant_sessions(&self, participant: &str) -> Result<Vec<String>, StoreError> {
         sql::report::participant_sessions(&self.conn, participant)

@@ -1,0 +1,253 @@
+//! The control protocol the robot's dialogue app speaks over the service's Unix socket.
+//!
+//! Contract: one JSON object per line each way. A request is an `events.jsonl` event
+//! without `t_ms` (`phase`, `utterance`, `story_shown`, `rating`, `survey`, `note`: the
+//! service stamps it on arrival; an utterance keeps its own `start_ms`/`end_ms` on the
+//! session timeline and is placed at its start), or `start_session {participant_id,
+//! session_id?}`, `stop_session`, `status`. Every request gets one answer:
+//! `{"ok":true, ...}` or `{"ok":false,"error":"<reason>"}`. [`SessionRules`] is the
+//! session's state as far as the protocol cares, and refuses what would make a session
+//! inconsistent: a phase out of order, a rating outside 1-5 or for a story not shown, a
+//! second rating of a story, an utterance ending in the future.
+
+use serde::Deserialize;
+
+use crate::session::{EventKind, Phase};
+use crate::Nanos;
+
+/// A request, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    StartSession {
+        participant_id: String,
+        session_id: Option<String>,
+    },
+    StopSession,
+    Status,
+    Event(EventKind),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartFields {
+    participant_id: String,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+/// Parses one request line. The error is the reason sent back.
+pub fn parse_request(line: &str) -> Result<Request, String> {
+    let mut value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
+    let serde_json::Value::Object(map) = &mut value else {
+        return Err("expected a JSON object".into());
+    };
+    let kind = map
+        .get("type")
+        .and_then(|t| t.as_str())
+        .ok_or("missing `type`")?
+        .to_string();
+    if map.contains_key("t_ms") {
+        return Err("`t_ms` is set by the service on arrival; leave it out".into());
+    }
+    match kind.as_str() {
+        "start_session" => {
+            map.remove("type");
+            let f: StartFields =
+                serde_json::from_value(value).map_err(|e| format!("start_session: {e}"))?;
+            crate::session::manifest::check_id("participant_id", &f.participant_id)?;
+            if let Some(id) = &f.session_id {
+                crate::session::manifest::check_id("session_id", id)?;
+            }
+            Ok(Request::StartSession {
+                participant_id: f.participant_id,
+                session_id: f.session_id,
+            })
+        }
+        "stop_session" | "status" => {
+            if map.len() > 1 {
+                return Err(format!("`{kind}` takes no fields"));
+            }
+            Ok(if kind == "status" {
+                Request::Status
+            } else {
+                Request::StopSession
+            })
+        }
+        _ => serde_json::from_value::<EventKind>(value)
+            .map(Request::Event)
+            .map_err(|e| format!("{kind}: {e}")),
+    }
+}
+
+/// What the protocol knows of the running session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRules {
+    phase: Option<Phase>,
+    shown: Vec<String>,
+    rated: Vec<String>,
+}
+
+impl SessionRules {
+    /// Checks an event arriving at `now_ns` (session time) and returns its stamp, or why it
+    /// is refused. Accepted events update the state.
+    pub fn accept(&mut self, kind: &EventKind, now_ns: Nanos) -> Result<Nanos, String> {
+        let now_ms = now_ns / 1_000_000;
+        match kind {
+            EventKind::Phase { phase } => {
+                if let Some(current) = self.phase {
+                    if *phase <= current {
+                        return Err(format!(
+                            "phase out of order: `{}` after `{}` (phases go warm_up, story_share, story_receive, reflection, cool_down)",
+                            phase.as_str(),
+                            current.as_str()
+                        ));
+                    }
+                }
+                self.phase = Some(*phase);
+                Ok(now_ms * 1_000_000)
+            }
+            EventKind::Utterance {
+                start_ms,
+                end_ms,
+                text,
+                ..
+            } => {
+                if start_ms > end_ms {
+                    return Err(format!(
+                        "utterance ends ({end_ms} ms) before it starts ({start_ms} ms)"
+                    ));
+                }
+                if *end_ms > now_ms + 1_000 {
+                    return Err(format!(
+                        "utterance ends at {end_ms} ms, in the future (session time is {now_ms} ms)"
+                    ));
+                }
+                if text.trim().is_empty() {
+                    return Err("utterance has no text".into());
+                }
+                Ok(start_ms * 1_000_000)
+            }
+            EventKind::StoryShown { story_id, .. } => {
+                if !self.shown.contains(story_id) {
+                    self.shown.push(story_id.clone());
+                }
+                Ok(now_ms * 1_000_000)
+            }
+            EventKind::Rating { story_id, value } => {
+                if !(1..=5).contains(value) {
+                    return Err(format!("rating {value} is outside 1-5"));
+                }
+                if !self.shown.contains(story_id) {
+                    return Err(format!(
+                        "rating for story `{story_id}`, which was not shown in this session"
+                    ));
+                }
+                if self.rated.contains(story_id) {
+                    return Err(format!(
+                        "story `{story_id}` is already rated in this session"
+                    ));
+                }
+                self.rated.push(story_id.clone());
+                Ok(now_ms * 1_000_000)
+            }
+            EventKind::Survey { value, .. } => {
+                if !value.is_finite() {
+                    return Err("survey value must be a finite number".into());
+                }
+                Ok(now_ms * 1_000_000)
+            }
+            EventKind::Note { .. } => Ok(now_ms * 1_000_000),
+        }
+    }
+
+    pub fn phase(&self) -> Option<Phase> {
+        self.phase
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_request(r#"{"type":"start_session","participant_id":"P01"}"#).unwrap(),
+            Request::StartSession {
+                participant_id: "P01".into(),
+                session_id: None
+            }
+        );
+        assert_eq!(
+            parse_request(r#"{"type":"stop_session"}"#).unwrap(),
+            Request::StopSession
+        );
+        assert!(matches!(
+            parse_request(r#"{"type":"phase","phase":"warm_up"}"#).unwrap(),
+            Request::Event(EventKind::Phase {
+                phase: Phase::WarmUp
+            })
+        ));
+        let e = parse_request(r#"{"type":"phase","phase":"warm_up","t_ms":5}"#).unwrap_err();
+        assert!(e.contains("t_ms"), "{e}");
+        let e = parse_request(r#"{"type":"rating","story_id":"s","value":"x"}"#).unwrap_err();
+        assert!(e.starts_with("rating:"), "{e}");
+        let e = parse_request(r#"{"type":"dance"}"#).unwrap_err();
+        assert!(e.contains("dance"), "{e}");
+        assert!(parse_request("nope").unwrap_err().contains("JSON"));
+    }
+
+    #[test]
+    fn rules_refuse_what_would_make_a_session_inconsistent() {
+        let mut r = SessionRules::default();
+        let ms = 1_000_000;
+        assert!(r
+            .accept(
+                &EventKind::Phase {
+                    phase: Phase::StoryShare
+                },
+                5 * ms
+            )
+            .is_ok());
+        let e = r
+            .accept(
+                &EventKind::Phase {
+                    phase: Phase::WarmUp,
+                },
+                6 * ms,
+            )
+            .unwrap_err();
+        assert!(e.contains("out of order"), "{e}");
+        let rating = |v| EventKind::Rating {
+            story_id: "s1".into(),
+            value: v,
+        };
+        assert!(r
+            .accept(&rating(4), 7 * ms)
+            .unwrap_err()
+            .contains("not shown"));
+        r.accept(
+            &EventKind::StoryShown {
+                story_id: "s1".into(),
+                title: "t".into(),
+                text: "x".into(),
+            },
+            8 * ms,
+        )
+        .unwrap();
+        assert!(r.accept(&rating(6), 9 * ms).unwrap_err().contains("1-5"));
+        assert_eq!(r.accept(&rating(4), 9 * ms).unwrap(), 9 * ms);
+        assert!(r
+            .accept(&rating(3), 10 * ms)
+            .unwrap_err()
+            .contains("already rated"));
+        let u = EventKind::Utterance {
+            speaker: "participant".into(),
+            start_ms: 2,
+            end_ms: 90_000,
+            text: "hi".into(),
+        };
+        assert!(r.accept(&u, 10 * ms).unwrap_err().contains("future"));
+    }
+}

@@ -1,0 +1,176 @@
+//! `empathic run` (the live service), `empathic ctl` and `empathic status` (its control
+//! socket), `empathic participant consent`, and `empathic recording repair`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::commands::load_config;
+use super::{fail, print_json, Failure};
+use crate::capture::camera::opener_for;
+use crate::clock::MonotonicClock;
+use crate::exit::ExitKind;
+use crate::runtime::live::{request, serve};
+use crate::runtime::stop_flag;
+
+pub fn run(config: Option<&Path>) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let stop = stop_flag().map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let v = &config.video;
+    let camera = opener_for(&v.device, v.width, v.height, v.nominal_fps);
+    serve(
+        &config,
+        camera.as_ref(),
+        Arc::new(MonotonicClock::new()),
+        &stop,
+    )
+    .map_err(fail)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn socket_of(socket: Option<PathBuf>, config: Option<&Path>) -> Result<PathBuf, Failure> {
+    Ok(match socket {
+        Some(s) => s,
+        None => load_config(config)?.live.socket,
+    })
+}
+
+/// Sends one request line; prints the answer; fails (exit 2) when the service refused it.
+pub fn ctl(
+    socket: Option<PathBuf>,
+    config: Option<&Path>,
+    body: serde_json::Value,
+) -> Result<ExitCode, Failure> {
+    let socket = socket_of(socket, config)?;
+    let answer = request(&socket, &body).map_err(|e| (ExitKind::Runtime, e))?;
+    if answer["ok"] == true {
+        println!("{answer}");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err((
+            ExitKind::BadInput,
+            format!(
+                "refused: {}",
+                answer["error"].as_str().unwrap_or("no reason given")
+            ),
+        ))
+    }
+}
+
+pub fn status(
+    socket: Option<PathBuf>,
+    config: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let socket = socket_of(socket, config)?;
+    let s = request(&socket, &serde_json::json!({"type": "status"}))
+        .map_err(|e| (ExitKind::Runtime, e))?;
+    if json {
+        print_json(&s)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let device = |d: &serde_json::Value| {
+        let name = d["name"].as_str().unwrap_or("?");
+        if d["present"] == true {
+            format!("ok        {name}")
+        } else {
+            format!(
+                "MISSING   {name}: {}",
+                d["problem"].as_str().unwrap_or("not checked yet")
+            )
+        }
+    };
+    println!(
+        "station   {} (pid {})",
+        s["station_id"].as_str().unwrap_or("?"),
+        s["pid"]
+    );
+    println!("camera    {}", device(&s["camera"]));
+    println!("mic       {}", device(&s["microphone"]));
+    match s["session"].as_object() {
+        Some(r) => println!(
+            "session   {} participant {} at {:.1} s, phase {}; frames {} (dropped {}), audio samples {} (lost {}){}",
+            r["session_id"].as_str().unwrap_or("?"),
+            r["participant_id"].as_str().unwrap_or("?"),
+            r["t_ms"].as_f64().unwrap_or(0.0) / 1e3,
+            r["phase"].as_str().unwrap_or("none yet"),
+            r["frames_captured"],
+            r["frames_dropped"],
+            r["audio_samples"],
+            r["audio_samples_lost"],
+            r["recording"].as_str().map(|d| format!(", recording into {d}")).unwrap_or_default()
+        ),
+        None => println!("session   none running ({} run since start)", s["sessions_run"]),
+    }
+    if let Some(free) = s["disk_free_mib"].as_u64() {
+        println!("disk      {free} MiB free");
+    }
+    if let Some(e) = s["last_error"].as_str() {
+        println!("last error {e}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn consent(
+    id: &str,
+    given: bool,
+    raw_media: bool,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
+    crate::session::manifest::check_id("participant id", id)
+        .map_err(|m| (ExitKind::BadInput, m))?;
+    let config = load_config(config)?;
+    let path = super::db_path(db, &config);
+    // Consent may be the first thing recorded on a new station: create the store.
+    let store = crate::store::Store::open(&path).map_err(fail)?;
+    let consent = if given { "given" } else { "withdrawn" };
+    store
+        .set_consent(id, consent, given && raw_media)
+        .map_err(fail)?;
+    println!(
+        "participant {id}: consent {consent}{}",
+        if given && raw_media {
+            ", raw media may leave the station"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Finishes the unfinished recordings in `dir` (a recordings folder, or one session
+/// folder: then every unfinished one beside it too, as the service would at its start).
+pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
+    let root = if dir.join("session.json").exists() {
+        dir.parent().unwrap_or(Path::new(".")).to_path_buf()
+    } else {
+        dir.to_path_buf()
+    };
+    let results = crate::session::record::repair_interrupted(&root);
+    if results.is_empty() {
+        println!(
+            "{}: nothing to repair (no recording left unfinished)",
+            dir.display()
+        );
+    }
+    let mut failed = None;
+    for (d, r) in results {
+        match r {
+            Ok(note) => println!("{}: repaired: {note}", d.display()),
+            Err(e) => {
+                eprintln!("{}: {e}", d.display());
+                failed = Some(format!("{}: {e}", d.display()));
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err((ExitKind::Runtime, e)),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}

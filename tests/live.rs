@@ -1,0 +1,615 @@
+//! The live station end to end, with no webcam and no sound card: `empathic run` as a
+//! child process, its microphone a user-space PulseAudio null sink (Debian's `pulseaudio`,
+//! installed by set-up) fed with the demo session's real speech by `paplay`, its camera the
+//! demo session's Motion-JPEG video played in real time by the file camera, and a scripted
+//! session over the control socket (all five phases, three stories, three ratings, a
+//! survey item). Checked: the session is stored with features, windows and predictions;
+//! replaying the folder the live run recorded stores the same rows, bit for bit; a camera
+//! unplugged and plugged back mid-session leaves a gap both agree on; the service with no
+//! camera and no microphone stays up, says so, and finds them when they appear; SIGTERM
+//! and SIGKILL mid-session keep what was stored and the recording.
+//!
+//! The tests of this file run one at a time: each is a real-time session, and on a
+//! two-core machine two at once would make the camera drop frames.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::store::{count, table_lines};
+use common::*;
+use rusqlite::Connection;
+use serde_json::{json, Value};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A user-space PulseAudio whose default source is the monitor of a 16 kHz mono null sink.
+struct Pulse {
+    child: Child,
+    runtime_dir: PathBuf,
+}
+
+impl Drop for Pulse {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Pulse {
+    fn start(dir: &Path) -> Pulse {
+        let runtime_dir = dir.join("pulse-runtime");
+        std::fs::create_dir_all(&runtime_dir).unwrap();
+        let child = Command::new("pulseaudio")
+            .args([
+                "-n",
+                "--daemonize=no",
+                "--exit-idle-time=-1",
+                "--disallow-exit",
+                "--log-target=stderr",
+                "-L",
+                "module-native-protocol-unix",
+                "-L",
+                "module-null-sink sink_name=mic rate=16000 channels=1",
+            ])
+            .env("XDG_RUNTIME_DIR", &runtime_dir)
+            .env("HOME", dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pulseaudio is installed by scripts/setup.sh (Debian package `pulseaudio`)");
+        let pulse = Pulse { child, runtime_dir };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !pulse.pactl(&["info"]) {
+            assert!(Instant::now() < deadline, "pulseaudio did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(pulse.pactl(&["set-default-source", "mic.monitor"]));
+        pulse
+    }
+
+    fn pactl(&self, args: &[&str]) -> bool {
+        Command::new("pactl")
+            .args(args)
+            .env("XDG_RUNTIME_DIR", &self.runtime_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Plays a WAV into the null sink (the microphone hears it), in the background.
+    fn play(&self, wav: &Path) -> Child {
+        Command::new("paplay")
+            .arg("-d")
+            .arg("mic")
+            .arg(wav)
+            .env("XDG_RUNTIME_DIR", &self.runtime_dir)
+            .spawn()
+            .expect("paplay is installed by scripts/setup.sh (Debian package `pulseaudio-utils`)")
+    }
+}
+
+/// `empathic run` as a child process.
+struct Station {
+    child: Option<Child>,
+    config: PathBuf,
+    socket: PathBuf,
+    db: PathBuf,
+    recordings: PathBuf,
+    log: PathBuf,
+}
+
+impl Drop for Station {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Writes the station config: the given camera, the test's socket, database and recordings.
+fn station_config(dir: &Path, camera: &Path) -> PathBuf {
+    let config = dir.join("station.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[station]\nid = \"st-live\"\n\n[video]\ndevice = \"{}\"\n\n[store]\ndb_path = \"{}\"\n\n\
+             [live]\nsocket = \"{}\"\ntranscript_wait_ms = 8000\nrealtime_priority = 0\n\n\
+             [recording]\ndir = \"{}\"\nmin_free_mib = 16\non_start = \"touch {}\"\non_stop = \"touch {}\"\n",
+            camera.display(),
+            dir.join("station.db").display(),
+            dir.join("control.sock").display(),
+            dir.join("recordings").display(),
+            dir.join("ring-light-on").display(),
+            dir.join("ring-light-off").display(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+impl Station {
+    fn start(dir: &Path, config: &Path, pulse_runtime: &Path) -> Station {
+        let mut s = Station {
+            child: None,
+            config: config.to_path_buf(),
+            socket: dir.join("control.sock"),
+            db: dir.join("station.db"),
+            recordings: dir.join("recordings"),
+            log: dir.join("service.log"),
+        };
+        s.spawn(pulse_runtime);
+        s
+    }
+
+    fn spawn(&mut self, pulse_runtime: &Path) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_empathic"))
+            .args(["run", "--config", path_str(&self.config)])
+            .env("XDG_RUNTIME_DIR", pulse_runtime)
+            .env("EMPATHIC_LOG", "info,ort=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the service did not open its socket: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends one request; returns the answer.
+    fn ask(&self, request: Value) -> Value {
+        let mut stream = UnixStream::connect(&self.socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        writeln!(stream, "{request}").unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Sends a request that must be accepted.
+    fn ok(&self, request: Value) -> Value {
+        let a = self.ask(request.clone());
+        assert_eq!(a["ok"], true, "{request} refused: {a}\n{}", self.log_text());
+        a
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.ok(json!({"type": "note", "text": "clock"}))["t_ms"]
+            .as_u64()
+            .unwrap()
+    }
+
+    fn signal(&mut self, signal: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        assert!(Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "the service did not exit");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the session's row leaves `running`; returns its status.
+    fn wait_session_end(&self, id: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(conn) = Connection::open(&self.db) {
+                let status: Option<String> = conn
+                    .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
+                        r.get(0)
+                    })
+                    .ok();
+                if let Some(s) = status.filter(|s| s != "running") {
+                    // The recording is finalised after the row: wait for the service to say
+                    // the session is over.
+                    if self.ask(json!({"type": "status"}))["session"].is_null() {
+                        return s;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "session {id} did not end: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn sleep_s(s: f64) {
+    std::thread::sleep(Duration::from_secs_f64(s));
+}
+
+fn story(n: u32) -> Value {
+    json!({"type": "story_shown", "story_id": format!("demo-story-0{n}"), "title": format!("Story {n}"),
+           "text": format!("Story {n}: I moved to a new city for work and felt alone until a neighbour invited me to dinner.")})
+}
+
+/// The scripted session: five phases, an utterance sent when it ends, three stories,
+/// three ratings, a survey item. Returns the session id.
+fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (String, Child) {
+    let start = station.ok(json!({"type": "start_session", "participant_id": participant}));
+    let id = start["session_id"].as_str().unwrap().to_string();
+    let player = pulse.play(&demo_session().join("audio.wav"));
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(2.0);
+    station.ok(json!({"type": "phase", "phase": "story_share"}));
+    sleep_s(3.0);
+    let now = station.now_ms();
+    station.ok(json!({"type": "utterance", "speaker": "participant", "start_ms": now - 2500, "end_ms": now,
+                      "text": "When I moved here I did not know anyone and the evenings were very long."}));
+    station.ok(json!({"type": "phase", "phase": "story_receive"}));
+    for n in 1..=3 {
+        station.ok(story(n));
+        sleep_s(1.5);
+        station
+            .ok(json!({"type": "rating", "story_id": format!("demo-story-0{n}"), "value": 1 + n}));
+    }
+    station.ok(json!({"type": "phase", "phase": "reflection"}));
+    station.ok(json!({"type": "survey", "instrument": "SSE", "item": "q1", "value": 3.0, "time_point": "mid_study"}));
+    sleep_s(2.0);
+    station.ok(json!({"type": "phase", "phase": "cool_down"}));
+    sleep_s(2.0);
+    (id, player)
+}
+
+fn consent(config: &Path, participant: &str) {
+    let o = empathic(&[
+        "participant",
+        "consent",
+        participant,
+        "--given",
+        "--config",
+        path_str(config),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The session-scoped rows of `id` in two stores must be the same, except the session row
+/// itself (source, status) and the event rows' storage order.
+fn assert_same_rows(live: &Path, replayed: &Path, id: &str) {
+    let a = Connection::open(live).unwrap();
+    let b = Connection::open(replayed).unwrap();
+    for (table, key) in common::store::SESSION_TABLES {
+        if *table == "sessions" {
+            continue;
+        }
+        // Event rows (and the utterance, story, rating and survey rows naming them) are
+        // numbered in the order they were stored: live, in arrival order (an utterance
+        // arrives when it ends but is stamped at its start); replayed, in time order. The
+        // same rows, by time and content, must be there.
+        let lines = |c: &Connection| {
+            let mut l = table_lines(c, table, key, id);
+            {
+                l = l
+                    .into_iter()
+                    .map(|x| {
+                        x.split(' ')
+                            .filter(|p| !p.starts_with("seq="))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect();
+                l.sort();
+            }
+            l
+        };
+        let (la, lb) = (lines(&a), lines(&b));
+        assert_eq!(la.len(), lb.len(), "{table}: row counts differ");
+        let differing = la.iter().zip(&lb).filter(|(x, y)| x != y).count();
+        assert_eq!(
+            differing,
+            0,
+            "{table}: {differing} of {} rows differ between the live run and the replay of its recording; first: {:?}",
+            la.len(),
+            la.iter().zip(&lb).find(|(x, y)| x != y)
+        );
+    }
+}
+
+fn replay_recording(dir: &Path, folder: &Path) -> PathBuf {
+    let db = dir.join("replayed.db");
+    let o = replay_cli(folder, &db, None);
+    assert!(
+        o.status.success(),
+        "replay of the recording failed: {}",
+        stderr(&o)
+    );
+    db
+}
+
+fn manifest(folder: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(folder.join("session.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn scripted_session_is_stored_recorded_and_its_replay_matches() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+
+    // Refusals name their reason.
+    let a = station.ask(json!({"type": "phase", "phase": "warm_up"}));
+    assert_eq!(a["error"], "no session is running");
+    let a = station.ask(json!({"type": "start_session", "participant_id": "P-NOBODY"}));
+    assert!(
+        a["error"].as_str().unwrap().contains("unknown participant"),
+        "{a}"
+    );
+
+    let (id, mut player) = scripted_session(&station, &pulse, "P-LIVE");
+    let a = station.ask(json!({"type": "rating", "story_id": "demo-story-01", "value": 9}));
+    assert!(a["error"].as_str().unwrap().contains("1-5"), "{a}");
+    let a = station.ask(json!({"type": "phase", "phase": "warm_up"}));
+    assert!(a["error"].as_str().unwrap().contains("out of order"), "{a}");
+    let status = station.ok(json!({"type": "status"}));
+    assert_eq!(status["camera"]["present"], true, "{status}");
+    assert_eq!(status["microphone"]["present"], true, "{status}");
+    assert_eq!(status["session"]["session_id"], id.as_str());
+    let stop = station.ok(json!({"type": "stop_session"}));
+    let _ = player.kill();
+    let _ = player.wait();
+    assert_eq!(
+        station.wait_session_end(&id),
+        "complete",
+        "{}",
+        station.log_text()
+    );
+    let folder = PathBuf::from(stop["recording"].as_str().unwrap());
+    assert!(
+        dir.path().join("ring-light-on").exists() && dir.path().join("ring-light-off").exists()
+    );
+
+    let conn = Connection::open(&station.db).unwrap();
+    let frames = count(
+        &conn,
+        &format!("SELECT count(*) FROM frames WHERE session_id = '{id}' AND decoded = 1"),
+    );
+    let duration_s = count(
+        &conn,
+        &format!("SELECT duration_ns / 1000000000 FROM sessions WHERE id = '{id}'"),
+    );
+    assert!(
+        frames as f64 >= 14.0 * duration_s as f64,
+        "{frames} frames in {duration_s} s"
+    );
+    for (what, sql) in [
+        ("face", "SELECT count(*) FROM frame_features WHERE modality = 'face' AND present = 1"),
+        ("voice", "SELECT count(*) FROM frame_features WHERE modality = 'acoustic_compare' AND present = 1"),
+        ("text", "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1"),
+        ("windows", "SELECT count(*) FROM windows"),
+        ("predictions", "SELECT count(*) FROM predictions"),
+        ("ratings", "SELECT count(*) FROM self_ratings"),
+        ("surveys", "SELECT count(*) FROM survey_responses"),
+    ] {
+        assert!(count(&conn, sql) > 0, "no {what} stored");
+    }
+    assert_eq!(count(&conn, "SELECT count(*) FROM self_ratings"), 3);
+    assert_eq!(count(&conn, "SELECT count(DISTINCT phase) FROM phases"), 5);
+
+    let m = manifest(&folder);
+    assert_eq!(m["format_version"], 2);
+    assert_eq!(m["recording"]["state"], "finalised", "{m}");
+    let db = replay_recording(dir.path(), &folder);
+    assert_same_rows(&station.db, &db, &id);
+}
+
+#[test]
+fn camera_unplugged_mid_session_leaves_the_same_gap_in_the_store_and_the_recording() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let camera = dir.path().join("camera.avi");
+    std::fs::copy(demo_session().join("video.avi"), &camera).unwrap();
+    let config = station_config(dir.path(), &camera);
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let start = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}));
+    let id = start["session_id"].as_str().unwrap().to_string();
+    let mut player = pulse.play(&demo_session().join("audio.wav"));
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(3.0);
+    // Unplug: the file camera's file goes away; plug back 2 s later.
+    let away = dir.path().join("camera.away");
+    std::fs::rename(&camera, &away).unwrap();
+    sleep_s(1.0);
+    let status = station.ok(json!({"type": "status"}));
+    assert_eq!(status["camera"]["present"], false, "{status}");
+    sleep_s(1.0);
+    std::fs::rename(&away, &camera).unwrap();
+    sleep_s(4.0);
+    let status = station.ok(json!({"type": "status"}));
+    assert_eq!(status["camera"]["present"], true, "{status}");
+    assert!(
+        status["camera"]["reconnects"].as_u64().unwrap() >= 1,
+        "{status}"
+    );
+    let stop = station.ok(json!({"type": "stop_session"}));
+    let _ = player.kill();
+    let _ = player.wait();
+    assert_eq!(station.wait_session_end(&id), "complete");
+    let conn = Connection::open(&station.db).unwrap();
+    let missing = count(
+        &conn,
+        &format!("SELECT count(*) FROM frames WHERE session_id = '{id}' AND decoded = 0"),
+    );
+    assert!(
+        missing >= 15,
+        "a 2 s unplug leaves at least a second of missing frames, got {missing}"
+    );
+    let folder = PathBuf::from(stop["recording"].as_str().unwrap());
+    let m = manifest(&folder);
+    assert!(
+        m["recording"]["video_slots_empty"].as_u64().unwrap() >= 15,
+        "{m}"
+    );
+    let db = replay_recording(dir.path(), &folder);
+    assert_same_rows(&station.db, &db, &id);
+}
+
+#[test]
+fn service_without_devices_stays_up_says_so_and_finds_them_when_they_appear() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let camera = dir.path().join("camera.avi");
+    let config = station_config(dir.path(), &camera);
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let station = Station::start(dir.path(), &config, &runtime);
+    sleep_s(1.0);
+    let o = empathic(&["status", "--json", "--config", path_str(&config)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let status: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(status["camera"]["present"], false, "{status}");
+    assert_eq!(status["microphone"]["present"], false, "{status}");
+    assert!(
+        status["camera"]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("camera.avi"),
+        "{status}"
+    );
+    let o = empathic(&["status", "--config", path_str(&config)]);
+    assert!(stdout(&o).contains("MISSING"), "{}", stdout(&o));
+
+    // Both appear: the camera file and a sound server.
+    std::fs::copy(demo_session().join("video.avi"), &camera).unwrap();
+    let _pulse = Pulse::start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = station.ok(json!({"type": "status"}));
+        if s["camera"]["present"] == true && s["microphone"]["present"] == true {
+            break;
+        }
+        assert!(Instant::now() < deadline, "devices not picked up: {s}");
+        sleep_s(0.5);
+    }
+}
+
+#[test]
+fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    consent(&config, "P-LIVE");
+    let mut station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+
+    // SIGTERM: the session is closed incomplete with the reason; the recording finalised.
+    let id = station
+        .ok(json!({"type": "start_session", "participant_id": "P-LIVE", "session_id": "term-1"}))
+        ["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut player = pulse.play(&demo_session().join("audio.wav"));
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(12.0);
+    station.signal("-TERM");
+    assert!(station.wait_exit().success(), "{}", station.log_text());
+    let conn = Connection::open(&station.db).unwrap();
+    let (status, reason): (String, String) = conn
+        .query_row(
+            "SELECT status, status_reason FROM sessions WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(status, "incomplete");
+    assert!(reason.contains("stopped"), "{reason}");
+    assert!(
+        count(
+            &conn,
+            "SELECT count(*) FROM windows WHERE session_id = 'term-1'"
+        ) > 0
+    );
+    let folder = station.recordings.join(&id);
+    assert_eq!(manifest(&folder)["recording"]["state"], "finalised");
+
+    // SIGKILL: the next start marks the session incomplete and repairs the folder.
+    station.spawn(&pulse.runtime_dir);
+    station
+        .ok(json!({"type": "start_session", "participant_id": "P-LIVE", "session_id": "kill-1"}));
+    sleep_s(12.0);
+    let stored_before = {
+        let c = Connection::open(&station.db).unwrap();
+        count(
+            &c,
+            "SELECT count(*) FROM frames WHERE session_id = 'kill-1'",
+        )
+    };
+    station.signal("-KILL");
+    station.wait_exit();
+    let _ = player.kill();
+    let _ = player.wait();
+    station.spawn(&pulse.runtime_dir);
+    let conn = Connection::open(&station.db).unwrap();
+    let status: String = conn
+        .query_row("SELECT status FROM sessions WHERE id = 'kill-1'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(status, "incomplete");
+    assert!(
+        count(
+            &conn,
+            "SELECT count(*) FROM frames WHERE session_id = 'kill-1'"
+        ) >= stored_before
+    );
+    let folder = station.recordings.join("kill-1");
+    let m = manifest(&folder);
+    assert_eq!(m["recording"]["state"], "repaired", "{m}");
+    assert!(
+        m["recording"]["video_frames"].as_u64().unwrap() > 100,
+        "{m}"
+    );
+    // The repaired folder replays.
+    let db = replay_recording(dir.path(), &folder);
+    let c = Connection::open(&db).unwrap();
+    assert!(
+        count(
+            &c,
+            "SELECT count(*) FROM windows WHERE session_id = 'kill-1'"
+        ) > 0
+    );
+}
