@@ -103,6 +103,8 @@ struct Station {
     db: PathBuf,
     recordings: PathBuf,
     log: PathBuf,
+    /// Extra environment for the service (e.g. systemd's NOTIFY_SOCKET).
+    envs: Vec<(String, String)>,
 }
 
 impl Drop for Station {
@@ -137,7 +139,17 @@ fn station_config(dir: &Path, camera: &Path) -> PathBuf {
 
 impl Station {
     fn start(dir: &Path, config: &Path, pulse_runtime: &Path) -> Station {
+        Self::start_with(dir, config, pulse_runtime, Vec::new())
+    }
+
+    fn start_with(
+        dir: &Path,
+        config: &Path,
+        pulse_runtime: &Path,
+        envs: Vec<(String, String)>,
+    ) -> Station {
         let mut s = Station {
+            envs,
             child: None,
             config: config.to_path_buf(),
             socket: dir.join("control.sock"),
@@ -159,6 +171,7 @@ impl Station {
             .args(["run", "--config", path_str(&self.config)])
             .env("XDG_RUNTIME_DIR", pulse_runtime)
             .env("EMPATHIC_LOG", "info,ort=warn")
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -495,7 +508,36 @@ fn service_without_devices_stays_up_says_so_and_finds_them_when_they_appear() {
     let config = station_config(dir.path(), &camera);
     let runtime = dir.path().join("pulse-runtime");
     std::fs::create_dir_all(&runtime).unwrap();
-    let station = Station::start(dir.path(), &config, &runtime);
+    // systemd's side of Type=notify: a datagram socket the service reports to.
+    let notify_path = dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let station = Station::start_with(
+        dir.path(),
+        &config,
+        &runtime,
+        vec![
+            ("NOTIFY_SOCKET".into(), path_str(&notify_path).into()),
+            ("WATCHDOG_USEC".into(), "2000000".into()),
+        ],
+    );
+    let mut said = Vec::new();
+    let mut buf = [0u8; 256];
+    while !(said.iter().any(|m: &String| m.contains("READY=1"))
+        && said.iter().any(|m| m.contains("WATCHDOG=1")))
+    {
+        let n = notify
+            .recv(&mut buf)
+            .expect("the service told systemd nothing");
+        said.push(String::from_utf8_lossy(&buf[..n]).to_string());
+    }
+    // Keep reading, as systemd does (a full socket would block the service's pings).
+    std::thread::Builder::new()
+        .name("notify-reader".into())
+        .spawn(move || while notify.recv(&mut buf).is_ok() {})
+        .unwrap();
     sleep_s(1.0);
     let o = empathic(&["status", "--json", "--config", path_str(&config)]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -611,5 +653,67 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
             &c,
             "SELECT count(*) FROM windows WHERE session_id = 'kill-1'"
         ) > 0
+    );
+}
+
+#[test]
+fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(3.0);
+    // The sound server goes away (a USB microphone pulled out) and comes back.
+    drop(pulse);
+    sleep_s(2.0);
+    let status = station.ok(json!({"type": "status"}));
+    assert_eq!(status["microphone"]["present"], false, "{status}");
+    let pulse = Pulse::start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = station.ok(json!({"type": "status"}));
+        if s["microphone"]["present"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "microphone not picked up again: {s}"
+        );
+        sleep_s(0.5);
+    }
+    let mut player = pulse.play(&demo_session().join("audio.wav"));
+    sleep_s(3.0);
+    station.ok(json!({"type": "stop_session"}));
+    let _ = player.kill();
+    let _ = player.wait();
+    assert_eq!(
+        station.wait_session_end(&id),
+        "complete",
+        "{}",
+        station.log_text()
+    );
+    let conn = Connection::open(&station.db).unwrap();
+    let quality: String = conn
+        .query_row(
+            "SELECT quality_json FROM sessions WHERE id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let q: Value = serde_json::from_str(&quality).unwrap();
+    assert!(q["audio"]["discontinuities"].as_u64().unwrap() >= 1, "{q}");
+    let inserted = manifest(&station.recordings.join(&id))["recording"]["audio_samples_inserted"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        inserted >= 16_000,
+        "the gap is filled with counted silence in the recording: {inserted}"
     );
 }

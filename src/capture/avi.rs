@@ -413,7 +413,7 @@ fn u32_le(v: u64) -> [u8; 4] {
 fn io_err(path: &Path, doing: &str, e: std::io::Error) -> CaptureError {
     CaptureError::Device {
         device: path.display().to_string(),
-        message: format!("cannot {doing} the recording: {e}"),
+        message: format!("cannot {doing} the video file: {e}"),
     }
 }
 

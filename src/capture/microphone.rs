@@ -53,6 +53,12 @@ impl MicStream {
             device: format!("microphone `{device}`"),
             message,
         };
+        // ALSA caches its configuration for the life of the process, including whether a
+        // sound server was running when it was first read: drop the cache, so a sound
+        // server or USB microphone that appeared since is seen. No stream is open here.
+        if let Err(e) = alsa::config::update_free_global() {
+            tracing::debug!("ALSA configuration not refreshed: {e}");
+        }
         let host = cpal::default_host();
         let dev = if device == "default" {
             host.default_input_device().ok_or_else(|| {
@@ -241,12 +247,9 @@ fn build(
             on_error,
             None,
         ),
-        cpal::SampleFormat::F32 => dev.build_input_stream::<f32, _, _>(
-            *config,
-            callback!(f32, |s| s),
-            on_error,
-            None,
-        ),
+        cpal::SampleFormat::F32 => {
+            dev.build_input_stream::<f32, _, _>(*config, callback!(f32, |s| s), on_error, None)
+        }
         other => {
             return Err(format!(
                 "the device's sample format {other} is not supported (16-bit or float)"

@@ -194,17 +194,18 @@ pub fn serve(
         })?;
         notify(&[sd_notify::NotifyState::Ready]);
         tracing::info!(socket = %config.live.socket.display(), station = %config.station.id, "live service ready");
-        let mut watchdog_us = 0u64;
-        let watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_us);
+        let (watchdog, watchdog_us) = watchdog_usec();
         if watchdog {
             tracing::info!("systemd watchdog every {} ms", watchdog_us / 1000);
         }
         let mut last_probe: Option<std::time::Instant> = None;
+        let mut last_ping = std::time::Instant::now();
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
-            // The loop turns every 200 ms, well inside any sane WatchdogSec.
-            if watchdog {
+            // Fed at half the unit's interval, from the loop that would stall if anything did.
+            if watchdog && last_ping.elapsed().as_micros() >= u128::from(watchdog_us / 2) {
                 notify(&[sd_notify::NotifyState::Watchdog]);
+                last_ping = std::time::Instant::now();
             }
             // Idle: look for the devices every 5 s, so status shows them appear and go.
             let idle = service.state().running.is_none();
@@ -227,6 +228,21 @@ pub fn serve(
     })?;
     let _ = std::fs::remove_file(&config.live.socket);
     Ok(())
+}
+
+/// Whether systemd watches this process, and its interval: `WATCHDOG_USEC` set and
+/// `WATCHDOG_PID`, when set, naming this process (sd_watchdog_enabled(3)).
+fn watchdog_usec() -> (bool, u64) {
+    let usec = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .is_none_or(|p| p.parse::<u32>().ok() == Some(std::process::id()));
+    match usec {
+        Some(u) if u > 0 && for_us => (true, u),
+        _ => (false, 0),
+    }
 }
 
 fn notify(states: &[sd_notify::NotifyState]) {
