@@ -5,7 +5,7 @@
 //! ONNX Runtime, models folder) and live capture on a station (camera, microphone). The exit
 //! code is 0 when everything needed for the asked use (replay, or live with `--live`) is ok.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::config::Config;
 
@@ -54,8 +54,9 @@ pub fn run_checks(config_path: Option<&Path>, db_path: Option<&Path>) -> Vec<Che
     checks.push(check_store(db_path.unwrap_or(&config.store.db_path)));
     checks.push(check_onnxruntime(&config));
     checks.push(check_models(&config.models.dir));
-    checks.push(check_camera(&config.video.device));
-    checks.push(check_microphone(&config.audio.device));
+    checks.push(check_camera(&config));
+    checks.push(check_microphone(&config));
+    checks.extend(check_live_paths(&config));
     checks
 }
 
@@ -154,49 +155,113 @@ fn check_models(dir: &Path) -> Check {
     }
 }
 
-fn check_camera(device: &Path) -> Check {
-    let ok = device.exists();
+/// Opens the configured camera for real and decodes one frame.
+fn check_camera(config: &Config) -> Check {
+    use crate::capture::camera::{decode_jpeg, opener_for};
+    let v = &config.video;
+    let opener = opener_for(&v.device, v.width, v.height, v.nominal_fps);
+    let clock: std::sync::Arc<dyn crate::clock::Clock> =
+        std::sync::Arc::new(crate::clock::MonotonicClock::new());
+    let result = opener
+        .open(clock)
+        .and_then(|mut g| g.grab())
+        .map_err(|e| e.to_string())
+        .and_then(|g| {
+            decode_jpeg(&g.jpeg).map_err(|e| format!("its first frame does not decode: {e}"))
+        });
     Check {
         name: "camera",
         need: Need::Live,
-        ok,
-        detail: if ok {
-            format!("{} exists", device.display())
-        } else {
-            format!(
-                "{} does not exist: no webcam is connected (live capture needs one; replay does not)",
-                device.display()
-            )
+        ok: result.is_ok(),
+        detail: match result {
+            Ok(img) => format!(
+                "{}: a {}x{} frame captured and decoded",
+                opener.describe(),
+                img.width,
+                img.height
+            ),
+            Err(e) => format!(
+                "{}: {e} (live capture needs it; replay does not)",
+                opener.describe()
+            ),
         },
     }
 }
 
-fn check_microphone(device: &str) -> Check {
-    let alsa_cards = std::fs::read_to_string("/proc/asound/cards")
-        .map(|s| !s.contains("no soundcards") && !s.trim().is_empty())
-        .unwrap_or(false);
-    let pulse = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(|d| PathBuf::from(d).join("pulse/native").exists())
-        .unwrap_or(false)
-        || std::env::var_os("PULSE_SERVER").is_some();
-    let ok = alsa_cards || pulse;
+/// Opens the configured microphone for real and waits up to 2 s for its first samples.
+fn check_microphone(config: &Config) -> Check {
+    let clock: std::sync::Arc<dyn crate::clock::Clock> =
+        std::sync::Arc::new(crate::clock::MonotonicClock::new());
+    let device = &config.audio.device;
+    let result =
+        crate::capture::microphone::MicStream::open(device, config.audio.sample_rate_hz, clock)
+            .map_err(|e| e.to_string())
+            .and_then(|mic| {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while mic.first_clock_ns().is_none() {
+                    if std::time::Instant::now() > deadline {
+                        return Err("opened, but no samples came in 2 s".to_string());
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(mic.rate_hz())
+            });
     Check {
         name: "microphone",
         need: Need::Live,
-        ok,
-        detail: if ok {
-            format!(
-                "audio input available for device `{device}` ({})",
-                if alsa_cards {
-                    "ALSA sound card"
-                } else {
-                    "PulseAudio server"
-                }
-            )
-        } else {
-            format!("no sound card in /proc/asound/cards and no PulseAudio server: device `{device}` cannot be opened (live capture needs a microphone; replay does not)")
+        ok: result.is_ok(),
+        detail: match result {
+            Ok(rate) => format!("microphone `{device}`: capturing at {rate} Hz"),
+            Err(e) => format!("{e} (live capture needs it; replay does not)"),
         },
     }
+}
+
+/// The control socket's folder must take a socket, and the recordings folder a file.
+fn check_live_paths(config: &Config) -> Vec<Check> {
+    let socket = &config.live.socket;
+    let dir = socket.parent().unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".empathic-doctor-{}.sock", std::process::id()));
+    let socket_ok = std::os::unix::net::UnixListener::bind(&probe).map(|_| ());
+    let _ = std::fs::remove_file(&probe);
+    // The service creates the recordings folder: its nearest existing folder must be writable.
+    let rec = &config.recording.dir;
+    let existing = rec
+        .ancestors()
+        .find(|a| a.is_dir())
+        .unwrap_or(Path::new("."));
+    let rec_probe = existing.join(format!(".empathic-doctor-{}", std::process::id()));
+    let rec_ok = std::fs::write(&rec_probe, b"");
+    let _ = std::fs::remove_file(&rec_probe);
+    vec![
+        Check {
+            name: "control socket",
+            need: Need::Live,
+            ok: socket_ok.is_ok(),
+            detail: match socket_ok {
+                Ok(()) => format!("{} can be created", socket.display()),
+                Err(e) => format!(
+                    "cannot create a socket in {}: {e} (live.socket)",
+                    dir.display()
+                ),
+            },
+        },
+        Check {
+            name: "recordings",
+            need: Need::Live,
+            ok: rec_ok.is_ok() || !config.recording.enabled,
+            detail: match rec_ok {
+                Ok(()) => format!(
+                    "{} is writable{}",
+                    rec.display(),
+                    crate::session::record::free_bytes(rec)
+                        .map(|f| format!(", {} MiB free", f >> 20))
+                        .unwrap_or_default()
+                ),
+                Err(e) => format!("cannot write in {}: {e} (recording.dir)", rec.display()),
+            },
+        },
+    ]
 }
 
 /// The report printed by `empathic doctor`, and whether the asked use is ready.

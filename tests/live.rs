@@ -379,6 +379,21 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     let pulse = Pulse::start(dir.path());
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
+    // `doctor --live` opens the camera and the microphone for real.
+    let o = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["doctor", "--live", "--config", path_str(&config)])
+        .env("XDG_RUNTIME_DIR", &pulse.runtime_dir)
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(
+        o.status.success() && text.contains("ready for live capture: yes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("frame captured and decoded") && text.contains("capturing at 16000 Hz"),
+        "{text}"
+    );
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
 
     // Refusals name their reason.
@@ -553,6 +568,20 @@ fn service_without_devices_stays_up_says_so_and_finds_them_when_they_appear() {
     );
     let o = empathic(&["status", "--config", path_str(&config)]);
     assert!(stdout(&o).contains("MISSING"), "{}", stdout(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["doctor", "--live", "--config", path_str(&config)])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(
+        !o.status.success() && text.contains("ready for live capture: no"),
+        "{text}"
+    );
+    assert!(
+        text.contains("MISSING camera") && text.contains("MISSING microphone"),
+        "{text}"
+    );
 
     // Both appear: the camera file and a sound server.
     std::fs::copy(demo_session().join("video.avi"), &camera).unwrap();
@@ -716,4 +745,56 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
         inserted >= 16_000,
         "the gap is filled with counted silence in the recording: {inserted}"
     );
+}
+
+#[test]
+fn disk_nearly_full_stops_raw_media_first_and_keeps_the_session() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    // A floor above any disk here: the first check finds the disk "nearly full".
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("min_free_mib = 16", "min_free_mib = 1000000000");
+    std::fs::write(&config, text).unwrap();
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut player = pulse.play(&demo_session().join("audio.wav"));
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(6.0);
+    station.ok(json!({"type": "note", "text": "still recording events"}));
+    station.ok(json!({"type": "stop_session"}));
+    let _ = player.kill();
+    let _ = player.wait();
+    assert_eq!(station.wait_session_end(&id), "complete");
+    let folder = station.recordings.join(&id);
+    let m = manifest(&folder);
+    let why = m["recording"]["raw_media_stopped"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(why.contains("free on the disk"), "{m}");
+    let recorded = m["recording"]["video_frames"].as_u64().unwrap();
+    let conn = Connection::open(&station.db).unwrap();
+    let stored = count(
+        &conn,
+        &format!("SELECT count(*) FROM frames WHERE session_id = '{id}'"),
+    );
+    assert!(
+        recorded < 30 && stored > 60,
+        "raw media stop early ({recorded} frames recorded), features go on ({stored} stored)"
+    );
+    // The media written before the stop are whole files; the events file has every event.
+    assert!(avi_is_indexed(&folder.join("video.avi")));
+    let events = std::fs::read_to_string(folder.join("events.jsonl")).unwrap();
+    assert!(events.contains("still recording events"), "{events}");
+}
+
+fn avi_is_indexed(path: &Path) -> bool {
+    let bytes = std::fs::read(path).unwrap();
+    bytes.windows(4).any(|w| w == b"idx1")
 }
