@@ -3,7 +3,7 @@ CARGO ?= cargo
 DEMO_DB ?= empathic.db
 DEMO_REPORT ?= demo-report.html
 
-.PHONY: setup build demo test lint bench clean train-demo
+.PHONY: setup build demo test lint bench clean train-demo install
 
 setup:
 	./scripts/setup.sh
@@ -42,6 +42,26 @@ bench: build
 train-demo: build
 	test -x .venv-fusion/bin/python || (python3 -m venv .venv-fusion && .venv-fusion/bin/pip install -q -r tools/fusion/requirements.txt)
 	./tools/fusion/train_demo.sh
+
+# A station: the binary, ONNX Runtime, the models, the config (kept when present), the
+# systemd unit and the service user (README, "Installing a station"). DESTDIR stages a
+# package instead (no user is created then).
+PREFIX ?= /usr
+install: build
+	install -D -m 0755 target/release/empathic $(DESTDIR)$(PREFIX)/bin/empathic
+	install -D -m 0644 third_party/onnxruntime/libonnxruntime.so.1 $(DESTDIR)$(PREFIX)/lib/empathic/libonnxruntime.so.1
+	mkdir -p $(DESTDIR)$(PREFIX)/share/empathic
+	cp -r models $(DESTDIR)$(PREFIX)/share/empathic/
+	install -D -m 0644 systemd/empathic.service $(DESTDIR)/lib/systemd/system/empathic.service
+	install -D -m 0644 systemd/70-empathic-devices.rules.example $(DESTDIR)$(PREFIX)/share/doc/empathic/70-empathic-devices.rules.example
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/empathic/README.md
+	test -e $(DESTDIR)/etc/empathic/station.toml || install -D -m 0640 firmware-config/station.toml $(DESTDIR)/etc/empathic/station.toml
+	@if [ -z "$(DESTDIR)" ]; then \
+	  id empathic >/dev/null 2>&1 || useradd --system --home-dir /var/lib/empathic --shell /usr/sbin/nologin --groups video,audio empathic; \
+	  chgrp empathic /etc/empathic/station.toml; \
+	  systemctl daemon-reload 2>/dev/null || true; \
+	  echo "installed: edit /etc/empathic/station.toml, then: systemctl enable --now empathic"; \
+	fi
 
 clean:
 	$(CARGO) clean

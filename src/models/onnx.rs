@@ -1,7 +1,8 @@
 //! The process's one ONNX Runtime environment, and sessions opened with clear errors.
 //!
 //! Contract: the shared library is looked up in order: `models.onnxruntime_library` from
-//! the config, `$ORT_DYLIB_PATH`, `libonnxruntime.so.1` next to the executable. It is loaded
+//! the config, `$ORT_DYLIB_PATH`, `libonnxruntime.so.1` next to the executable, then in
+//! `../lib/empathic/` beside it (where `make install` puts it). It is loaded
 //! once per process (ONNX Runtime allows one environment); a missing library is an error
 //! naming every place tried, never a panic.
 
@@ -29,6 +30,7 @@ pub fn library_candidates(configured: Option<&Path>) -> Vec<PathBuf> {
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
         c.push(dir.join("libonnxruntime.so.1"));
+        c.push(dir.join("../lib/empathic/libonnxruntime.so.1"));
     }
     c
 }
