@@ -798,3 +798,56 @@ fn avi_is_indexed(path: &Path) -> bool {
     let bytes = std::fs::read(path).unwrap();
     bytes.windows(4).any(|w| w == b"idx1")
 }
+
+#[test]
+fn the_service_publishes_each_ended_session_to_the_study() {
+    use common::broker::{free_port, start_broker, start_collector};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = start_broker(dir.path(), port);
+    let central = dir.path().join("central.db");
+    let mut collector = start_collector(&central, port);
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[sync]\nbroker = \"mqtt://127.0.0.1:{port}\"\nstudy = \"test-study\"\n"
+    ));
+    std::fs::write(&config, text).unwrap();
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(3.0);
+    station.ok(json!({"type": "stop_session"}));
+    assert_eq!(station.wait_session_end(&id), "complete");
+    // The service's publisher sends it; the collector's receipt marks it synced.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = station.ok(json!({"type": "status"}));
+        if s["sync"]["synced"].as_u64() == Some(1) && s["sync"]["pending"].as_u64() == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not synced: {s}\n{}",
+            station.log_text()
+        );
+        sleep_s(0.5);
+    }
+    let _ = collector.kill();
+    let _ = collector.wait();
+    let c = Connection::open(&central).unwrap();
+    let n: i64 = c
+        .query_row(
+            "SELECT count(*) FROM collect_records WHERE kind = 'session' AND subject = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 1, "the session reached the study's central store once");
+}

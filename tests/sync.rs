@@ -8,63 +8,15 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::broker::*;
 use common::*;
 use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
 use sha2::{Digest, Sha256};
 
-struct Broker {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_broker(dir: &Path, port: u16) -> Broker {
-    let conf = dir.join(format!("mosquitto-{port}.conf"));
-    std::fs::write(
-        &conf,
-        format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
-            dir.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("mosquitto")
-        .arg("-c")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mosquitto is installed by scripts/setup.sh (Debian package `mosquitto`)");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "mosquitto did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Broker { child, port }
-}
-
-/// Collects every publish under `empathic/#` (resubscribing on every CONNACK).
 fn subscriber(port: u16) -> Arc<Mutex<Vec<(String, String)>>> {
     let got = Arc::new(Mutex::new(Vec::new()));
     let sink = got.clone();
@@ -347,26 +299,6 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
     collector.kill().unwrap();
     collector.wait().unwrap();
     drop(broker);
-}
-
-fn start_collector(central: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args([
-            "collect",
-            "--central",
-            path_str(central),
-            "--broker",
-            &format!("mqtt://127.0.0.1:{port}"),
-            "--study",
-            "test-study",
-            "--client-id",
-            "test-collector",
-        ])
-        .env("EMPATHIC_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
 }
 
 fn central_records(central: &Path) -> Vec<(String, String, String, i64)> {

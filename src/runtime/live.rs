@@ -99,6 +99,8 @@ pub struct ServiceStatus {
     pub sessions_run: u64,
     pub disk_free_mib: Option<u64>,
     pub last_error: Option<String>,
+    /// The sync outbox (pending, sent, synced), when a broker is configured.
+    pub sync: Option<serde_json::Value>,
 }
 
 /// Counters the capture threads update while a session runs.
@@ -192,6 +194,9 @@ pub fn serve(
         spawn(scope, "control-listener", move || {
             accept_loop(scope, service, &listener);
         })?;
+        if !config.sync.broker.is_empty() {
+            spawn(scope, "sync-publisher", move || publish_loop(service))?;
+        }
         notify(&[sd_notify::NotifyState::Ready]);
         tracing::info!(socket = %config.live.socket.display(), station = %config.station.id, "live service ready");
         let (watchdog, watchdog_us) = watchdog_usec();
@@ -454,9 +459,46 @@ fn handle<'scope>(
     }
 }
 
+/// The outbox publisher of `empathic sync`, as a thread of the service: every ended
+/// session goes to the study's broker while the station runs (exactly once, see `sync`).
+fn publish_loop(service: &Service<'_>) {
+    let config = service.config;
+    let opts = match crate::sync::parse_broker(&config.sync.broker) {
+        Ok((host, port)) => crate::sync::SyncOptions {
+            host,
+            port,
+            study: config.sync.study.clone(),
+            station: config.station.id.clone(),
+        },
+        Err(e) => {
+            service.set_error(format!("sync: {e}"));
+            return;
+        }
+    };
+    while !service.stop.load(Ordering::SeqCst) {
+        // Runs until the stop flag; it reconnects with backoff on its own. A store error
+        // (the disk) is retried after a pause.
+        if let Err(e) =
+            crate::sync::publish(&config.store.db_path, &opts, false, None, service.stop)
+        {
+            service.set_error(format!("sync: {e}"));
+            pause(service.stop, 30_000);
+        }
+    }
+}
+
 fn current_status(service: &Service<'_>) -> ServiceStatus {
+    let sync = if service.config.sync.broker.is_empty() {
+        None
+    } else {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        crate::store::sql::outbox::status(store.connection())
+            .ok()
+            .and_then(|s| serde_json::to_value(s).ok())
+    };
     let state = service.state();
     let mut status = state.status.clone();
+    status.sync = sync;
     status.session = state.running.as_ref().map(|r| SessionStatus {
         session_id: r.id.clone(),
         participant_id: r.participant.clone(),

@@ -113,6 +113,7 @@ pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
     empathic(&args)
 }
 
+pub mod broker;
 pub mod csv;
 pub mod store;
 

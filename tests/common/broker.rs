@@ -1,0 +1,78 @@
+//! A real Mosquitto (Debian's `mosquitto`, installed by set-up) on a free loopback port,
+//! and the study's collector (`empathic collect`), for the sync tests.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::path_str;
+
+pub struct Broker {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn start_broker(dir: &Path, port: u16) -> Broker {
+    let conf = dir.join(format!("mosquitto-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("mosquitto")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mosquitto is installed by scripts/setup.sh (Debian package `mosquitto`)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "mosquitto did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Broker { child, port }
+}
+
+/// Collects every publish under `empathic/#` (resubscribing on every CONNACK).
+/// `empathic collect` into `central`, study `test-study`.
+pub fn start_collector(central: &Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args([
+            "collect",
+            "--central",
+            path_str(central),
+            "--broker",
+            &format!("mqtt://127.0.0.1:{port}"),
+            "--study",
+            "test-study",
+            "--client-id",
+            "test-collector",
+        ])
+        .env("EMPATHIC_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
