@@ -56,6 +56,9 @@ use crate::Nanos;
 const GRAB_QUEUE: usize = 4;
 /// Events waiting for the pipeline's event thread.
 const EVENT_QUEUE: usize = 1024;
+/// How often the control events' source says how far the events are known: frames wait
+/// for it (with no transcript wait, up to this long).
+const EVENTS_TICK: Duration = Duration::from_millis(20);
 /// Control connections served at once.
 const MAX_CLIENTS: usize = 16;
 /// Backoff between attempts to open a device.
@@ -851,6 +854,16 @@ fn run_session<'scope>(
         quality_json,
     })?;
     tracing::info!(session = %run.id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
+    if let Some(l) = outcome.latency {
+        tracing::info!(
+            session = %run.id,
+            frames = l.frames,
+            p50_ms = format_args!("{:.1}", l.p50_ms),
+            p95_ms = format_args!("{:.1}", l.p95_ms),
+            max_ms = format_args!("{:.1}", l.max_ms),
+            "capture to store writer latency"
+        );
+    }
     Ok(())
 }
 
@@ -1036,6 +1049,13 @@ fn microphone_thread(
                         sample_rate_hz: rate,
                         samples,
                     };
+                    if seq % 250 == 0 {
+                        let end = start_clock_ns + b.t_ns + samples_to_ns(n as u64, rate);
+                        tracing::debug!(
+                            age_ms = clock.now_ns().saturating_sub(end) / 1_000_000,
+                            "microphone block handed on"
+                        );
+                    }
                     seq += 1;
                     emitted += n as u64;
                     counters.samples.fetch_add(n as u64, Ordering::Relaxed);
@@ -1129,7 +1149,7 @@ impl AudioSource for LiveAudio {
     }
 }
 
-/// The control socket's events as an [`EventSource`]: a batch every 100 ms, known up to
+/// The control socket's events as an [`EventSource`]: a batch every [`EVENTS_TICK`], known up to
 /// now minus the transcript wait; everything once the session ends.
 struct ControlEvents {
     rx: PolicyReceiver<Event>,
@@ -1150,7 +1170,7 @@ impl EventSource for ControlEvents {
         let mut events = Vec::new();
         // Read the flag first: every event accepted before it was set is already queued.
         let mut ended = self.end.load(Ordering::SeqCst);
-        match self.rx.receiver().recv_timeout(Duration::from_millis(100)) {
+        match self.rx.receiver().recv_timeout(EVENTS_TICK) {
             Ok(e) => events.push(e),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => ended = true,

@@ -190,6 +190,8 @@ pub struct Outcome {
     /// Every event of the session, time-sorted.
     pub events: Vec<Event>,
     pub threads: Vec<ThreadFigures>,
+    /// Paced runs: how long frames took from capture to the store writer.
+    pub latency: Option<LatencySummary>,
 }
 
 /// What one thread did, for the end-of-run summary at `debug`.
@@ -263,6 +265,34 @@ struct AudioFeaturesDone {
 struct AlignDone {
     frames: u64,
     windows: u64,
+    latency: Option<LatencySummary>,
+}
+
+/// Capture-to-store latency of a paced run's decoded frames: from the frame's time on
+/// the session clock to the moment its features were handed to the store writer (which
+/// commits within `store.batch_max_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LatencySummary {
+    pub frames: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub max_ms: f64,
+}
+
+impl LatencySummary {
+    fn of(mut us: Vec<u32>) -> Option<Self> {
+        if us.is_empty() {
+            return None;
+        }
+        us.sort_unstable();
+        let at = |q: f64| f64::from(us[((us.len() - 1) as f64 * q).round() as usize]) / 1e3;
+        Some(Self {
+            frames: us.len(),
+            p50_ms: at(0.5),
+            p95_ms: at(0.95),
+            max_ms: at(1.0),
+        })
+    }
 }
 
 /// What the text stage tells the aligner: utterances embedded, phases entered, and how far
@@ -356,10 +386,11 @@ pub fn run(
 
     let result = std::thread::scope(|scope| -> Result<_, RunError> {
         let (stopped, figures_ref, layout_ref) = (&stopped_early, &figures, &layout);
+        let clock_ref: &dyn Clock = clock.as_ref();
         let cx = CaptureContext {
             pacer: &pacer,
             realtime_priority: opts.realtime_priority,
-            clock: clock.as_ref(),
+            clock: clock_ref,
             stop,
             stopped,
             figures: figures_ref,
@@ -440,6 +471,7 @@ pub fn run(
                 window_txs,
                 progress,
                 figures_ref,
+                (pacer.speed == Speed::Realtime).then_some((clock_ref, pacer.start_clock_ns)),
             )
         })?;
         // Join everything before looking at errors, so no thread outlives the run. The
@@ -523,6 +555,7 @@ pub fn run(
         quality,
         events,
         threads,
+        latency: align_done.latency,
     })
 }
 
@@ -905,8 +938,10 @@ fn align_windows(
     consumers: Vec<PolicySender<Arc<Window>>>,
     progress: &ProgressBar,
     figures: &Figures,
+    latency_from: Option<(&dyn Clock, Nanos)>,
 ) -> Result<AlignDone, RunError> {
     let mut meter = Meter::new("align-windows");
+    let mut latencies_us: Vec<u32> = Vec::new();
     let mut assembler = WindowAssembler::new(windows.length_frames, windows.hop_frames, period_ns);
     let mut phases: Vec<PhaseSpan> = Vec::new();
     let mut stories = InPlay::default();
@@ -914,6 +949,11 @@ fn align_windows(
     let mut emit =
         |record: FrameRecord, phases: &[PhaseSpan], stories: &InPlay| -> Result<(), RunError> {
             let record = Arc::new(record);
+            if let (Some((clock, start)), true) = (latency_from, record.decoded) {
+                // Capture (the slot's time on the session clock) to handed to the writer.
+                let age = clock.now_ns().saturating_sub(start + record.t_ns);
+                latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
+            }
             writer.frame(record.clone())?;
             frames += 1;
             progress.inc(1);
@@ -1008,6 +1048,7 @@ fn align_windows(
     Ok(AlignDone {
         frames,
         windows: windows_emitted,
+        latency: LatencySummary::of(latencies_us),
     })
 }
 
