@@ -49,7 +49,7 @@ EMPATHIC_LOG=${EMPATHIC_LOG:-info,ort=warn} $bin run --config "$tmp/station.toml
 svc=$!
 for _ in $(seq 300); do [[ -S $tmp/control.sock ]] && break; sleep 0.1; done
 $bin ctl start P-BENCH --config "$tmp/station.toml" >/dev/null
-( while true; do paplay -d mic demo/session/audio.wav; done ) &
+( while true; do paplay --latency-msec=20 -d mic demo/session/audio.wav; done ) &
 play=$!
 $bin ctl phase warm_up --config "$tmp/station.toml" >/dev/null
 ticks() { awk '{print $14 + $15}' "/proc/$svc/stat"; }

@@ -125,10 +125,19 @@ impl Default for RecordingConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SyncConfig {
-    /// `mqtt://HOST:PORT`; empty: no broker configured (flags can still give one).
+    /// `mqtt://HOST:PORT` or `mqtts://HOST:PORT` (TLS); empty: no broker configured (flags
+    /// can still give one).
     pub broker: String,
     /// The study's name, in every topic.
     pub study: String,
+    /// Broker login (empty: none) and the file holding its password.
+    pub username: String,
+    pub password_file: PathBuf,
+    /// With an `mqtts://` broker: the CA (PEM) its certificate chains to, and optionally a
+    /// client certificate and key (PEM).
+    pub ca_file: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 impl Default for SyncConfig {
@@ -136,6 +145,11 @@ impl Default for SyncConfig {
         Self {
             broker: String::new(),
             study: "study".into(),
+            username: String::new(),
+            password_file: PathBuf::new(),
+            ca_file: PathBuf::new(),
+            client_cert: PathBuf::new(),
+            client_key: PathBuf::new(),
         }
     }
 }

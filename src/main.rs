@@ -296,12 +296,21 @@ enum ParticipantCommand {
 /// The broker and study of `sync` and `collect`.
 #[derive(clap::Args)]
 struct BrokerArgs {
-    /// `mqtt://HOST:PORT` (default: `[sync] broker`).
+    /// `mqtt://HOST:PORT` or `mqtts://HOST:PORT` (TLS) (default: `[sync] broker`).
     #[arg(long)]
     broker: Option<String>,
     /// Study name in the topics (default: `[sync] study`).
     #[arg(long)]
     study: Option<String>,
+    /// Broker username (default: `[sync] username`).
+    #[arg(long)]
+    username: Option<String>,
+    /// File holding the broker password (default: `[sync] password_file`).
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+    /// CA certificate (PEM) of an mqtts:// broker (default: `[sync] ca_file`).
+    #[arg(long)]
+    ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -585,6 +594,9 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                 broker: target.broker,
                 study: target.study,
                 station,
+                username: target.username,
+                password_file: target.password_file,
+                ca: target.ca,
             },
             until_synced,
             timeout,
@@ -645,8 +657,14 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         } => cli::sync::collect(
             &central,
             config.as_deref(),
-            target.broker,
-            target.study,
+            cli::sync::Overrides {
+                broker: target.broker,
+                study: target.study,
+                station: None,
+                username: target.username,
+                password_file: target.password_file,
+                ca: target.ca,
+            },
             &client_id,
         ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),

@@ -697,14 +697,29 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
         .as_str()
         .unwrap()
         .to_string();
+    // A microphone delivers samples all the time (silence too); the null sink's monitor
+    // only while something plays into it.
+    let mut first_player = pulse.play(&demo_session().join("audio.wav"));
     station.ok(json!({"type": "phase", "phase": "warm_up"}));
     sleep_s(3.0);
     // The sound server goes away (a USB microphone pulled out) and comes back.
     drop(pulse);
-    sleep_s(2.0);
-    let status = station.ok(json!({"type": "status"}));
-    assert_eq!(status["microphone"]["present"], false, "{status}");
+    let _ = first_player.kill();
+    let _ = first_player.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = station.ok(json!({"type": "status"}));
+        if s["microphone"]["present"] == false {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "microphone loss not noticed: {s}"
+        );
+        sleep_s(0.2);
+    }
     let pulse = Pulse::start(dir.path());
+    let mut player = pulse.play(&demo_session().join("audio.wav"));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = station.ok(json!({"type": "status"}));
@@ -717,7 +732,6 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
         );
         sleep_s(0.5);
     }
-    let mut player = pulse.play(&demo_session().join("audio.wav"));
     sleep_s(3.0);
     station.ok(json!({"type": "stop_session"}));
     let _ = player.kill();

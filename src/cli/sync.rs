@@ -15,6 +15,29 @@ pub struct Overrides {
     pub broker: Option<String>,
     pub study: Option<String>,
     pub station: Option<String>,
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+}
+
+/// The broker's address and the client's credentials: config, then flags.
+fn target(
+    config: &crate::config::Config,
+    broker: &str,
+    o: &Overrides,
+) -> Result<(crate::sync::BrokerAddress, crate::sync::BrokerAuth), Failure> {
+    let address = parse_broker(broker).map_err(|e| (ExitKind::BadInput, e.to_string()))?;
+    let mut auth = crate::sync::BrokerAuth::from_config(&config.sync, address.tls);
+    if let Some(u) = &o.username {
+        auth.username = Some(u.clone());
+    }
+    if let Some(p) = &o.password_file {
+        auth.password_file = Some(p.clone());
+    }
+    if let Some(c) = &o.ca {
+        auth.ca_file = Some(c.clone());
+    }
+    Ok((address, auth))
 }
 
 pub fn push(
@@ -46,19 +69,20 @@ pub fn push(
         eprintln!("sync: {n} session(s) stored before the outbox enqueued");
     }
     drop(store);
-    let broker = o.broker.unwrap_or(config.sync.broker.clone());
+    let broker = o.broker.clone().unwrap_or(config.sync.broker.clone());
     if broker.is_empty() {
         return Err((
             ExitKind::BadInput,
             "no broker: give --broker mqtt://HOST:PORT or set [sync] broker".into(),
         ));
     }
-    let (host, port) = parse_broker(&broker).map_err(|e| (ExitKind::BadInput, e.to_string()))?;
+    let (address, auth) = target(&config, &broker, &o)?;
     let opts = SyncOptions {
-        host,
-        port,
+        host: address.host,
+        port: address.port,
         study: o.study.unwrap_or(config.sync.study.clone()),
         station: o.station.unwrap_or(config.station.id.clone()),
+        auth,
     };
     for (what, v) in [("study", &opts.study), ("station", &opts.station)] {
         if v.is_empty() || v.contains(['/', '+', '#']) {
@@ -83,7 +107,9 @@ pub fn push(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ SyncError::Address(_)) => Err((ExitKind::BadInput, e.to_string())),
+        Err(e @ (SyncError::Address(_) | SyncError::Auth(_))) => {
+            Err((ExitKind::BadInput, e.to_string()))
+        }
         Err(SyncError::Store(e)) => Err(fail(e)),
         Err(e) => Err((ExitKind::Runtime, format!("sync to {broker}: {e}"))),
     }
@@ -111,22 +137,29 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
 pub fn collect(
     central: &Path,
     config: Option<&Path>,
-    broker: Option<String>,
-    study: Option<String>,
+    o: Overrides,
     client_id: &str,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
-    let broker = broker.unwrap_or(config.sync.broker.clone());
-    let (host, port) = parse_broker(&broker).map_err(|e| (ExitKind::BadInput, e.to_string()))?;
-    let study = study.unwrap_or(config.sync.study.clone());
+    let broker = o.broker.clone().unwrap_or(config.sync.broker.clone());
+    let (address, auth) = target(&config, &broker, &o)?;
+    let study = o.study.unwrap_or(config.sync.study.clone());
     let stop = crate::runtime::stop_flag().map_err(|e| {
         (
             ExitKind::Runtime,
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    let records = crate::sync::collect::collect(central, &host, port, &study, client_id, &stop)
-        .map_err(|e| (ExitKind::Runtime, e))?;
+    let records = crate::sync::collect::collect(
+        central,
+        &address.host,
+        address.port,
+        &auth,
+        &study,
+        client_id,
+        &stop,
+    )
+    .map_err(|e| (ExitKind::Runtime, e))?;
     eprintln!(
         "collect: {records} record(s) stored in {}",
         central.display()

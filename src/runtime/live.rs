@@ -59,6 +59,8 @@ const EVENT_QUEUE: usize = 1024;
 /// How often the control events' source says how far the events are known: frames wait
 /// for it (with no transcript wait, up to this long).
 const EVENTS_TICK: Duration = Duration::from_millis(20);
+/// A microphone that delivers nothing for this long is treated as unplugged (reopened).
+const MIC_SILENT_AFTER: Duration = Duration::from_secs(1);
 /// Control connections served at once.
 const MAX_CLIENTS: usize = 16;
 /// Backoff between attempts to open a device.
@@ -467,9 +469,10 @@ fn handle<'scope>(
 fn publish_loop(service: &Service<'_>) {
     let config = service.config;
     let opts = match crate::sync::parse_broker(&config.sync.broker) {
-        Ok((host, port)) => crate::sync::SyncOptions {
-            host,
-            port,
+        Ok(address) => crate::sync::SyncOptions {
+            auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),
+            host: address.host,
+            port: address.port,
             study: config.sync.study.clone(),
             station: config.station.id.clone(),
         },
@@ -978,12 +981,10 @@ fn microphone_thread(
     let mut backoff = BACKOFF_MIN_MS;
     let mut seq = 0u64;
     while !end.load(Ordering::SeqCst) {
+        // Present once it delivers samples (an open that delivers nothing is not a
+        // microphone: through ALSA's plugin a missing sound server can look like that).
         let mut mic = match MicStream::open(&config.audio.device, rate, clock.clone()) {
-            Ok(m) => {
-                set_device(&mut service.state().status.microphone, Ok(()));
-                backoff = BACKOFF_MIN_MS;
-                m
-            }
+            Ok(m) => m,
             Err(e) => {
                 set_device(&mut service.state().status.microphone, Err(e.to_string()));
                 pause(end, backoff);
@@ -1009,11 +1010,32 @@ fn microphone_thread(
         let mut lost_seen = 0u64;
         let mut raw = Vec::new();
         let mut ready = Vec::new();
+        let mut last_samples = std::time::Instant::now();
+        let mut delivering = false;
         let finished = loop {
             let stopping = end.load(Ordering::SeqCst);
             raw.clear();
             if let Err(e) = mic.take(&mut raw) {
                 set_device(&mut service.state().status.microphone, Err(e.to_string()));
+                break false;
+            }
+            // A device that goes silent without an error (a sound server gone, through
+            // ALSA's plugin) is lost all the same.
+            if !raw.is_empty() {
+                if !delivering {
+                    delivering = true;
+                    backoff = BACKOFF_MIN_MS;
+                    set_device(&mut service.state().status.microphone, Ok(()));
+                }
+                last_samples = std::time::Instant::now();
+            } else if last_samples.elapsed() > MIC_SILENT_AFTER && !stopping {
+                set_device(
+                    &mut service.state().status.microphone,
+                    Err(format!(
+                        "no samples for {} s: the microphone stopped delivering",
+                        MIC_SILENT_AFTER.as_secs()
+                    )),
+                );
                 break false;
             }
             match resampler.as_mut() {
@@ -1072,7 +1094,11 @@ fn microphone_thread(
         if finished {
             return;
         }
+        // Closed before the next open, which refreshes ALSA's configuration (only safe
+        // with no stream open).
+        drop(mic);
         pause(end, backoff);
+        backoff = (backoff * 2).min(BACKOFF_MAX_MS);
     }
 }
 

@@ -171,7 +171,8 @@ impl SessionManifest {
         };
         let from_file = file.is_some();
         let file = file.unwrap_or(SessionManifestFile {
-            format_version: FORMAT_VERSION,
+            // A folder without session.json is version 1 (what it was before version 2).
+            format_version: 1,
             session_id: None,
             station_id: None,
             participant_id: None,

@@ -261,12 +261,14 @@ pub fn collect(
     central: &Path,
     host: &str,
     port: u16,
+    auth: &super::BrokerAuth,
     study: &str,
     client_id: &str,
     stop: &AtomicBool,
 ) -> Result<u64, String> {
     let mut conn = open_central(central)?;
     let mut opts = MqttOptions::new(client_id, host, port);
+    auth.apply(&mut opts).map_err(|e| e.to_string())?;
     opts.set_clean_session(false)
         .set_manual_acks(true)
         .set_keep_alive(Duration::from_secs(15))

@@ -41,12 +41,98 @@ pub struct SyncOptions {
     pub port: u16,
     pub study: String,
     pub station: String,
+    pub auth: BrokerAuth,
+}
+
+/// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerAddress {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+}
+
+/// How a client proves itself to the broker and checks the broker: TLS (rustls, the CA
+/// file the broker's certificate must chain to, optionally a client certificate and key,
+/// PEM), and a username with a password read from a file (never from the command line,
+/// where other users see it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BrokerAuth {
+    pub tls: bool,
+    pub ca_file: Option<std::path::PathBuf>,
+    pub client_cert: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
+    pub username: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+impl BrokerAuth {
+    /// From `[sync]` and the address's scheme; empty paths and names mean none.
+    pub fn from_config(c: &crate::config::SyncConfig, tls: bool) -> Self {
+        let path = |p: &std::path::Path| (!p.as_os_str().is_empty()).then(|| p.to_path_buf());
+        Self {
+            tls,
+            ca_file: path(&c.ca_file),
+            client_cert: path(&c.client_cert),
+            client_key: path(&c.client_key),
+            username: (!c.username.is_empty()).then(|| c.username.clone()),
+            password_file: path(&c.password_file),
+        }
+    }
+
+    /// Sets credentials and TLS on `opts`, reading the files now (an unreadable one is an
+    /// error naming it and the setting).
+    pub fn apply(&self, opts: &mut MqttOptions) -> Result<(), SyncError> {
+        let read = |p: &std::path::Path, setting: &str| {
+            std::fs::read(p)
+                .map_err(|e| SyncError::Auth(format!("cannot read {setting} {}: {e}", p.display())))
+        };
+        if let Some(user) = &self.username {
+            let password = match &self.password_file {
+                Some(p) => String::from_utf8_lossy(&read(p, "sync.password_file")?)
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string(),
+                None => String::new(),
+            };
+            opts.set_credentials(user.clone(), password);
+        }
+        if self.tls {
+            let ca_path = self.ca_file.as_deref().ok_or_else(|| {
+                SyncError::Auth("an mqtts:// broker needs the CA file its certificate chains to (sync.ca_file, --ca)".into())
+            })?;
+            let ca = read(ca_path, "sync.ca_file")?;
+            let client_auth = match (&self.client_cert, &self.client_key) {
+                (Some(c), Some(k)) => {
+                    Some((read(c, "sync.client_cert")?, read(k, "sync.client_key")?))
+                }
+                (None, None) => None,
+                _ => {
+                    return Err(SyncError::Auth(
+                        "a client certificate needs both sync.client_cert and sync.client_key"
+                            .into(),
+                    ))
+                }
+            };
+            // rustls with ring (no C build); installing twice is harmless.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            opts.set_transport(rumqttc::Transport::tls_with_config(
+                rumqttc::TlsConfiguration::Simple {
+                    ca,
+                    alpn: None,
+                    client_auth,
+                },
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
-    #[error("broker address `{0}`: expected mqtt://HOST:PORT")]
+    #[error("broker address `{0}`: expected mqtt://HOST:PORT or mqtts://HOST:PORT")]
     Address(String),
+    #[error("{0}")]
+    Auth(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("gave up after {secs:.0} s and {attempts} failed connection attempt(s) with {pending} message(s) not yet synced (no collector receipt); last error: {last_error}")]
@@ -58,11 +144,16 @@ pub enum SyncError {
     },
 }
 
-/// Parses `mqtt://HOST:PORT`.
-pub fn parse_broker(url: &str) -> Result<(String, u16), SyncError> {
-    let rest = url
-        .strip_prefix("mqtt://")
-        .ok_or_else(|| SyncError::Address(url.into()))?;
+/// Parses `mqtt://HOST:PORT` or `mqtts://HOST:PORT`.
+pub fn parse_broker(url: &str) -> Result<BrokerAddress, SyncError> {
+    let (rest, tls) = match url.strip_prefix("mqtts://") {
+        Some(r) => (r, true),
+        None => (
+            url.strip_prefix("mqtt://")
+                .ok_or_else(|| SyncError::Address(url.into()))?,
+            false,
+        ),
+    };
     let (host, port) = rest
         .rsplit_once(':')
         .ok_or_else(|| SyncError::Address(url.into()))?;
@@ -70,7 +161,11 @@ pub fn parse_broker(url: &str) -> Result<(String, u16), SyncError> {
     if host.is_empty() {
         return Err(SyncError::Address(url.into()));
     }
-    Ok((host.to_string(), port))
+    Ok(BrokerAddress {
+        host: host.to_string(),
+        port,
+        tls,
+    })
 }
 
 /// The chunk envelopes of a message, in order.
@@ -183,8 +278,25 @@ pub fn publish(
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
             Err(Round::Store(e)) => return Err(e.into()),
+            Err(Round::Auth(e)) => return Err(e),
             Err(Round::TimedOut) => continue,
         }
+    }
+}
+
+/// A connection error with what to check: credentials, or the CA.
+pub fn describe(e: &rumqttc::ConnectionError) -> String {
+    use rumqttc::{ConnectReturnCode, ConnectionError};
+    match e {
+        ConnectionError::ConnectionRefused(
+            code @ (ConnectReturnCode::BadUserNamePassword | ConnectReturnCode::NotAuthorized),
+        ) => format!(
+            "the broker refused the credentials ({code:?}): check sync.username and sync.password_file"
+        ),
+        ConnectionError::Tls(t) => format!(
+            "TLS with the broker failed: {t} (is sync.ca_file the CA that signed the broker's certificate, and the host the one it names?)"
+        ),
+        other => other.to_string(),
     }
 }
 
@@ -203,6 +315,8 @@ fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {
 
 enum Round {
     Failed(String),
+    /// Credentials or TLS files unusable: retrying cannot help.
+    Auth(SyncError),
     Store(StoreError),
     TimedOut,
 }
@@ -229,6 +343,7 @@ fn connection_round(
         opts.host.clone(),
         opts.port,
     );
+    opts.auth.apply(&mut mqtt).map_err(Round::Auth)?;
     mqtt.set_clean_session(true)
         .set_keep_alive(Duration::from_secs(15))
         .set_max_packet_size(4 * CHUNK_CHARS + 4096, 4 * CHUNK_CHARS + 4096)
@@ -241,7 +356,7 @@ fn connection_round(
         match poll(&mut connection) {
             Ok(Ok(Event::Incoming(Packet::ConnAck(_)))) => break,
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(Round::Failed(e.to_string())),
+            Ok(Err(e)) => return Err(Round::Failed(describe(&e))),
             Err(_) if Instant::now() > connect_deadline => {
                 return Err(Round::Failed(
                     "no answer from the broker within 10 s".into(),
