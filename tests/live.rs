@@ -5,9 +5,12 @@
 //! session over the control socket (all five phases, three stories, three ratings, a
 //! survey item). Checked: the session is stored with features, windows and predictions;
 //! replaying the folder the live run recorded stores the same rows, bit for bit; a camera
-//! unplugged and plugged back mid-session leaves a gap both agree on; the service with no
-//! camera and no microphone stays up, says so, and finds them when they appear; SIGTERM
-//! and SIGKILL mid-session keep what was stored and the recording.
+//! unplugged and plugged back mid-session leaves a gap both agree on; a microphone pulled
+//! out (its source removed from the sound server) and plugged back is a counted
+//! discontinuity; the service with no camera and no microphone tells systemd it is ready,
+//! stays up, says so, and finds them when they appear; SIGTERM and SIGKILL mid-session
+//! keep what was stored and the recording; a nearly full disk stops raw media first; ended
+//! sessions reach the study's collector.
 //!
 //! The tests of this file run one at a time: each is a real-time session, and on a
 //! two-core machine two at once would make the camera drop frames.
@@ -28,17 +31,56 @@ use serde_json::{json, Value};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A user-space PulseAudio whose default source is the monitor of a 16 kHz mono null sink.
+/// A user-space PulseAudio whose default source is the monitor of a 16 kHz mono null sink,
+/// with silence always playing into it: a null sink's monitor delivers samples only while
+/// something plays, a microphone delivers them all the time.
 struct Pulse {
     child: Child,
     runtime_dir: PathBuf,
+    room_tone: Option<Child>,
 }
 
 impl Drop for Pulse {
     fn drop(&mut self) {
+        if let Some(mut r) = self.room_tone.take() {
+            let _ = r.kill();
+            let _ = r.wait();
+        }
+        // SIGTERM: the server closes its clients' streams, as a sound server (or a USB
+        // device) going away does; SIGKILL only if it does not exit.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Three minutes of 16 kHz mono 16-bit silence.
+fn silence_wav(dir: &Path) -> PathBuf {
+    let p = dir.join("silence.wav");
+    let mut w = hound::WavWriter::create(
+        &p,
+        hound::WavSpec {
+            channels: 1,
+            sample_rate: 16_000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        },
+    )
+    .unwrap();
+    for _ in 0..16_000 * 180 {
+        w.write_sample(0i16).unwrap();
+    }
+    w.finalize().unwrap();
+    p
 }
 
 impl Pulse {
@@ -63,14 +105,48 @@ impl Pulse {
             .stderr(Stdio::null())
             .spawn()
             .expect("pulseaudio is installed by scripts/setup.sh (Debian package `pulseaudio`)");
-        let pulse = Pulse { child, runtime_dir };
+        let mut pulse = Pulse {
+            child,
+            runtime_dir,
+            room_tone: None,
+        };
         let deadline = Instant::now() + Duration::from_secs(15);
         while !pulse.pactl(&["info"]) {
             assert!(Instant::now() < deadline, "pulseaudio did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
         assert!(pulse.pactl(&["set-default-source", "mic.monitor"]));
+        let silence = dir.join("silence.wav");
+        let silence = if silence.exists() {
+            silence
+        } else {
+            silence_wav(dir)
+        };
+        pulse.room_tone = Some(pulse.play(&silence));
         pulse
+    }
+
+    /// The microphone goes away, as a USB microphone pulled out does: its source leaves
+    /// the sound server.
+    fn unplug(&mut self) {
+        if let Some(mut r) = self.room_tone.take() {
+            let _ = r.kill();
+            let _ = r.wait();
+        }
+        assert!(self.pactl(&["unload-module", "module-null-sink"]));
+    }
+
+    /// ... and comes back.
+    fn replug(&mut self, dir: &Path) {
+        assert!(self.pactl(&[
+            "load-module",
+            "module-null-sink",
+            "sink_name=mic",
+            "rate=16000",
+            "channels=1"
+        ]));
+        assert!(self.pactl(&["set-default-source", "mic.monitor"]));
+        self.room_tone = Some(self.play(&dir.join("silence.wav")));
     }
 
     fn pactl(&self, args: &[&str]) -> bool {
@@ -303,6 +379,18 @@ fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (Str
     (id, player)
 }
 
+/// Starts a session for `P-LIVE` with the demo speech playing and the warm-up phase
+/// entered; returns its id and the player.
+fn start_warm_up(station: &Station, pulse: &Pulse) -> (String, Child) {
+    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let player = pulse.play(&demo_session().join("audio.wav"));
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    (id, player)
+}
+
 fn consent(config: &Path, participant: &str) {
     let o = empathic(&[
         "participant",
@@ -472,10 +560,7 @@ fn camera_unplugged_mid_session_leaves_the_same_gap_in_the_store_and_the_recordi
     let config = station_config(dir.path(), &camera);
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
-    let start = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}));
-    let id = start["session_id"].as_str().unwrap().to_string();
-    let mut player = pulse.play(&demo_session().join("audio.wav"));
-    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    let (id, mut player) = start_warm_up(&station, &pulse);
     sleep_s(3.0);
     // Unplug: the file camera's file goes away; plug back 2 s later.
     let away = dir.path().join("camera.away");
@@ -689,21 +774,14 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
 fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let pulse = Pulse::start(dir.path());
+    let mut pulse = Pulse::start(dir.path());
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
-    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    // A microphone delivers samples all the time (silence too); the null sink's monitor
-    // only while something plays into it.
-    let mut first_player = pulse.play(&demo_session().join("audio.wav"));
-    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    let (id, mut first_player) = start_warm_up(&station, &pulse);
     sleep_s(3.0);
-    // The sound server goes away (a USB microphone pulled out) and comes back.
-    drop(pulse);
+    // The microphone goes away (pulled out) and comes back.
+    pulse.unplug();
     let _ = first_player.kill();
     let _ = first_player.wait();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -718,7 +796,8 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
         );
         sleep_s(0.2);
     }
-    let pulse = Pulse::start(dir.path());
+    sleep_s(1.0);
+    pulse.replug(dir.path());
     let mut player = pulse.play(&demo_session().join("audio.wav"));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -751,7 +830,11 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
         )
         .unwrap();
     let q: Value = serde_json::from_str(&quality).unwrap();
-    assert!(q["audio"]["discontinuities"].as_u64().unwrap() >= 1, "{q}");
+    assert!(
+        q["audio"]["discontinuities"].as_u64().unwrap() >= 1,
+        "{q}\n{}",
+        station.log_text()
+    );
     let inserted = manifest(&station.recordings.join(&id))["recording"]["audio_samples_inserted"]
         .as_u64()
         .unwrap();
@@ -774,12 +857,7 @@ fn disk_nearly_full_stops_raw_media_first_and_keeps_the_session() {
     std::fs::write(&config, text).unwrap();
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
-    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let mut player = pulse.play(&demo_session().join("audio.wav"));
-    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    let (id, mut player) = start_warm_up(&station, &pulse);
     sleep_s(6.0);
     station.ok(json!({"type": "note", "text": "still recording events"}));
     station.ok(json!({"type": "stop_session"}));
@@ -831,13 +909,11 @@ fn the_service_publishes_each_ended_session_to_the_study() {
     std::fs::write(&config, text).unwrap();
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
-    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    let (id, mut player) = start_warm_up(&station, &pulse);
     sleep_s(3.0);
     station.ok(json!({"type": "stop_session"}));
+    let _ = player.kill();
+    let _ = player.wait();
     assert_eq!(station.wait_session_end(&id), "complete");
     // The service's publisher sends it; the collector's receipt marks it synced.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -8,10 +8,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
-use common::broker::free_port;
+use common::broker::{free_port, run_broker, Broker};
 use common::*;
 
 fn run(cmd: &mut Command) {
@@ -76,19 +76,7 @@ fn make_ca(dir: &Path, name: &str, server: bool) -> PathBuf {
     ca
 }
 
-struct SecureBroker {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for SecureBroker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_secure_broker(dir: &Path, ca: &Path) -> SecureBroker {
+fn start_secure_broker(dir: &Path, ca: &Path) -> Broker {
     let port = free_port();
     let passwd = dir.join("passwd");
     for (i, (user, pw)) in [("st-a", "pw-a"), ("st-b", "pw-b"), ("collector", "pw-c")]
@@ -128,22 +116,7 @@ fn start_secure_broker(dir: &Path, ca: &Path) -> SecureBroker {
         ),
     )
     .unwrap();
-    let child = Command::new("mosquitto")
-        .arg("-c")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mosquitto is installed by scripts/setup.sh");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "mosquitto did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    SecureBroker { child, port }
+    run_broker(&conf, port)
 }
 
 fn station_db(dir: &Path) -> PathBuf {

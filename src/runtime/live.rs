@@ -31,7 +31,7 @@ use serde::Serialize;
 
 use super::pipeline::{self, PipelineOptions, Sinks, Sources};
 use super::queues::{policy_queue, Overflow, PolicyReceiver, PolicySender};
-use super::replay::prepare_session;
+use super::replay::{close_session, prepare_session};
 use super::stages::Stages;
 use super::{RunError, WriterThread};
 use crate::capture::camera::{decode_jpeg, CameraOpener, Grab};
@@ -48,7 +48,7 @@ use crate::config::Config;
 use crate::session::manifest::CameraIntrinsics;
 use crate::session::record::{free_bytes, repair_interrupted, Recording, RecordingStart};
 use crate::session::Event;
-use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
+use crate::store::rows::{EndStatus, SessionSource, SessionStart};
 use crate::store::Store;
 use crate::Nanos;
 
@@ -61,6 +61,8 @@ const EVENT_QUEUE: usize = 1024;
 const EVENTS_TICK: Duration = Duration::from_millis(20);
 /// A microphone that delivers nothing for this long is treated as unplugged (reopened).
 const MIC_SILENT_AFTER: Duration = Duration::from_secs(1);
+/// How long a freshly opened microphone may take to deliver its first samples.
+const MIC_FIRST_SAMPLES_WITHIN: Duration = Duration::from_secs(5);
 /// Control connections served at once.
 const MAX_CLIENTS: usize = 16;
 /// Backoff between attempts to open a device.
@@ -844,18 +846,7 @@ fn run_session<'scope>(
     } else {
         (EndStatus::Complete, None)
     };
-    let quality_json = serde_json::to_string(&outcome.quality).map_err(|e| RunError::Thread {
-        thread: "live-session".into(),
-        message: format!("cannot encode the quality report: {e}"),
-    })?;
-    writer.finish(SessionEnd {
-        status,
-        reason,
-        frames: outcome.frames,
-        windows: outcome.windows,
-        duration_ns: outcome.duration_ns,
-        quality_json,
-    })?;
+    close_session(&writer, &outcome, status, reason)?;
     tracing::info!(session = %run.id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
     if let Some(l) = outcome.latency {
         tracing::info!(
@@ -1028,15 +1019,29 @@ fn microphone_thread(
                     set_device(&mut service.state().status.microphone, Ok(()));
                 }
                 last_samples = std::time::Instant::now();
-            } else if last_samples.elapsed() > MIC_SILENT_AFTER && !stopping {
-                set_device(
-                    &mut service.state().status.microphone,
-                    Err(format!(
-                        "no samples for {} s: the microphone stopped delivering",
-                        MIC_SILENT_AFTER.as_secs()
-                    )),
-                );
-                break false;
+            } else {
+                // A fresh stream may take a while to start (a sound server's first
+                // fragment); once delivering, a gap of a second is a loss.
+                let limit = if delivering {
+                    MIC_SILENT_AFTER
+                } else {
+                    MIC_FIRST_SAMPLES_WITHIN
+                };
+                if last_samples.elapsed() > limit && !stopping {
+                    set_device(
+                        &mut service.state().status.microphone,
+                        Err(format!(
+                            "no samples for {} s: the microphone {}",
+                            limit.as_secs(),
+                            if delivering {
+                                "stopped delivering"
+                            } else {
+                                "delivers nothing"
+                            }
+                        )),
+                    );
+                    break false;
+                }
             }
             match resampler.as_mut() {
                 Some(r) => {
@@ -1081,8 +1086,15 @@ fn microphone_thread(
                     seq += 1;
                     emitted += n as u64;
                     counters.samples.fetch_add(n as u64, Ordering::Relaxed);
+                    let sent_at = std::time::Instant::now();
                     if tx.send(b).is_err() {
                         return;
+                    }
+                    if sent_at.elapsed() > Duration::from_millis(200) {
+                        tracing::debug!(
+                            waited_ms = sent_at.elapsed().as_millis() as u64,
+                            "microphone block waited for the pipeline"
+                        );
                     }
                 }
             }

@@ -155,22 +155,7 @@ pub fn replay(
     } else {
         (EndStatus::Complete, None)
     };
-    let quality_json = serde_json::to_string(&outcome.quality).map_err(|e| {
-        fail(RunError::Thread {
-            thread: "main".into(),
-            message: format!("cannot encode the quality report: {e}"),
-        })
-    })?;
-    writer
-        .finish(SessionEnd {
-            status,
-            reason: reason.clone(),
-            frames: outcome.frames,
-            windows: outcome.windows,
-            duration_ns: outcome.duration_ns,
-            quality_json,
-        })
-        .map_err(|e| fail(e.into()))?;
+    close_session(&writer, &outcome, status, reason.clone()).map_err(fail)?;
     drop(writer);
     writer_thread.close()?;
     tracing::info!(session = %m.session_id, frames = outcome.frames, windows = outcome.windows, "replay finished");
@@ -187,6 +172,29 @@ pub fn replay(
         quality: outcome.quality,
         predictions: store.session_predictions(&m.session_id)?,
     })
+}
+
+/// Closes a session that ran to the end of its sources (or was stopped): its counts, its
+/// quality report and how it ended. Replay and live both.
+pub(super) fn close_session(
+    writer: &StoreWriter,
+    outcome: &super::pipeline::Outcome,
+    status: EndStatus,
+    reason: Option<String>,
+) -> Result<(), RunError> {
+    let quality_json = serde_json::to_string(&outcome.quality).map_err(|e| RunError::Thread {
+        thread: "main".into(),
+        message: format!("cannot encode the quality report: {e}"),
+    })?;
+    writer.finish(SessionEnd {
+        status,
+        reason,
+        frames: outcome.frames,
+        windows: outcome.windows,
+        duration_ns: outcome.duration_ns,
+        quality_json,
+    })?;
+    Ok(())
 }
 
 /// Sets up what a session's stages need from the store: the stories the bank offers while

@@ -37,9 +37,14 @@ pub fn start_broker(dir: &Path, port: u16) -> Broker {
         ),
     )
     .unwrap();
+    run_broker(&conf, port)
+}
+
+/// Runs `mosquitto -c conf` and waits until it listens on `port`.
+pub fn run_broker(conf: &Path, port: u16) -> Broker {
     let child = Command::new("mosquitto")
         .arg("-c")
-        .arg(&conf)
+        .arg(conf)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
