@@ -189,6 +189,10 @@ enum Command {
         /// The collector's MQTT client id (stable: the broker keeps its session).
         #[arg(long, default_value = "empathic-collector")]
         client_id: String,
+        /// Share the study's messages among the collectors of this group (an MQTT shared
+        /// subscription: each message goes to one of them); each needs its own client id.
+        #[arg(long)]
+        share_group: Option<String>,
     },
     /// Check the installation and say what is missing.
     Doctor {
@@ -654,6 +658,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             config,
             target,
             client_id,
+            share_group,
         } => cli::sync::collect(
             &central,
             config.as_deref(),
@@ -666,6 +671,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                 ca: target.ca,
             },
             &client_id,
+            share_group.as_deref(),
         ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
     }

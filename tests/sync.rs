@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -574,4 +574,57 @@ fn a_broker_that_loses_its_state_loses_nothing_and_duplicates_nothing() {
     let got: Vec<String> = central_records(&central).into_iter().map(|r| r.0).collect();
     assert_eq!(got, want);
     drop(broker);
+}
+
+#[test]
+fn collectors_sharing_a_subscription_split_the_messages_and_store_each_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let central = tmp.path().join("central.db");
+    let fast = config_without_vision_models(tmp.path());
+    // Two collectors of one group (each its own client id), one central file.
+    let collectors: Vec<Child> = (1..=2)
+        .map(|k| {
+            Command::new(env!("CARGO_BIN_EXE_empathic"))
+                .args(["collect", "--central", path_str(&central)])
+                .args(["--broker", &format!("mqtt://127.0.0.1:{}", broker.port)])
+                .args(["--study", "test-study", "--share-group", "staff"])
+                .args(["--client-id", &format!("collector-{k}")])
+                .env("EMPATHIC_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Three stations, two sessions each.
+    let mut expected = Vec::new();
+    for k in 1..=3 {
+        let db = tmp.path().join(format!("station-{k}.db"));
+        assert!(replay_cli(&demo_session(), &db, Some(&fast))
+            .status
+            .success());
+        let later = later_demo_session(&tmp.path().join(format!("later-{k}")));
+        assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+        let o = sync_station(
+            &db,
+            broker.port,
+            &format!("station-{k}"),
+            &["--until-synced", "--timeout", "60"],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        expected.extend(outbox(&db).into_iter().map(|m| m.0));
+    }
+    for mut c in collectors {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let mut got: Vec<String> = central_records(&central).into_iter().map(|r| r.0).collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(
+        got, expected,
+        "every record once, whichever collector took it"
+    );
 }

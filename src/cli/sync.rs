@@ -139,8 +139,15 @@ pub fn collect(
     config: Option<&Path>,
     o: Overrides,
     client_id: &str,
+    share_group: Option<&str>,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
+    if let Some(g) = share_group.filter(|g| g.is_empty() || g.contains(['/', '+', '#'])) {
+        return Err((
+            ExitKind::BadInput,
+            format!("share group `{g}` cannot be part of an MQTT topic (empty, or has / + #)"),
+        ));
+    }
     let broker = o.broker.clone().unwrap_or(config.sync.broker.clone());
     let (address, auth) = target(&config, &broker, &o)?;
     let study = o.study.unwrap_or(config.sync.study.clone());
@@ -150,16 +157,16 @@ pub fn collect(
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    let records = crate::sync::collect::collect(
-        central,
-        &address.host,
-        address.port,
-        &auth,
-        &study,
-        client_id,
-        &stop,
-    )
-    .map_err(|e| (ExitKind::Runtime, e))?;
+    let opts = crate::sync::collect::CollectOptions {
+        host: address.host,
+        port: address.port,
+        auth,
+        study,
+        client_id: client_id.to_string(),
+        share_group: share_group.map(str::to_string),
+    };
+    let records =
+        crate::sync::collect::collect(central, &opts, &stop).map_err(|e| (ExitKind::Runtime, e))?;
     eprintln!(
         "collect: {records} record(s) stored in {}",
         central.display()

@@ -72,7 +72,8 @@ pub const MAX_ENVELOPE_BYTES: usize = 1 << 20;
 pub fn open_central(path: &Path) -> Result<Connection, String> {
     let conn = Connection::open(path)
         .map_err(|e| format!("cannot open the central database {}: {e}", path.display()))?;
-    conn.pragma_update(None, "journal_mode", "WAL")
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
         .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
         .and_then(|_| conn.execute_batch(SCHEMA))
         .map_err(|e| {
@@ -163,7 +164,9 @@ pub fn store_publish(conn: &mut Connection, topic: &str, payload: &[u8]) -> Resu
         );
     }
     let tx = conn
-        .transaction()
+        // Immediate: several collectors may share the file; the write lock is taken up
+        // front (waiting up to the busy timeout), never upgraded mid-transaction.
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(|e| format!("cannot store a message: {e}"))?;
     let done: Option<i64> = tx
         .query_row(
@@ -256,25 +259,44 @@ pub fn store_publish(conn: &mut Connection, topic: &str, payload: &[u8]) -> Resu
     })
 }
 
+/// Where and as whom a collector subscribes.
+#[derive(Debug, Clone)]
+pub struct CollectOptions {
+    pub host: String,
+    pub port: u16,
+    pub auth: super::BrokerAuth,
+    pub study: String,
+    /// Stable: the broker keeps the collector's session under it.
+    pub client_id: String,
+    /// A shared-subscription group: the group's collectors split the messages.
+    pub share_group: Option<String>,
+}
+
 /// Receives until `stop`; reconnects with backoff.
-pub fn collect(
-    central: &Path,
-    host: &str,
-    port: u16,
-    auth: &super::BrokerAuth,
-    study: &str,
-    client_id: &str,
-    stop: &AtomicBool,
-) -> Result<u64, String> {
+pub fn collect(central: &Path, c: &CollectOptions, stop: &AtomicBool) -> Result<u64, String> {
+    let CollectOptions {
+        host,
+        port,
+        auth,
+        study,
+        client_id,
+        share_group,
+    } = c;
+    let (host, port) = (host.as_str(), *port);
     let mut conn = open_central(central)?;
-    let mut opts = MqttOptions::new(client_id, host, port);
+    let mut opts = MqttOptions::new(client_id.as_str(), host, port);
     auth.apply(&mut opts).map_err(|e| e.to_string())?;
     opts.set_clean_session(false)
         .set_manual_acks(true)
         .set_keep_alive(Duration::from_secs(15))
         .set_max_packet_size(MAX_ENVELOPE_BYTES + 4096, 4096);
     let (client, mut connection) = Client::new(opts, 64);
-    let filter = format!("empathic/v1/{study}/+/+");
+    // A shared subscription splits the study's messages among the collectors of a group
+    // (each message goes to one of them); they may share one central file.
+    let filter = match share_group {
+        Some(g) => format!("$share/{g}/empathic/v1/{study}/+/+"),
+        None => format!("empathic/v1/{study}/+/+"),
+    };
     let mut records = 0u64;
     let mut backoff = Duration::from_millis(500);
     while !stop.load(Ordering::Relaxed) {
