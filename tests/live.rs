@@ -287,6 +287,19 @@ impl Station {
         a
     }
 
+    /// Polls `status` until `ready` holds, failing after `secs` with `what` and the status.
+    fn wait_status(&self, what: &str, secs: u64, ready: impl Fn(&Value) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let s = self.ok(json!({"type": "status"}));
+            if ready(&s) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {s}");
+            sleep_s(0.2);
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         self.ok(json!({"type": "note", "text": "clock"}))["t_ms"]
             .as_u64()
@@ -671,15 +684,9 @@ fn service_without_devices_stays_up_says_so_and_finds_them_when_they_appear() {
     // Both appear: the camera file and a sound server.
     std::fs::copy(demo_session().join("video.avi"), &camera).unwrap();
     let _pulse = Pulse::start(dir.path());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = station.ok(json!({"type": "status"}));
-        if s["camera"]["present"] == true && s["microphone"]["present"] == true {
-            break;
-        }
-        assert!(Instant::now() < deadline, "devices not picked up: {s}");
-        sleep_s(0.5);
-    }
+    station.wait_status("devices not picked up", 20, |s| {
+        s["camera"]["present"] == true && s["microphone"]["present"] == true
+    });
 }
 
 #[test]
@@ -784,33 +791,15 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
     pulse.unplug();
     let _ = first_player.kill();
     let _ = first_player.wait();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s = station.ok(json!({"type": "status"}));
-        if s["microphone"]["present"] == false {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "microphone loss not noticed: {s}"
-        );
-        sleep_s(0.2);
-    }
+    station.wait_status("microphone loss not noticed", 10, |s| {
+        s["microphone"]["present"] == false
+    });
     sleep_s(1.0);
     pulse.replug(dir.path());
     let mut player = pulse.play(&demo_session().join("audio.wav"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = station.ok(json!({"type": "status"}));
-        if s["microphone"]["present"] == true {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "microphone not picked up again: {s}"
-        );
-        sleep_s(0.5);
-    }
+    station.wait_status("microphone not picked up again", 20, |s| {
+        s["microphone"]["present"] == true
+    });
     sleep_s(3.0);
     station.ok(json!({"type": "stop_session"}));
     let _ = player.kill();
@@ -916,19 +905,9 @@ fn the_service_publishes_each_ended_session_to_the_study() {
     let _ = player.wait();
     assert_eq!(station.wait_session_end(&id), "complete");
     // The service's publisher sends it; the collector's receipt marks it synced.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = station.ok(json!({"type": "status"}));
-        if s["sync"]["synced"].as_u64() == Some(1) && s["sync"]["pending"].as_u64() == Some(0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not synced: {s}\n{}",
-            station.log_text()
-        );
-        sleep_s(0.5);
-    }
+    station.wait_status("not synced", 60, |s| {
+        s["sync"]["synced"].as_u64() == Some(1) && s["sync"]["pending"].as_u64() == Some(0)
+    });
     let _ = collector.kill();
     let _ = collector.wait();
     let c = Connection::open(&central).unwrap();
