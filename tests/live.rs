@@ -920,3 +920,37 @@ fn the_service_publishes_each_ended_session_to_the_study() {
         .unwrap();
     assert_eq!(n, 1, "the session reached the study's central store once");
 }
+
+#[test]
+fn raw_media_past_retention_are_deleted_at_start_and_the_rest_is_kept() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let config = station_config(dir.path(), &dir.path().join("no-camera.avi"));
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "min_free_mib = 16",
+        "min_free_mib = 16\nretention_days = 30",
+    );
+    std::fs::write(&config, text).unwrap();
+    let recordings = dir.path().join("recordings");
+    for (name, age) in [("old-1", "40 days ago"), ("new-1", "2 days ago")] {
+        let folder = recordings.join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        for f in ["video.avi", "audio.wav", "events.jsonl", "session.json"] {
+            std::fs::write(folder.join(f), b"x").unwrap();
+        }
+        assert!(Command::new("touch")
+            .args(["-d", age])
+            .arg(folder.join("session.json"))
+            .status()
+            .unwrap()
+            .success());
+    }
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let _station = Station::start(dir.path(), &config, &runtime);
+    let old = recordings.join("old-1");
+    assert!(!old.join("video.avi").exists() && !old.join("audio.wav").exists());
+    assert!(old.join("events.jsonl").exists() && old.join("session.json").exists());
+    let new = recordings.join("new-1");
+    assert!(new.join("video.avi").exists() && new.join("audio.wav").exists());
+}
