@@ -53,7 +53,8 @@ pub struct QualityReport {
     pub silence_ratio: f64,
     pub mean_brightness: f64,
     pub mean_sharpness: f64,
-    /// Frames the live video queue evicted (always 0 in replay, which never drops).
+    /// Frames the live video queues evicted: camera buffers before decoding (and
+    /// undecodable ones) plus decoded frames before the stages (always 0 in replay).
     pub video_queue_drops: u64,
     pub phases: Vec<PhaseTime>,
     /// Presence of the frame stages' modalities (face, appearance). Absent in reports

@@ -823,7 +823,7 @@ fn run_session<'scope>(
         Some(Err(e)) => service.set_error(format!("session {}: recording: {e}", run.id)),
         None => {}
     }
-    let outcome = match outcome {
+    let mut outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
             let _ = writer.fail(
@@ -846,6 +846,9 @@ fn run_session<'scope>(
     } else {
         (EndStatus::Complete, None)
     };
+    // Camera buffers dropped before decoding (or undecodable) are drops of the live video
+    // queue too: the stored count covers both queues.
+    outcome.quality.video_queue_drops += run.counters.frames_dropped.load(Ordering::Relaxed);
     close_session(&writer, &outcome, status, reason)?;
     tracing::info!(session = %run.id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
     if let Some(l) = outcome.latency {
