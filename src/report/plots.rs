@@ -263,15 +263,7 @@ pub fn heat_strip(
                 .x_label_formatter(&|x| mmss(*x))
                 .x_labels(10)
                 .y_labels(rows.len() * 2 + 1)
-                .y_label_formatter(&|y| {
-                    let k = (*y - 0.5).round();
-                    if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
-                        return String::new();
-                    }
-                    rows.get(rows.len().saturating_sub(1 + k as usize))
-                        .map(|r| r.0.clone())
-                        .unwrap_or_default()
-                })
+                .y_label_formatter(&|y| lane_label(*y, rows.len(), |i| &rows[i].0))
                 .label_style(("sans-serif", 11))
                 .axis_desc_style(("sans-serif", 13))
                 .draw()
@@ -337,16 +329,7 @@ pub fn timeline(lanes: &[Lane], markers: &[Marker], duration: f64) -> Result<Str
                 .x_label_formatter(&|x| mmss(*x))
                 .x_labels(10)
                 .y_labels(lanes.len() * 2 + 1)
-                .y_label_formatter(&|y| {
-                    let k = (*y - 0.5).round();
-                    if (*y - 0.5 - k).abs() > 1e-6 || k < 0.0 {
-                        return String::new();
-                    }
-                    lanes
-                        .get(lanes.len().saturating_sub(1 + k as usize))
-                        .map(|l| l.label.clone())
-                        .unwrap_or_default()
-                })
+                .y_label_formatter(&|y| lane_label(*y, lanes.len(), |i| &lanes[i].label))
                 .label_style(("sans-serif", 12))
                 .axis_desc_style(("sans-serif", 13))
                 .draw()
@@ -498,6 +481,16 @@ pub fn scatter(x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String, 
             Ok(())
         },
     )
+}
+
+/// The label of a lane chart's tick at `y`: lanes are drawn top to bottom, lane `i` (of
+/// `n`) centred at `n - 1 - i + 0.5`; ticks between lanes are unlabelled.
+fn lane_label<'a>(y: f64, n: usize, label: impl Fn(usize) -> &'a String) -> String {
+    let k = (y - 0.5).round();
+    if (y - 0.5 - k).abs() > 1e-6 || k < 0.0 || k as usize >= n {
+        return String::new();
+    }
+    label(n - 1 - k as usize).clone()
 }
 
 #[cfg(test)]

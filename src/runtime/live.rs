@@ -219,16 +219,15 @@ pub fn serve(
                 notify(&[sd_notify::NotifyState::Watchdog]);
                 last_ping = std::time::Instant::now();
             }
-            // Idle: look for the devices every 5 s, so status shows them appear and go.
-            let idle = service.state().running.is_none();
-            if idle && last_probe.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
-                probe_devices(service);
+            // Every 5 s: the disk's free space, and, when idle, the devices (so status
+            // shows them appear and go).
+            if last_probe.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+                if service.state().running.is_none() {
+                    probe_devices(service);
+                }
+                let free = free_bytes(&config.recording.dir).or_else(|| free_bytes(Path::new("/")));
+                service.state().status.disk_free_mib = free.map(|f| f >> 20);
                 last_probe = Some(std::time::Instant::now());
-            }
-            if let Some(free) =
-                free_bytes(&config.recording.dir).or_else(|| free_bytes(Path::new("/")))
-            {
-                service.state().status.disk_free_mib = Some(free >> 20);
             }
         }
         notify(&[sd_notify::NotifyState::Stopping]);
@@ -672,6 +671,7 @@ fn start_session<'scope>(
         recording,
         recording_dir: recording_dir.clone(),
     });
+    let session_id = id.clone();
     let started = spawn(scope, "live-session", move || {
         let outcome = run_session(scope, service, stages, run, writer);
         let closed = writer_thread.close();
@@ -686,17 +686,8 @@ fn start_session<'scope>(
         service.state().running = None;
         return Err(e.to_string());
     }
-    tracing::info!(session = %id_of(service), participant = %participant, "live session started");
-    Ok(serde_json::json!({"session_id": id_of(service), "t_ms": 0, "recording": recording_dir}))
-}
-
-fn id_of(service: &Service<'_>) -> String {
-    service
-        .state()
-        .running
-        .as_ref()
-        .map(|r| r.id.clone())
-        .unwrap_or_default()
+    tracing::info!(session = %session_id, participant = %participant, "live session started");
+    Ok(serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir}))
 }
 
 fn intrinsics(config: &Config) -> Option<CameraIntrinsics> {
@@ -881,32 +872,6 @@ fn run_hook(command: &str, session: &str, field: &str) {
     }
 }
 
-/// Asks for SCHED_FIFO at `priority` for the calling thread; logs a refusal and goes on.
-pub(crate) fn realtime_priority(priority: u8) {
-    if priority == 0 {
-        return;
-    }
-    use thread_priority::{
-        set_thread_priority_and_policy, thread_native_id, RealtimeThreadSchedulePolicy,
-        ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
-    };
-    let value = ThreadPriorityValue::try_from(priority.min(99)).ok();
-    let result = value.map(|v| {
-        set_thread_priority_and_policy(
-            thread_native_id(),
-            ThreadPriority::Crossplatform(v),
-            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
-        )
-    });
-    match result {
-        Some(Ok(())) => tracing::debug!(priority, "real-time priority"),
-        Some(Err(e)) => tracing::info!(
-            "real-time priority {priority} refused ({e:?}); running at normal priority (allow it with the unit's LimitRTPRIO=)"
-        ),
-        None => {}
-    }
-}
-
 /// Sleeps up to `ms`, in steps, returning early when `end` is set.
 fn pause(end: &AtomicBool, ms: u64) {
     let mut left = ms;
@@ -924,7 +889,7 @@ fn camera_thread(
     tx: PolicySender<Grab>,
     counters: &Counters,
 ) {
-    realtime_priority(service.config.live.realtime_priority);
+    super::realtime_priority(service.config.live.realtime_priority);
     let mut backoff = BACKOFF_MIN_MS;
     while !end.load(Ordering::SeqCst) {
         let mut grabber = match service.camera.open(clock.clone()) {
@@ -969,7 +934,7 @@ fn microphone_thread(
     counters: &Counters,
 ) {
     let config = service.config;
-    realtime_priority(config.live.realtime_priority);
+    super::realtime_priority(config.live.realtime_priority);
     let rate = config.audio.sample_rate_hz;
     let block = (u64::from(rate) * u64::from(config.audio.block_ms) / 1000).max(1) as usize;
     let mut backoff = BACKOFF_MIN_MS;

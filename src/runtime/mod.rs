@@ -142,3 +142,29 @@ impl Drop for WriterThread {
         self.shutdown();
     }
 }
+
+/// Asks for SCHED_FIFO at `priority` for the calling thread; logs a refusal and goes on.
+pub(crate) fn realtime_priority(priority: u8) {
+    if priority == 0 {
+        return;
+    }
+    use thread_priority::{
+        set_thread_priority_and_policy, thread_native_id, RealtimeThreadSchedulePolicy,
+        ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
+    };
+    let value = ThreadPriorityValue::try_from(priority.min(99)).ok();
+    let result = value.map(|v| {
+        set_thread_priority_and_policy(
+            thread_native_id(),
+            ThreadPriority::Crossplatform(v),
+            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+        )
+    });
+    match result {
+        Some(Ok(())) => tracing::debug!(priority, "real-time priority"),
+        Some(Err(e)) => tracing::info!(
+            "real-time priority {priority} refused ({e:?}); running at normal priority (allow it with the unit's LimitRTPRIO=)"
+        ),
+        None => {}
+    }
+}

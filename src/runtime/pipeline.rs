@@ -651,7 +651,7 @@ fn capture<T>(
     tx: PolicySender<T>,
     cx: CaptureContext<'_>,
 ) -> Result<u64, RunError> {
-    super::live::realtime_priority(cx.realtime_priority);
+    super::realtime_priority(cx.realtime_priority);
     let mut meter = Meter::new(thread);
     while let Some(item) = meter.time(&mut next)? {
         if cx.stop.load(Ordering::SeqCst) {
