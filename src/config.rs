@@ -138,6 +138,23 @@ pub struct SyncConfig {
     pub ca_file: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// What a session's record carries besides the session, phases, stories, ratings,
+    /// surveys, windows' quality and predictions (sizes per hour in the README): window
+    /// features (yes by default, for training), transcripts (no by default) and per-frame
+    /// features (no by default).
+    pub window_features: bool,
+    pub transcripts: bool,
+    pub frame_features: bool,
+}
+
+impl SyncConfig {
+    pub fn content(&self) -> crate::store::sql::outbox::SyncContent {
+        crate::store::sql::outbox::SyncContent {
+            window_features: self.window_features,
+            transcripts: self.transcripts,
+            frame_features: self.frame_features,
+        }
+    }
 }
 
 impl Default for SyncConfig {
@@ -150,6 +167,9 @@ impl Default for SyncConfig {
             ca_file: PathBuf::new(),
             client_cert: PathBuf::new(),
             client_key: PathBuf::new(),
+            window_features: true,
+            transcripts: false,
+            frame_features: false,
         }
     }
 }

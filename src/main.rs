@@ -176,12 +176,17 @@ enum Command {
         #[command(subcommand)]
         command: ParticipantCommand,
     },
-    /// For study staff: receive every station's sync messages into a central SQLite file,
-    /// exactly once (until SIGINT/SIGTERM).
+    /// For study staff: receive every station's sync messages into the central database
+    /// (a SQLite file, or PostgreSQL), exactly once (until SIGINT/SIGTERM).
     Collect {
-        /// The central file (created when missing).
+        /// The central SQLite file (created when missing; the other commands read it with
+        /// `--db FILE`).
+        #[arg(long, conflicts_with = "central", required_unless_present = "central")]
+        db: Option<PathBuf>,
+        /// The central database as `postgres://USER@HOST:PORT/DB` (or a SQLite file); the
+        /// other commands read it with `--db postgres://...`.
         #[arg(long)]
-        central: PathBuf,
+        central: Option<String>,
         #[arg(long)]
         config: Option<PathBuf>,
         #[command(flatten)]
@@ -654,13 +659,16 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             command: ParticipantCommand::Purge { id, db, config },
         } => cli::sync::purge(&id, db, config.as_deref()),
         Command::Collect {
+            db,
             central,
             config,
             target,
             client_id,
             share_group,
         } => cli::sync::collect(
-            &central,
+            &central
+                .or(db.map(|d| d.to_string_lossy().into_owned()))
+                .unwrap_or_default(),
             config.as_deref(),
             cli::sync::Overrides {
                 broker: target.broker,

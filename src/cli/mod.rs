@@ -63,6 +63,14 @@ pub fn db_path(db: Option<PathBuf>, config: &Config) -> PathBuf {
 /// Opens a database that must already exist, for a command that reads it (reading
 /// commands never create one).
 pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
+    let text = path.to_string_lossy();
+    if crate::sync::central::is_postgres(&text) {
+        // A study's central PostgreSQL database: read through a snapshot with the station
+        // schema, built from its applied records.
+        return crate::sync::central::Central::open(&text)
+            .and_then(crate::sync::central::Central::read_view)
+            .map_err(|e| (ExitKind::Runtime, e));
+    }
     if !path.exists() {
         return Err((
             ExitKind::BadInput,

@@ -53,6 +53,9 @@ pub fn push(
     // Opened (and migrated) here first so a missing or foreign file is a usage error.
     let store = open_existing_store(&db)?;
     if backfill {
+        store
+            .set_sync_content(&config.sync.content())
+            .map_err(fail)?;
         let tx = store.connection().unchecked_transaction().map_err(|e| {
             (
                 ExitKind::Runtime,
@@ -135,7 +138,7 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
 
 /// `empathic collect`.
 pub fn collect(
-    central: &Path,
+    central: &str,
     config: Option<&Path>,
     o: Overrides,
     client_id: &str,
@@ -169,7 +172,7 @@ pub fn collect(
         crate::sync::collect::collect(central, &opts, &stop).map_err(|e| (ExitKind::Runtime, e))?;
     eprintln!(
         "collect: {records} record(s) stored in {}",
-        central.display()
+        crate::sync::central::redacted(central)
     );
     Ok(ExitCode::SUCCESS)
 }

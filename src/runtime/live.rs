@@ -169,6 +169,7 @@ pub fn serve(
     stop: &AtomicBool,
 ) -> Result<(), RunError> {
     let store = Store::open_with(&config.store.db_path, (&config.store).into())?;
+    store.set_sync_content(&config.sync.content())?;
     finish_interrupted_recordings(config);
     apply_retention(config);
     let listener = bind_socket(config)?;
@@ -581,7 +582,7 @@ fn start_session<'scope>(
             }
         }
     }
-    let start_time = utc_now();
+    let start_time = crate::clock::utc_now();
     let id = session_id.unwrap_or_else(|| {
         format!(
             "{}-{}",
@@ -1198,37 +1199,6 @@ impl EventSource for ControlEvents {
     }
 }
 
-/// RFC 3339 UTC now, to the millisecond.
-fn utc_now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 /// Finishes folders a crash left `recording`, and says what was done.
 fn finish_interrupted_recordings(config: &Config) {
     for (dir, result) in repair_interrupted(&config.recording.dir) {
@@ -1291,16 +1261,4 @@ pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json:
         .read_line(&mut line)
         .map_err(|e| format!("no answer from {}: {e}", socket.display()))?;
     serde_json::from_str(&line).map_err(|e| format!("bad answer from {}: {e}", socket.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_780), (2026, 11, 23));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 }

@@ -60,6 +60,7 @@ pub fn replay(
     // Kept for the set-up reads (bank, calibration history) and the summary: one
     // connection, never in a transaction while the writer works (WAL).
     let store = Store::open_with(&opts.db_path, (&config.store).into())?;
+    store.set_sync_content(&config.sync.content())?;
     let writer_thread = WriterThread::spawn(&opts.db_path, &config.store)?;
     let writer = writer_thread.writer()?.clone();
     let session = match RecordedSession::open(

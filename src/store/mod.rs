@@ -402,6 +402,11 @@ impl Store {
         &self.path
     }
 
+    /// Records what session records carry from now on (`[sync]` switches).
+    pub fn set_sync_content(&self, content: &sql::outbox::SyncContent) -> Result<(), StoreError> {
+        sql::outbox::set_content(&self.conn, content)
+    }
+
     /// The schema version of the file.
     pub fn schema_version(&self) -> Result<i64, StoreError> {
         current_version(&self.conn)

@@ -11,7 +11,17 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "text modality and story embeddings", V2),
     (3, "modality producers and fusion predictions", V3),
     (4, "sync outbox", V4),
+    (5, "sync settings", V5),
 ];
+
+/// Version 5: what a station's session records carry (`[sync]` switches, see
+/// `sql::outbox::SyncContent`), as the config last said.
+const V5: &str = r#"
+CREATE TABLE sync_settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"#;
 
 /// Version 4: the outbox of study sync (`src/sync/`) and the audit of participant purges. A message is written in the same
 /// transaction as what it announces: a session's record when the session ends (complete,

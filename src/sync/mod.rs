@@ -2,8 +2,9 @@
 //!
 //! Contract: each outbox message goes out as one or more chunks (QoS 1) on
 //! `empathic/v1/{study}/{station}/{kind}` (`kind`: `session`, `tombstone`), each chunk a JSON
-//! envelope (format `empathic-sync` version 1): `{v, message_id, kind, study, station,
-//! subject, chunk, chunks, sha256, data}`, where the `data` strings of chunks `0..chunks`
+//! envelope (format `empathic-sync` version 1): `{v, message_id, seq, kind, study, station,
+//! subject, chunk, chunks, sha256, data}` (`seq`: the outbox's sequence number, by which a
+//! collector orders a subject's messages whatever order they arrive in), where the `data` strings of chunks `0..chunks`
 //! concatenate to the message's payload text and `sha256` is the payload's digest. A message
 //! is marked `sent` when the broker has acknowledged (PUBACK) every chunk of it on one
 //! connection, and `synced` only when a collector's receipt names it (on
@@ -18,6 +19,7 @@
 //! `offline` by the last will. Connection failures back off exponentially with jitter (0.5 s
 //! doubling to 30 s), never a busy loop.
 
+pub mod central;
 pub mod collect;
 
 use std::path::Path;
@@ -191,6 +193,7 @@ pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
             serde_json::json!({
                 "v": ENVELOPE_VERSION,
                 "message_id": m.message_id,
+                "seq": m.seq,
                 "kind": m.kind,
                 "study": opts.study,
                 "station": opts.station,

@@ -3,7 +3,8 @@
 //! them.
 //!
 //! Contract: [`announce_session`] snapshots a session's record (payload format
-//! `empathic-session` version 1, see ARCHITECTURE.md) into a `session` message;
+//! `empathic-session` version 2: the session's rows of the station schema, table by table,
+//! see [`RECORD_TABLES`] and ARCHITECTURE.md) into a `session` message;
 //! [`tombstone`] enqueues a `tombstone` for a session that no longer exists in the form
 //! announced (replaced or removed). Message ids are unique (sha256 of the station, subject,
 //! kind, payload digest and a per-database sequence), so a resend carries the same id and a
@@ -17,38 +18,10 @@ use super::{ctx, NOW};
 use crate::store::StoreError;
 
 /// The version of the payloads this build writes.
-pub const PAYLOAD_VERSION: u32 = 1;
+pub const PAYLOAD_VERSION: u32 = 2;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn rows_json(tx: &Transaction<'_>, sql: &str, id: &str) -> Result<serde_json::Value, StoreError> {
-    let mut st = tx
-        .prepare(sql)
-        .map_err(ctx("reading a session to announce"))?;
-    let names: Vec<String> = st.column_names().map(str::to_string).collect();
-    let rows = st
-        .query_map([id], |r| {
-            let mut obj = serde_json::Map::new();
-            for (i, n) in names.iter().enumerate() {
-                let v = match r.get_ref(i)? {
-                    rusqlite::types::ValueRef::Null => serde_json::Value::Null,
-                    rusqlite::types::ValueRef::Integer(x) => x.into(),
-                    rusqlite::types::ValueRef::Real(x) => x.into(),
-                    rusqlite::types::ValueRef::Text(t) => {
-                        String::from_utf8_lossy(t).into_owned().into()
-                    }
-                    rusqlite::types::ValueRef::Blob(b) => hex(b).into(),
-                };
-                obj.insert(n.clone(), v);
-            }
-            Ok(serde_json::Value::Object(obj))
-        })
-        .map_err(ctx("reading a session to announce"))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ctx("reading a session to announce"))?;
-    Ok(rows.into())
 }
 
 fn enqueue(
@@ -86,29 +59,250 @@ fn enqueue(
     Ok(())
 }
 
-/// Enqueues session `id`'s record: the session row (status, reason, counts, quality),
-/// phases, stories shown, self-ratings, survey answers given in it, and every prediction.
-/// Transcripts, raw media and per-frame or window features are not in it.
+/// Which optional tables a session record carries (`[sync]` `window_features`,
+/// `transcripts`, `frame_features`), as the station's config last said; kept in the store
+/// (`sync_settings`) so every writer of a record (the pipeline, recovery at open, a backfill)
+/// sees the same choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SyncContent {
+    pub window_features: bool,
+    pub transcripts: bool,
+    pub frame_features: bool,
+}
+
+impl Default for SyncContent {
+    /// Window features yes (training needs them), transcripts no (a participant's words
+    /// are intimate), per-frame features no (hundreds of MB an hour).
+    fn default() -> Self {
+        Self {
+            window_features: true,
+            transcripts: false,
+            frame_features: false,
+        }
+    }
+}
+
+/// Records the choice for the records written from now on.
+pub fn set_content(conn: &Connection, c: &SyncContent) -> Result<(), StoreError> {
+    let text = serde_json::to_string(c).map_err(|e| StoreError::Encode {
+        what: "the sync settings",
+        message: e.to_string(),
+    })?;
+    conn.execute(
+        "INSERT INTO sync_settings (key, value) VALUES ('content', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [text],
+    )
+    .map_err(ctx("recording the sync settings"))?;
+    Ok(())
+}
+
+/// The choice in force (the default when none was recorded).
+pub fn content(conn: &Connection) -> Result<SyncContent, StoreError> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT value FROM sync_settings WHERE key = 'content'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(ctx("reading the sync settings"))?;
+    Ok(text
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default())
+}
+
+/// What decides whether a table goes into a session record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Include {
+    Always,
+    WindowFeatures,
+    Transcripts,
+    FrameFeatures,
+}
+
+/// One table of a session record: its station-schema name, the columns carried, the rows
+/// (`?1` is the session id), and the switch that includes it. In foreign-key order: a
+/// collector inserts them in this order.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordTable {
+    pub name: &'static str,
+    pub columns: &'static str,
+    pub rows: &'static str,
+    pub include: Include,
+}
+
+/// Every table a session record (payload version 2) may carry. Station-local columns
+/// (the session's source path and owner process) and the raw event log stay home.
+pub const RECORD_TABLES: &[RecordTable] = &[
+    RecordTable {
+        name: "stations",
+        columns: "id, first_seen_at",
+        rows: "id = (SELECT station_id FROM sessions WHERE id = ?1)",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "participants",
+        columns: "id, consent, consent_at, raw_media_consent, first_seen_at",
+        rows: "id = (SELECT participant_id FROM sessions WHERE id = ?1)",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "stories",
+        columns: "id, title, text, source, licence, created_at",
+        rows: "id IN (SELECT story_id FROM story_exposures WHERE session_id = ?1
+                      UNION SELECT story_id FROM predictions WHERE session_id = ?1) ORDER BY id",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "sessions",
+        columns: "id, station_id, participant_id, source, format_version, start_time, nominal_fps,
+                  status, status_reason, created_at, updated_at, frames, windows, duration_ns,
+                  quality_json",
+        rows: "id = ?1",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "phases",
+        columns: "session_id, seq, phase, start_ns, end_ns",
+        rows: "session_id = ?1 ORDER BY seq",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "story_exposures",
+        columns: "session_id, story_id, position, shown_ns",
+        rows: "session_id = ?1 ORDER BY position",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "self_ratings",
+        columns: "session_id, story_id, value, t_ns",
+        rows: "session_id = ?1 ORDER BY story_id",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "survey_responses",
+        columns: "participant_id, instrument, item, time_point, value, session_id, t_ns",
+        rows: "session_id = ?1 ORDER BY instrument, item, time_point",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "modalities",
+        columns: "session_id, name, stream, dims, columns, producer, layout_version",
+        rows: "session_id = ?1 ORDER BY name",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "windows",
+        columns: "session_id, window_index, start_frame, end_frame, start_ns, end_ns, phase,
+                  video_presence, audio_presence, brightness, sharpness, level_dbfs,
+                  voice_activity, clipped_fraction",
+        rows: "session_id = ?1 ORDER BY window_index",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "predictions",
+        columns: "session_id, window_index, predictor, story_id, in_play, raw_cosine, score,
+                  calibration, modalities, coverage, synthetic, created_at",
+        rows: "session_id = ?1 ORDER BY window_index, predictor, story_id",
+        include: Include::Always,
+    },
+    RecordTable {
+        name: "window_features",
+        columns: "session_id, window_index, modality, present_frames, presence, mean",
+        rows: "session_id = ?1 ORDER BY window_index, modality",
+        include: Include::WindowFeatures,
+    },
+    RecordTable {
+        name: "utterances",
+        columns: "session_id, seq, speaker, start_ns, end_ns, text",
+        rows: "session_id = ?1 ORDER BY seq",
+        include: Include::Transcripts,
+    },
+    RecordTable {
+        name: "frames",
+        columns: "session_id, frame_index, t_ns, decoded",
+        rows: "session_id = ?1 ORDER BY frame_index",
+        include: Include::FrameFeatures,
+    },
+    RecordTable {
+        name: "frame_features",
+        columns: "session_id, modality, frame_index, present, vec",
+        rows: "session_id = ?1 ORDER BY modality, frame_index",
+        include: Include::FrameFeatures,
+    },
+];
+
+impl SyncContent {
+    pub fn includes(&self, i: Include) -> bool {
+        match i {
+            Include::Always => true,
+            Include::WindowFeatures => self.window_features,
+            Include::Transcripts => self.transcripts,
+            Include::FrameFeatures => self.frame_features,
+        }
+    }
+}
+
+/// One table's rows, columnar: `{"columns": [...], "rows": [[...], ...]}`; blobs as base64.
+fn table_json(
+    tx: &Transaction<'_>,
+    t: &RecordTable,
+    id: &str,
+) -> Result<serde_json::Value, StoreError> {
+    use base64::Engine as _;
+    let sql = format!("SELECT {} FROM {} WHERE {}", t.columns, t.name, t.rows);
+    let what = ctx("reading a session to announce");
+    let mut st = tx.prepare(&sql).map_err(what)?;
+    let columns: Vec<String> = st.column_names().map(str::to_string).collect();
+    let n = columns.len();
+    let rows = st
+        .query_map([id], |r| {
+            (0..n)
+                .map(|i| {
+                    Ok(match r.get_ref(i)? {
+                        rusqlite::types::ValueRef::Null => serde_json::Value::Null,
+                        rusqlite::types::ValueRef::Integer(x) => x.into(),
+                        rusqlite::types::ValueRef::Real(x) => x.into(),
+                        rusqlite::types::ValueRef::Text(t) => {
+                            String::from_utf8_lossy(t).into_owned().into()
+                        }
+                        rusqlite::types::ValueRef::Blob(b) => {
+                            base64::engine::general_purpose::STANDARD.encode(b).into()
+                        }
+                    })
+                })
+                .collect::<Result<Vec<_>, rusqlite::Error>>()
+                .map(serde_json::Value::Array)
+        })
+        .map_err(ctx("reading a session to announce"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ctx("reading a session to announce"))?;
+    Ok(serde_json::json!({ "columns": columns, "rows": rows }))
+}
+
+/// Enqueues session `id`'s record (payload `empathic-session` version 2): its rows of every
+/// table in [`RECORD_TABLES`] that the store's [`SyncContent`] includes. Raw media and the
+/// raw event log are never in it.
 pub fn announce_session(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
-    let session = rows_json(
-        tx,
-        "SELECT id, station_id, participant_id, source, start_time, nominal_fps, status,
-                status_reason, frames, windows, duration_ns, quality_json, created_at,
-                updated_at FROM sessions WHERE id = ?1",
-        id,
-    )?;
-    let Some(session) = session.as_array().and_then(|a| a.first()).cloned() else {
+    let exists: Option<i64> = tx
+        .query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |r| r.get(0))
+        .optional()
+        .map_err(ctx("reading a session to announce"))?;
+    if exists.is_none() {
         return Ok(());
-    };
+    }
+    let content = content(tx)?;
+    let mut tables = serde_json::Map::new();
+    for t in RECORD_TABLES.iter().filter(|t| content.includes(t.include)) {
+        tables.insert(t.name.to_string(), table_json(tx, t, id)?);
+    }
     let payload = serde_json::json!({
         "format": "empathic-session",
         "version": PAYLOAD_VERSION,
-        "session": session,
-        "phases": rows_json(tx, "SELECT seq, phase, start_ns, end_ns FROM phases WHERE session_id = ?1 ORDER BY seq", id)?,
-        "stories_shown": rows_json(tx, "SELECT story_id, position, shown_ns FROM story_exposures WHERE session_id = ?1 ORDER BY position", id)?,
-        "self_ratings": rows_json(tx, "SELECT story_id, value, t_ns FROM self_ratings WHERE session_id = ?1 ORDER BY story_id", id)?,
-        "surveys": rows_json(tx, "SELECT participant_id, instrument, item, time_point, value, t_ns FROM survey_responses WHERE session_id = ?1 ORDER BY instrument, item, time_point", id)?,
-        "predictions": rows_json(tx, "SELECT window_index, predictor, story_id, in_play, raw_cosine, score, calibration, modalities, coverage, synthetic FROM predictions WHERE session_id = ?1 ORDER BY window_index, predictor, story_id", id)?,
+        "session_id": id,
+        "content": content,
+        "tables": tables,
     });
     enqueue(tx, "session", id, &payload)
 }

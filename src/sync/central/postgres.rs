@@ -1,0 +1,220 @@
+//! The PostgreSQL central database: for studies with several collectors or many stations.
+//!
+//! Contract: the same collector tables as SQLite's (`BIGINT` where SQLite has `INTEGER`),
+//! created on first use under an advisory lock (several collectors may start at once).
+//! Every transaction first takes `collect_records` in `EXCLUSIVE` mode, so collectors
+//! sharing the database apply the rules of [`super`] one message at a time, as SQLite's
+//! `IMMEDIATE` transactions do; reading is never blocked. PostgreSQL holds the records, not
+//! the station-schema tables: [`snapshot`] builds those, in memory, from the applied records
+//! with the same [`super::apply`] the SQLite collector uses. Plain TCP (no TLS): keep the
+//! database on the collector's host or behind a tunnel.
+
+use postgres::types::{ToSql, Type};
+use postgres::{Client, NoTls, Transaction};
+
+use super::{apply, CentralTx, Val};
+use crate::store::Store;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS collect_records (
+    message_id  TEXT PRIMARY KEY,
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    sha256      TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    voided      BIGINT NOT NULL DEFAULT 0,
+    participant TEXT,
+    seq         BIGINT,
+    applied     BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS collect_records_subject ON collect_records (study, station, subject);
+CREATE INDEX IF NOT EXISTS collect_records_participant ON collect_records (study, station, participant);
+CREATE TABLE IF NOT EXISTS collect_chunks (
+    message_id TEXT NOT NULL,
+    chunk      BIGINT NOT NULL,
+    chunks     BIGINT NOT NULL,
+    data       TEXT NOT NULL,
+    PRIMARY KEY (message_id, chunk)
+);
+CREATE TABLE IF NOT EXISTS collect_purges (
+    study          TEXT NOT NULL,
+    station        TEXT NOT NULL,
+    participant_id TEXT NOT NULL,
+    records        BIGINT NOT NULL,
+    purged_at      TEXT NOT NULL,
+    seq            BIGINT
+);
+CREATE TABLE IF NOT EXISTS collect_quarantine (
+    id          BIGSERIAL PRIMARY KEY,
+    topic       TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    message_id  TEXT
+);
+CREATE INDEX IF NOT EXISTS collect_quarantine_message ON collect_quarantine (message_id);
+";
+
+/// Hides the password of a URL in messages.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let cred = &url[s + 3..at];
+            match cred.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &cred[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+pub(super) fn open(url: &str) -> Result<Client, String> {
+    let mut client = Client::connect(url, NoTls).map_err(|e| {
+        format!(
+            "cannot connect to the central database {}: {e}",
+            redacted(url)
+        )
+    })?;
+    let mut tx = client
+        .transaction()
+        .map_err(|e| format!("central database {}: {e}", redacted(url)))?;
+    tx.batch_execute("SELECT pg_advisory_xact_lock(7120394)")
+        .and_then(|()| tx.batch_execute(SCHEMA))
+        .and_then(|()| tx.commit())
+        .map_err(|e| format!("cannot prepare the central database {}: {e}", redacted(url)))?;
+    Ok(client)
+}
+
+struct PgTx<'a>(Transaction<'a>);
+
+pub(super) fn begin(client: &mut Client) -> Result<Box<dyn CentralTx + '_>, String> {
+    let mut tx = client
+        .transaction()
+        .map_err(|e| format!("cannot begin a central transaction: {e}"))?;
+    tx.batch_execute("LOCK TABLE collect_records IN EXCLUSIVE MODE")
+        .map_err(|e| format!("cannot lock the central records: {e}"))?;
+    Ok(Box::new(PgTx(tx)))
+}
+
+/// `?N` placeholders as PostgreSQL's `$N`.
+fn dollars(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn bind(params: &[Val]) -> Vec<Box<dyn ToSql + Sync>> {
+    params
+        .iter()
+        .map(|p| match p {
+            Val::Int(i) => Box::new(*i) as Box<dyn ToSql + Sync>,
+            Val::Text(t) => Box::new(t.clone()) as Box<dyn ToSql + Sync>,
+        })
+        .collect()
+}
+
+impl PgTx<'_> {
+    /// Binds `params` to the statement, by each parameter's inferred type (an `?N` used
+    /// only in `?N IS NULL` is inferred as text; an integer bound there is sent as text).
+    fn run<T>(
+        &mut self,
+        sql: &str,
+        params: &[Val],
+        f: impl FnOnce(
+            &mut Transaction<'_>,
+            &postgres::Statement,
+            &[&(dyn ToSql + Sync)],
+        ) -> Result<T, postgres::Error>,
+    ) -> Result<T, String> {
+        let st = self
+            .0
+            .prepare(&dollars(sql))
+            .map_err(|e| format!("central database: {e}"))?;
+        let mut bound = bind(params);
+        for (i, ty) in st.params().iter().enumerate() {
+            if let (Some(Val::Int(v)), true) = (params.get(i), *ty == Type::TEXT) {
+                bound[i] = Box::new(v.map(|v| v.to_string()));
+            }
+        }
+        let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
+        f(&mut self.0, &st, &refs).map_err(|e| format!("central database: {e}"))
+    }
+}
+
+impl CentralTx for PgTx<'_> {
+    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String> {
+        self.run(sql, params, |tx, st, p| tx.execute(st, p))
+    }
+
+    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String> {
+        let rows = self.run(sql, params, |tx, st, p| tx.query(st, p))?;
+        rows.iter()
+            .map(|r| {
+                (0..r.len())
+                    .map(|i| {
+                        let ty = r.columns()[i].type_();
+                        Ok(if *ty == Type::INT8 {
+                            Val::Int(r.try_get::<_, Option<i64>>(i)?)
+                        } else if *ty == Type::INT4 {
+                            Val::Int(r.try_get::<_, Option<i32>>(i)?.map(i64::from))
+                        } else {
+                            Val::Text(r.try_get::<_, Option<String>>(i)?)
+                        })
+                    })
+                    .collect::<Result<Vec<_>, postgres::Error>>()
+                    .map_err(|e| format!("central database: {e}"))
+            })
+            .collect()
+    }
+
+    /// The view is built when read ([`snapshot`]); nothing to keep in step here.
+    fn set_session(&mut self, _id: &str, _record: Option<&str>) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn remove_participant(&mut self, _id: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), String> {
+        self.0
+            .commit()
+            .map_err(|e| format!("cannot commit to the central database: {e}"))
+    }
+}
+
+/// An in-memory store with the station schema holding every applied session record.
+pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
+    let store = Store::open(std::path::Path::new(":memory:"))
+        .map_err(|e| format!("cannot make the snapshot of the central database: {e}"))?;
+    let rows = client
+        .query(
+            "SELECT message_id, payload FROM collect_records
+             WHERE kind = 'session' AND applied = 1 ORDER BY received_at, message_id",
+            &[],
+        )
+        .map_err(|e| format!("cannot read the central records: {e}"))?;
+    let tx = store
+        .connection()
+        .unchecked_transaction()
+        .map_err(|e| format!("cannot make the snapshot: {e}"))?;
+    for r in &rows {
+        let (id, payload): (String, String) = (r.get(0), r.get(1));
+        apply::apply_record(&tx, &payload)
+            .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+    }
+    tx.commit()
+        .map_err(|e| format!("cannot make the snapshot: {e}"))?;
+    Ok(store)
+}
