@@ -270,7 +270,7 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["format"], "empathic-windows");
-    assert_eq!(manifest["version"], 2);
+    assert_eq!(manifest["version"], 3);
     assert_eq!(manifest["sessions"][0]["frames"], 420);
     // Version 2 carries the story bank's embeddings, one row per story, named in order.
     assert_eq!(
@@ -302,6 +302,18 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
     let row = mask.iter().position(|m| *m == 1).unwrap();
     let norm: f32 = text.row(row).iter().map(|v| v * v).sum::<f32>().sqrt();
     assert!((norm - 1.0).abs() < 1e-3, "{norm}");
+    // Version 3: the stored window means, one row per window index.
+    let means = ndarray::Array2::<f32>::read_npy(open("text_window_mean.npy")).unwrap();
+    let present = ndarray::Array1::<u16>::read_npy(open("text_window_present.npy")).unwrap();
+    assert_eq!((means.dim(), present.len()), ((21, 384), 21));
+    let stored: Vec<i64> = common::store::column(
+        &conn,
+        "SELECT present_frames FROM window_features WHERE modality = 'text' ORDER BY window_index",
+    );
+    assert_eq!(
+        present.iter().map(|p| i64::from(*p)).collect::<Vec<_>>(),
+        stored
+    );
     let windows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("windows.jsonl"))
         .unwrap()
         .lines()

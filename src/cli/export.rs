@@ -9,7 +9,13 @@
 //! (eight times smaller at the default hop). `OUT/windows.jsonl` has one line per window:
 //! session, participant, index, frame range `[start_frame, end_frame)`, time, phase, and
 //! the stories shown before it ended with their self-ratings. Window `w` of modality `m`
-//! is `np.load(f"{w.session}/{m}.npy")[w.start_frame:w.end_frame]`. The story bank comes
+//! is `np.load(f"{w.session}/{m}.npy")[w.start_frame:w.end_frame]`. Since version 3 the
+//! stored window features come along too: `<modality>_window_mean.npy` float32
+//! `[windows, dims]` (the mean over the window's present frames, zeros when none) and
+//! `<modality>_window_present.npy` uint16 `[windows]` (present frames), row = the
+//! window's `window_index`. A central database holds window features but per-frame
+//! features only when a study syncs them: a session without them has `frames: 0` and
+//! no per-frame arrays. The story bank comes
 //! along (version 2), as training needs each story's embedding E(S): per sentence encoder
 //! `e`, `OUT/stories/<e>.npy` float32 `[stories, dims]` and `OUT/stories/<e>.jsonl`, the
 //! story of each row (`story_id`, `title`) in row order. Only complete sessions are
@@ -28,7 +34,7 @@ use crate::store::sql::export::ExportModality;
 use crate::store::Store;
 
 /// Format version of the export.
-pub const EXPORT_VERSION: u32 = 2;
+pub const EXPORT_VERSION: u32 = 3;
 
 #[derive(Serialize)]
 struct SessionEntry {
@@ -120,7 +126,45 @@ pub fn export_windows(
         let windows = reads.windows(id, phase).map_err(fail)?;
         let dir = out.join(id);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let all_windows = reads.windows(id, None).map_err(fail)?;
+        let rows = all_windows
+            .iter()
+            .map(|w| w.window_index as usize + 1)
+            .max()
+            .unwrap_or(0);
         for m in &modalities {
+            let mut means = Array2::<f32>::zeros((rows, m.dims));
+            let mut present = Array1::<u16>::zeros(rows);
+            reads
+                .window_means(id, &m.name, |w, n, mean| {
+                    let w = w as usize;
+                    if w < rows {
+                        present[w] = n.min(u64::from(u16::MAX)) as u16;
+                        if let Some(v) = mean.filter(|v| v.len() == m.dims) {
+                            means
+                                .row_mut(w)
+                                .iter_mut()
+                                .zip(&v)
+                                .for_each(|(d, s)| *d = *s);
+                        }
+                    }
+                })
+                .map_err(fail)?;
+            for (name, write) in [
+                (
+                    format!("{}_window_mean.npy", m.name),
+                    &means as &dyn WriteNpy,
+                ),
+                (
+                    format!("{}_window_present.npy", m.name),
+                    &present as &dyn WriteNpy,
+                ),
+            ] {
+                bytes += write_npy(&dir.join(name), write)?;
+            }
+            if frames == 0 {
+                continue;
+            }
             let mut values = Array2::<f32>::zeros((frames as usize, m.dims));
             let mut mask = Array1::<u8>::zeros(frames as usize);
             let mut bad = None;
@@ -152,15 +196,7 @@ pub fn export_windows(
                 (format!("{}.npy", m.name), &values as &dyn WriteNpy),
                 (format!("{}_mask.npy", m.name), &mask as &dyn WriteNpy),
             ] {
-                let path = dir.join(name);
-                let file = std::fs::File::create(&path).map_err(io_err(&path))?;
-                write.write_to(BufWriter::new(file)).map_err(|e| {
-                    (
-                        ExitKind::Runtime,
-                        format!("cannot write {}: {e}", path.display()),
-                    )
-                })?;
-                bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                bytes += write_npy(&dir.join(name), write)?;
             }
         }
         for w in &windows {
@@ -211,6 +247,18 @@ pub fn export_windows(
         windows: total_windows,
         bytes,
     })
+}
+
+/// Writes one array; returns the bytes written.
+fn write_npy(path: &Path, write: &dyn WriteNpy) -> Result<u64, Failure> {
+    let file = std::fs::File::create(path).map_err(io_err(path))?;
+    write.write_to(BufWriter::new(file)).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot write {}: {e}", path.display()),
+        )
+    })?;
+    Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
 
 /// Writes `stories/<encoder>.npy` and `.jsonl`; returns the bytes written.
@@ -274,6 +322,12 @@ impl WriteNpy for Array2<f32> {
 }
 
 impl WriteNpy for Array1<u8> {
+    fn write_to(&self, w: BufWriter<std::fs::File>) -> Result<(), ndarray_npy::WriteNpyError> {
+        self.write_npy(w)
+    }
+}
+
+impl WriteNpy for Array1<u16> {
     fn write_to(&self, w: BufWriter<std::fs::File>) -> Result<(), ndarray_npy::WriteNpyError> {
         self.write_npy(w)
     }

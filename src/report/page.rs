@@ -154,6 +154,35 @@ fn read_frames(
             }
         }
     })?;
+    if !seen.iter().any(|s| *s) {
+        // No per-frame features (a central database that does not sync them): the stored
+        // window means stand in, one point per window at its middle, presence as the
+        // window's present fraction.
+        let windows = reads.windows(id, None)?;
+        let mut present = Vec::new();
+        reads.window_means(id, modality, |w, n, mean| {
+            let Some(win) = windows.iter().find(|x| x.window_index == w) else {
+                return;
+            };
+            let t = (win.start_secs + win.end_secs) / 2.0;
+            let span = win.end_frame.saturating_sub(win.start_frame).max(1);
+            present.push((t, n as f64 / span as f64));
+            if let Some(v) = mean {
+                for (k, (col, _)) in picked.iter().enumerate() {
+                    if let Some(x) = v.get(*col) {
+                        values[k].push((t, f64::from(*x)));
+                    }
+                }
+            }
+        })?;
+        if !present.is_empty() {
+            return Ok(Some(Frames {
+                columns: picked.into_iter().map(|(_, c)| c).collect(),
+                values,
+                present,
+            }));
+        }
+    }
     Ok(Some(Frames {
         columns: picked.into_iter().map(|(_, c)| c).collect(),
         values,

@@ -340,6 +340,14 @@ impl ExportReads<'_> {
     ) -> Result<Vec<sql::export::ExportWindow>, StoreError> {
         sql::export::windows(self.0, id, phase)
     }
+    pub fn window_means(
+        &self,
+        id: &str,
+        modality: &str,
+        each: impl FnMut(u64, u64, Option<Vec<f32>>),
+    ) -> Result<(), StoreError> {
+        sql::export::window_means(self.0, id, modality, each)
+    }
     /// The sentence encoders the story bank was embedded with.
     pub fn story_encoders(&self) -> Result<Vec<String>, StoreError> {
         sql::export::story_encoders(self.0)

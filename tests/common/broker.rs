@@ -60,20 +60,24 @@ pub fn run_broker(conf: &Path, port: u16) -> Broker {
     Broker { child, port }
 }
 
-/// Collects every publish under `empathic/#` (resubscribing on every CONNACK).
 /// `empathic collect` into `central`, study `test-study`.
 pub fn start_collector(central: &Path, port: u16) -> Child {
+    start_collector_as(path_str(central), port, "test-collector")
+}
+
+/// `empathic collect --central TARGET` (a file or a `postgres://` URL) as `client_id`.
+pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args([
             "collect",
             "--central",
-            path_str(central),
+            target,
             "--broker",
             &format!("mqtt://127.0.0.1:{port}"),
             "--study",
             "test-study",
             "--client-id",
-            "test-collector",
+            client_id,
         ])
         .env("EMPATHIC_LOG", "warn")
         .stdout(Stdio::null())

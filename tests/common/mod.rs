@@ -115,6 +115,7 @@ pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
 
 pub mod broker;
 pub mod csv;
+pub mod postgres;
 pub mod store;
 
 /// Whether a missing fixture must fail the test (CI sets `EMPATHIC_REQUIRE_FIXTURES=1`,

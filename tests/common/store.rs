@@ -37,7 +37,7 @@ pub const SESSION_TABLES: &[(&str, &str)] = &[
     ("predictions", "session_id"),
 ];
 
-fn cell(v: ValueRef<'_>) -> String {
+pub fn cell(v: ValueRef<'_>) -> String {
     match v {
         ValueRef::Null => "null".into(),
         ValueRef::Integer(i) => i.to_string(),

@@ -128,6 +128,35 @@ pub fn frame_vectors(
     Ok(())
 }
 
+/// Calls `each(window_index, present_frames, mean)` for every window of `modality` that
+/// has window features (`mean` is `None` when the modality was never present), in order.
+pub fn window_means(
+    conn: &Connection,
+    id: &str,
+    modality: &str,
+    mut each: impl FnMut(u64, u64, Option<Vec<f32>>),
+) -> Result<(), StoreError> {
+    let what = "reading window features to export";
+    let mut s = conn
+        .prepare(
+            "SELECT window_index, present_frames, mean FROM window_features
+             WHERE session_id = ?1 AND modality = ?2 ORDER BY window_index",
+        )
+        .map_err(ctx(what))?;
+    let mut rows = s.query([id, modality]).map_err(ctx(what))?;
+    while let Some(r) = rows.next().map_err(ctx(what))? {
+        let index: i64 = r.get(0).map_err(ctx(what))?;
+        let present: i64 = r.get(1).map_err(ctx(what))?;
+        let mean: Option<Vec<u8>> = r.get(2).map_err(ctx(what))?;
+        each(
+            index.max(0) as u64,
+            present.max(0) as u64,
+            mean.map(|b| blob_to_vec(&b)),
+        );
+    }
+    Ok(())
+}
+
 /// Windows of session `id` (optionally of one phase) with the stories in play.
 pub fn windows(
     conn: &Connection,

@@ -425,7 +425,7 @@ fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outco
     // A withdrawal already received (newer than this record): the data is not kept.
     let purged = tx.rows(
         "SELECT 1 FROM collect_purges WHERE study = ?1 AND station = ?2 AND participant_id = ?3
-           AND (?4 IS NULL OR seq IS NULL OR seq > ?4)",
+           AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
         &[
             Val::text(&env.study),
             Val::text(&env.station),
@@ -449,7 +449,7 @@ fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outco
     }
     let newer = tx.rows(
         "SELECT 1 FROM collect_records WHERE study = ?1 AND station = ?2 AND subject = ?3
-           AND kind IN ('session', 'tombstone') AND ?4 IS NOT NULL AND seq > ?4",
+           AND kind IN ('session', 'tombstone') AND CAST(?4 AS BIGINT) IS NOT NULL AND seq > ?4",
         &subject_params(env),
     )?;
     if !newer.is_empty() {
@@ -517,7 +517,7 @@ fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outco
 fn store_tombstone(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {
     let newer = tx.rows(
         "SELECT 1 FROM collect_records WHERE study = ?1 AND station = ?2 AND subject = ?3
-           AND kind = 'session' AND ?4 IS NOT NULL AND seq > ?4",
+           AND kind = 'session' AND CAST(?4 AS BIGINT) IS NOT NULL AND seq > ?4",
         &subject_params(env),
     )?;
     let voided = !newer.is_empty();
@@ -552,7 +552,7 @@ fn store_tombstone(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Out
 fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {
     let victims = tx.rows(
         "SELECT subject, applied FROM collect_records WHERE study = ?1 AND station = ?2
-           AND participant = ?3 AND kind = 'session' AND (?4 IS NULL OR seq IS NULL OR seq < ?4)",
+           AND participant = ?3 AND kind = 'session' AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq < ?4)",
         &subject_params(env),
     )?;
     for v in &victims {
@@ -564,7 +564,7 @@ fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome
     }
     tx.exec(
         "DELETE FROM collect_records WHERE study = ?1 AND station = ?2 AND participant = ?3
-           AND kind = 'session' AND (?4 IS NULL OR seq IS NULL OR seq < ?4)",
+           AND kind = 'session' AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq < ?4)",
         &subject_params(env),
     )?;
     tx.remove_participant(&env.subject)?;

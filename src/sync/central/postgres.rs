@@ -58,6 +58,19 @@ CREATE TABLE IF NOT EXISTS collect_quarantine (
 CREATE INDEX IF NOT EXISTS collect_quarantine_message ON collect_quarantine (message_id);
 ";
 
+/// A PostgreSQL error with the server's message (the error's own text is only "db error").
+fn pg(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "{}: {}{}",
+            db.severity(),
+            db.message(),
+            db.detail().map(|d| format!(" ({d})")).unwrap_or_default()
+        ),
+        None => e.to_string(),
+    }
+}
+
 /// Hides the password of a URL in messages.
 pub fn redacted(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -75,17 +88,26 @@ pub fn redacted(url: &str) -> String {
 pub(super) fn open(url: &str) -> Result<Client, String> {
     let mut client = Client::connect(url, NoTls).map_err(|e| {
         format!(
-            "cannot connect to the central database {}: {e}",
-            redacted(url)
+            "cannot connect to the central database {}: {}",
+            redacted(url),
+            pg(&e)
         )
     })?;
     let mut tx = client
         .transaction()
-        .map_err(|e| format!("central database {}: {e}", redacted(url)))?;
-    tx.batch_execute("SELECT pg_advisory_xact_lock(7120394)")
-        .and_then(|()| tx.batch_execute(SCHEMA))
-        .and_then(|()| tx.commit())
-        .map_err(|e| format!("cannot prepare the central database {}: {e}", redacted(url)))?;
+        .map_err(|e| format!("central database {}: {}", redacted(url), pg(&e)))?;
+    tx.batch_execute(
+        "SET LOCAL client_min_messages TO WARNING; SELECT pg_advisory_xact_lock(7120394)",
+    )
+    .and_then(|()| tx.batch_execute(SCHEMA))
+    .and_then(|()| tx.commit())
+    .map_err(|e| {
+        format!(
+            "cannot prepare the central database {}: {}",
+            redacted(url),
+            pg(&e)
+        )
+    })?;
     Ok(client)
 }
 
@@ -94,9 +116,9 @@ struct PgTx<'a>(Transaction<'a>);
 pub(super) fn begin(client: &mut Client) -> Result<Box<dyn CentralTx + '_>, String> {
     let mut tx = client
         .transaction()
-        .map_err(|e| format!("cannot begin a central transaction: {e}"))?;
+        .map_err(|e| format!("cannot begin a central transaction: {}", pg(&e)))?;
     tx.batch_execute("LOCK TABLE collect_records IN EXCLUSIVE MODE")
-        .map_err(|e| format!("cannot lock the central records: {e}"))?;
+        .map_err(|e| format!("cannot lock the central records: {}", pg(&e)))?;
     Ok(Box::new(PgTx(tx)))
 }
 
@@ -125,8 +147,7 @@ fn bind(params: &[Val]) -> Vec<Box<dyn ToSql + Sync>> {
 }
 
 impl PgTx<'_> {
-    /// Binds `params` to the statement, by each parameter's inferred type (an `?N` used
-    /// only in `?N IS NULL` is inferred as text; an integer bound there is sent as text).
+    /// Prepares `sql` (placeholders as `$N`), binds `params` and runs `f`.
     fn run<T>(
         &mut self,
         sql: &str,
@@ -140,15 +161,10 @@ impl PgTx<'_> {
         let st = self
             .0
             .prepare(&dollars(sql))
-            .map_err(|e| format!("central database: {e}"))?;
-        let mut bound = bind(params);
-        for (i, ty) in st.params().iter().enumerate() {
-            if let (Some(Val::Int(v)), true) = (params.get(i), *ty == Type::TEXT) {
-                bound[i] = Box::new(v.map(|v| v.to_string()));
-            }
-        }
+            .map_err(|e| format!("central database: {}", pg(&e)))?;
+        let bound = bind(params);
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        f(&mut self.0, &st, &refs).map_err(|e| format!("central database: {e}"))
+        f(&mut self.0, &st, &refs).map_err(|e| format!("central database: {}", pg(&e)))
     }
 }
 
@@ -173,7 +189,7 @@ impl CentralTx for PgTx<'_> {
                         })
                     })
                     .collect::<Result<Vec<_>, postgres::Error>>()
-                    .map_err(|e| format!("central database: {e}"))
+                    .map_err(|e| format!("central database: {}", pg(&e)))
             })
             .collect()
     }
@@ -190,7 +206,7 @@ impl CentralTx for PgTx<'_> {
     fn commit(self: Box<Self>) -> Result<(), String> {
         self.0
             .commit()
-            .map_err(|e| format!("cannot commit to the central database: {e}"))
+            .map_err(|e| format!("cannot commit to the central database: {}", pg(&e)))
     }
 }
 
@@ -204,7 +220,7 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
              WHERE kind = 'session' AND applied = 1 ORDER BY received_at, message_id",
             &[],
         )
-        .map_err(|e| format!("cannot read the central records: {e}"))?;
+        .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
     let tx = store
         .connection()
         .unchecked_transaction()
