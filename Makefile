@@ -34,7 +34,7 @@ lint: setup
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
-	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion
+	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion --bench sync_load
 	./scripts/replay_throughput.sh
 
 # Development only: the fusion toolkit's whole loop on the recorded sessions (synthetic

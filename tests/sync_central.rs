@@ -8,120 +8,19 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::broker::*;
+use common::central::*;
 use common::postgres::Postgres;
 use common::*;
-use empathic::store::sql::outbox::{Include, RECORD_TABLES};
 use rumqttc::{Client, MqttOptions, QoS};
-
-/// The rows a session record carries, table by table, as canonical lines.
-fn record_rows(conn: &rusqlite::Connection, id: &str, transcripts: bool) -> Vec<String> {
-    let mut out = Vec::new();
-    for t in RECORD_TABLES {
-        let include = match t.include {
-            Include::Always | Include::WindowFeatures => true,
-            Include::Transcripts => transcripts,
-            Include::FrameFeatures => false,
-        };
-        if !include {
-            continue;
-        }
-        // A story's row is shared by every station that showed it; the central database
-        // keeps the latest one's, so its station-local creation time is not compared.
-        let columns = if t.name == "stories" {
-            t.columns.replace(", created_at", "")
-        } else {
-            t.columns.to_string()
-        };
-        let mut st = conn
-            .prepare(&format!(
-                "SELECT {columns} FROM {} WHERE {}",
-                t.name, t.rows
-            ))
-            .unwrap();
-        let n = st.column_count();
-        let rows: Vec<String> = st
-            .query_map([id], |r| {
-                (0..n)
-                    .map(|i| r.get_ref(i).map(common::store::cell))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|c| format!("{} {}", t.name, c.join(" ")))
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        out.extend(rows);
-    }
-    out
-}
-
-/// Asserts `got == want`, naming only the lines that differ (records are long).
-fn same_rows(got: &[String], want: &[String], what: &str) {
-    let short = |l: &String| l.chars().take(300).collect::<String>();
-    let missing: Vec<String> = want
-        .iter()
-        .filter(|l| !got.contains(l))
-        .take(3)
-        .map(short)
-        .collect();
-    let extra: Vec<String> = got
-        .iter()
-        .filter(|l| !want.contains(l))
-        .take(3)
-        .map(short)
-        .collect();
-    assert!(
-        missing.is_empty() && extra.is_empty() && got.len() == want.len(),
-        "{what}: {} rows, want {}; missing {missing:#?}; unexpected {extra:#?}",
-        got.len(),
-        want.len()
-    );
-}
-
-fn pg_view(url: &str) -> empathic::store::Store {
-    empathic::sync::central::Central::open(url)
-        .and_then(empathic::sync::central::Central::read_view)
-        .unwrap()
-}
 
 fn stop(mut c: Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &c.id().to_string()])
         .status();
     c.wait().unwrap();
-}
-
-/// Waits until `done` holds (20 s at most).
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn sessions_in(conn: &rusqlite::Connection) -> Vec<String> {
-    common::store::column(conn, "SELECT id FROM sessions ORDER BY id")
-}
-
-fn sync_ok(db: &Path, port: u16, station: &str) {
-    let o = empathic(&[
-        "sync",
-        "--db",
-        path_str(db),
-        "--broker",
-        &format!("mqtt://127.0.0.1:{port}"),
-        "--study",
-        "test-study",
-        "--station",
-        station,
-        "--until-synced",
-        "--timeout",
-        "30",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]
@@ -378,4 +277,156 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     }
     drop(broker);
     drop(pg);
+}
+
+/// The station's outbox messages as the collector receives them: (seq, kind, topic,
+/// envelopes).
+fn deliveries(db: &Path) -> Vec<(i64, String, String, Vec<String>)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let opts = empathic::sync::SyncOptions {
+        host: "unused".into(),
+        port: 0,
+        study: "test-study".into(),
+        station: "station-1".into(),
+        auth: Default::default(),
+    };
+    empathic::store::sql::outbox::pending(&conn, 100, "9999")
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            let topic = format!("empathic/v1/test-study/station-1/{}", m.kind);
+            (
+                m.seq,
+                m.kind.clone(),
+                topic,
+                empathic::sync::envelopes(&m, &opts),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database() {
+    use empathic::sync::central::{Central, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = Postgres::start();
+    let fast = config_without_vision_models(tmp.path());
+    // A station: demo-0001 stored, then replaced (its record, a tombstone, a new record).
+    let db = tmp.path().join("station.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let msgs = deliveries(&db);
+    let kinds: Vec<(i64, &str)> = msgs.iter().map(|m| (m.0, m.1.as_str())).collect();
+    assert_eq!(kinds, [(1, "session"), (2, "tombstone"), (3, "session")]);
+    assert!(msgs[2].3.len() > 1, "the record spans several chunks");
+    let station = rusqlite::Connection::open(&db).unwrap();
+    let want = record_rows(&station, "demo-0001", false);
+    for target in [
+        tmp.path().join("central.db").to_string_lossy().into_owned(),
+        pg.database("faults"),
+    ] {
+        let mut central = Central::open(&target).unwrap();
+        let mut deliver = |topic: &str, envelope: &str| {
+            central.store_publish(topic, envelope.as_bytes()).unwrap()
+        };
+        // The newest record first, its chunks backwards and one of them twice.
+        let (_, _, topic, chunks) = &msgs[2];
+        let mut outcomes = Vec::new();
+        for c in chunks.iter().rev().chain(chunks.last()) {
+            outcomes.push(deliver(topic, c));
+        }
+        assert!(outcomes[..chunks.len() - 1]
+            .iter()
+            .all(|o| *o == Stored::Chunk));
+        assert!(
+            matches!(outcomes[chunks.len() - 1], Stored::Record { .. }),
+            "{target}"
+        );
+        assert!(matches!(outcomes[chunks.len()], Stored::Duplicate { .. }));
+        // Then the older tombstone and the older record: kept, voided, harmless.
+        for m in [&msgs[1], &msgs[0]] {
+            let mut last = Stored::Chunk;
+            for c in &m.3 {
+                last = deliver(&m.2, c);
+            }
+            assert!(matches!(last, Stored::Record { .. }), "{target}: {last:?}");
+        }
+        // Garbage: not JSON, oversized, on the wrong topic, a tampered chunk (no receipt:
+        // a clean resend can still come), and a record this build cannot read (receipt:
+        // resending cannot help).
+        let quarantined = |s: Stored| match s {
+            Stored::Quarantined { receipt, .. } => receipt.is_some(),
+            other => panic!("{target}: {other:?}"),
+        };
+        assert!(!quarantined(deliver(topic, "not json")));
+        assert!(!quarantined(deliver(topic, &"x".repeat((1 << 20) + 1))));
+        assert!(!quarantined(deliver(
+            "empathic/v1/test-study/station-2/session",
+            &msgs[0].3[0]
+        )));
+        let mut tampered: serde_json::Value = serde_json::from_str(&msgs[0].3[0]).unwrap();
+        tampered["message_id"] = "tampered".into();
+        tampered["chunks"] = 1.into();
+        tampered["chunk"] = 0.into();
+        assert!(!quarantined(deliver(topic, &tampered.to_string())));
+        let unreadable = r#"{"format":"empathic-session","version":9}"#;
+        let mut bad = tampered.clone();
+        bad["message_id"] = "unreadable".into();
+        bad["data"] = unreadable.into();
+        bad["sha256"] = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(unreadable)).into();
+        assert!(quarantined(deliver(topic, &bad.to_string())));
+        assert!(matches!(
+            deliver(topic, &bad.to_string()),
+            Stored::Duplicate { .. }
+        ));
+        // The view shows the newest record, exactly.
+        let view = Central::open(&target).unwrap().read_view().unwrap();
+        same_rows(
+            &record_rows(view.connection(), "demo-0001", false),
+            &want,
+            &target,
+        );
+        // A withdrawal (seq 10), then a late redelivery of a record from before it.
+        let purge = serde_json::json!({"format": "empathic-purge", "version": 2,
+            "participant_id": "P-DEMO", "sessions": ["demo-0001"]})
+        .to_string();
+        let envelope = serde_json::json!({"v": 1, "message_id": "purge-1", "seq": 10,
+            "kind": "purge", "study": "test-study", "station": "station-1",
+            "subject": "P-DEMO", "chunk": 0, "chunks": 1,
+            "sha256": format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&purge)),
+            "data": purge});
+        let mut central = Central::open(&target).unwrap();
+        assert!(matches!(
+            central
+                .store_publish(
+                    "empathic/v1/test-study/station-1/purge",
+                    envelope.to_string().as_bytes()
+                )
+                .unwrap(),
+            Stored::Record { .. }
+        ));
+        for c in &msgs[2].3 {
+            central.store_publish(topic, c.as_bytes()).unwrap();
+        }
+        let view = central.read_view().unwrap();
+        assert!(sessions_in(view.connection()).is_empty(), "{target}");
+        assert_eq!(
+            common::store::count(
+                view.connection(),
+                "SELECT count(*) FROM participants WHERE id = 'P-DEMO'"
+            ),
+            0
+        );
+    }
 }

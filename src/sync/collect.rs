@@ -12,6 +12,7 @@
 //! [`Central::store_publish`]'s; the collector never stops on a bad message, and a database
 //! error leaves the message unacknowledged (the broker delivers it again).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -59,7 +60,27 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
     };
     let mut records = 0u64;
     let mut backoff = Duration::from_millis(500);
+    // Acks and receipts wait here while the client's request queue is full (under load the
+    // event loop is busy with incoming messages); they go out in order, never dropped.
+    let mut outgoing: VecDeque<Outgoing> = VecDeque::new();
     while !stop.load(Ordering::Relaxed) {
+        while let Some(o) = outgoing.front() {
+            let sent = match o {
+                Outgoing::Ack(p) => client.try_ack(p).is_ok(),
+                Outgoing::Receipt { topic, message_id } => client
+                    .try_publish(
+                        topic.clone(),
+                        QoS::AtLeastOnce,
+                        false,
+                        serde_json::json!({ "message_id": message_id }).to_string(),
+                    )
+                    .is_ok(),
+            };
+            if !sent {
+                break;
+            }
+            outgoing.pop_front();
+        }
         match connection.recv_timeout(Duration::from_millis(200)) {
             Ok(Ok(Event::Incoming(Packet::ConnAck(_)))) => {
                 backoff = Duration::from_millis(500);
@@ -71,30 +92,23 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
                 if p.topic.ends_with("/status") || p.topic.ends_with("/receipt") {
-                    ack(&client, &p)?;
+                    outgoing.push_back(Outgoing::Ack(p));
                     continue;
                 }
-                match central.store_publish(&p.topic, &p.payload) {
-                    Ok(stored) => {
-                        if let Some((topic, message_id)) = stored.receipt() {
-                            // After the commit: the station may now call it synced.
-                            client
-                                .try_publish(
-                                    topic.to_string(),
-                                    QoS::AtLeastOnce,
-                                    false,
-                                    serde_json::json!({ "message_id": message_id }).to_string(),
-                                )
-                                .map_err(|e| format!("cannot send a receipt: {e}"))?;
-                        }
-                        if matches!(stored, Stored::Record { .. }) {
-                            records += 1;
-                        }
-                        ack(&client, &p)?;
-                    }
-                    // Not stored: not acknowledged, so the broker delivers it again.
-                    Err(e) => tracing::error!(error = %e, "collect: could not store a message"),
+                let Some(stored) = store_until_stored(&mut central, &p, stop) else {
+                    break;
+                };
+                if let Some((topic, message_id)) = stored.receipt() {
+                    // After the commit: the station may now call it synced.
+                    outgoing.push_back(Outgoing::Receipt {
+                        topic: topic.to_string(),
+                        message_id: message_id.to_string(),
+                    });
                 }
+                if matches!(stored, Stored::Record { .. }) {
+                    records += 1;
+                }
+                outgoing.push_back(Outgoing::Ack(p));
             }
             Ok(Ok(_)) | Err(_) => {}
             Ok(Err(e)) => {
@@ -107,8 +121,31 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
     Ok(records)
 }
 
-fn ack(client: &Client, p: &Publish) -> Result<(), String> {
-    client
-        .try_ack(p)
-        .map_err(|e| format!("cannot acknowledge a message: {e}"))
+/// What the collector owes the broker after a commit.
+enum Outgoing {
+    Ack(Publish),
+    Receipt { topic: String, message_id: String },
+}
+
+/// Stores `p`, retrying with backoff while the database fails (a PostgreSQL restart, a
+/// locked file): the message is acknowledged only once stored, and the broker holds back
+/// what follows meanwhile. `None` when stopped first.
+fn store_until_stored(central: &mut Central, p: &Publish, stop: &AtomicBool) -> Option<Stored> {
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match central.store_publish(&p.topic, &p.payload) {
+            Ok(stored) => return Some(stored),
+            Err(e) => {
+                tracing::error!(error = %e, retry_in_ms = wait.as_millis() as u64, "collect: could not store a message");
+                let until = std::time::Instant::now() + wait;
+                while std::time::Instant::now() < until {
+                    if stop.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
 }

@@ -114,6 +114,7 @@ pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
 }
 
 pub mod broker;
+pub mod central;
 pub mod csv;
 pub mod postgres;
 pub mod store;

@@ -83,7 +83,8 @@ pub trait CentralTx {
 /// A central database, SQLite or PostgreSQL.
 pub enum Central {
     Sqlite(Store),
-    Postgres(Box<::postgres::Client>),
+    /// The client, and the URL to reconnect with when the server went away.
+    Postgres(Box<::postgres::Client>, String),
 }
 
 /// What happened to one received chunk.
@@ -225,7 +226,7 @@ impl Central {
     /// SQLite file (created when missing; it is also a store with the station schema).
     pub fn open(target: &str) -> Result<Central, String> {
         if is_postgres(target) {
-            postgres::open(target).map(|c| Central::Postgres(Box::new(c)))
+            postgres::open(target).map(|c| Central::Postgres(Box::new(c), target.to_string()))
         } else {
             sqlite::open(std::path::Path::new(target)).map(Central::Sqlite)
         }
@@ -234,7 +235,13 @@ impl Central {
     fn begin(&mut self) -> Result<Box<dyn CentralTx + '_>, String> {
         match self {
             Central::Sqlite(store) => sqlite::begin(store),
-            Central::Postgres(client) => postgres::begin(client),
+            Central::Postgres(client, url) => {
+                if client.is_closed() {
+                    // The server restarted or the connection broke: a new one.
+                    **client = postgres::open(url)?;
+                }
+                postgres::begin(client)
+            }
         }
     }
 
@@ -244,7 +251,7 @@ impl Central {
     pub fn read_view(self) -> Result<Store, String> {
         match self {
             Central::Sqlite(store) => Ok(store),
-            Central::Postgres(mut client) => postgres::snapshot(&mut client),
+            Central::Postgres(mut client, _) => postgres::snapshot(&mut client),
         }
     }
 

@@ -1,0 +1,361 @@
+//! Sync load, loopback only and bounded: simulated stations (default 50) each publish a
+//! month of session records (default 30, one a day) at once through one Mosquitto to one
+//! collector, once into a SQLite central database and once into PostgreSQL (a throwaway
+//! cluster). Each record is the demo session's real record (window features included) under
+//! its own session id. Prints messages/s and MB/s from the first publish until the central
+//! database holds everything, the lag from the broker's acknowledgement (the station's
+//! `sent_at`) to the central commit (p50/p95), and CPU seconds of the collector thread, the
+//! publishers, Mosquitto and PostgreSQL. `EMPATHIC_LOAD_STATIONS`, `EMPATHIC_LOAD_SESSIONS`
+//! and `EMPATHIC_LOAD_LIMIT_SECS` (default 300 per database) change the bounds.
+//!
+//! Needs `target/release/empathic` (`make bench` builds it) for the seed record, and
+//! Debian's `mosquitto` and `postgresql` (`make setup`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+mod broker {
+    pub fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port")
+    }
+}
+
+#[path = "../tests/common/postgres.rs"]
+mod postgres_cluster;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// CPU seconds (user + system) from a `/proc/.../stat` line.
+fn stat_cpu(stat: &str) -> f64 {
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn cpu_of_pid(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| stat_cpu(&s))
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds of this process's threads named `name`.
+fn cpu_of_threads(name: &str) -> f64 {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
+                })
+                .map(|e| {
+                    std::fs::read_to_string(e.path().join("stat"))
+                        .map(|s| stat_cpu(&s))
+                        .unwrap_or(0.0)
+                })
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds of every process whose command is `postgres`.
+fn cpu_of_postgres() -> f64 {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "postgres")
+                })
+                .map(|e| {
+                    std::fs::read_to_string(e.path().join("stat"))
+                        .map(|s| stat_cpu(&s))
+                        .unwrap_or(0.0)
+                })
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+fn process_cpu() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .map(|s| stat_cpu(&s))
+        .unwrap_or(0.0)
+}
+
+fn start_broker(dir: &Path, port: u16) -> Child {
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\n",
+            dir.display()
+        ),
+    )
+    .expect("write the broker config");
+    let child = Command::new("mosquitto")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mosquitto (make setup installs it)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "mosquitto did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// The demo session's record (payload, session id), made by the release binary.
+fn seed_record(dir: &Path) -> (String, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let bin = root.join("target/release/empathic");
+    assert!(
+        bin.exists(),
+        "{} is missing: `make bench` builds it",
+        bin.display()
+    );
+    let config = dir.join("seed.toml");
+    std::fs::write(
+        &config,
+        "[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n",
+    )
+    .expect("write the seed config");
+    let db = dir.join("seed.db");
+    let o = Command::new(&bin)
+        .arg("replay")
+        .arg(root.join("demo/session"))
+        .arg("--db")
+        .arg(&db)
+        .arg("--config")
+        .arg(&config)
+        .env("EMPATHIC_LOG", "error")
+        .output()
+        .expect("run empathic replay");
+    assert!(
+        o.status.success(),
+        "seed replay failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let conn = rusqlite::Connection::open(&db).expect("open the seed store");
+    conn.query_row(
+        "SELECT payload, subject FROM outbox WHERE kind = 'session'",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .expect("the seed record")
+}
+
+/// A station store whose outbox holds `sessions` records (the seed under new ids).
+fn make_station(dir: &Path, k: u64, sessions: u64, seed: &(String, String)) -> PathBuf {
+    let db = dir.join(format!("station-{k:02}.db"));
+    let store = empathic::store::Store::open(&db).expect("a station store");
+    let tx = store
+        .connection()
+        .unchecked_transaction()
+        .expect("a transaction");
+    for d in 0..sessions {
+        let id = format!("st{k:02}-{d:04}");
+        let payload = seed.0.replace(&seed.1, &id);
+        let sha: String = Sha256::digest(payload.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        tx.execute(
+            "INSERT INTO outbox (message_id, kind, subject, payload, sha256, created_at)
+             VALUES (?1, 'session', ?2, ?3, ?4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            rusqlite::params![format!("load-{id}"), id, payload, sha],
+        )
+        .expect("enqueue a record");
+    }
+    tx.commit().expect("commit the outbox");
+    db
+}
+
+fn millis(ts: &str) -> Option<f64> {
+    // 2026-11-24T01:02:03.456Z: seconds of the day are enough within one run.
+    let t = ts.split('T').nth(1)?.trim_end_matches('Z');
+    let mut p = t.split(':');
+    let (h, m, s): (f64, f64, f64) = (
+        p.next()?.parse().ok()?,
+        p.next()?.parse().ok()?,
+        p.next()?.parse().ok()?,
+    );
+    Some((h * 3600.0 + m * 60.0 + s) * 1000.0)
+}
+
+fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let stations = env_or("EMPATHIC_LOAD_STATIONS", 50);
+    let sessions = env_or("EMPATHIC_LOAD_SESSIONS", 30);
+    let limit = Duration::from_secs(env_or("EMPATHIC_LOAD_LIMIT_SECS", 300));
+    let tmp = tempfile::tempdir().expect("a temp folder");
+    let seed = seed_record(tmp.path());
+    println!(
+        "sync load: {stations} stations x {sessions} records of {} KB (the demo session's record: 28 s, 21 windows, window features)",
+        seed.0.len() / 1024
+    );
+    let pg = postgres_cluster::Postgres::start();
+    let targets = [
+        (
+            "SQLite",
+            tmp.path().join("central.db").display().to_string(),
+        ),
+        ("PostgreSQL", pg.database("load")),
+    ];
+    println!(
+        "{:<11} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}",
+        "central",
+        "messages",
+        "secs",
+        "msg/s",
+        "MB/s",
+        "lag p50",
+        "lag p95",
+        "collector",
+        "publishers",
+        "mosquitto",
+        "postgres"
+    );
+    for (name, target) in targets {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).expect("a folder");
+        let port = broker::free_port();
+        let mut broker = start_broker(&dir, port);
+        let dbs: Vec<PathBuf> = (0..stations)
+            .map(|k| make_station(&dir, k, sessions, &seed))
+            .collect();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let collect_opts = empathic::sync::collect::CollectOptions {
+            host: "127.0.0.1".into(),
+            port,
+            auth: Default::default(),
+            study: "load".into(),
+            client_id: format!("load-collector-{name}"),
+            share_group: None,
+        };
+        let collector = {
+            let (stop, target) = (stop.clone(), target.clone());
+            std::thread::Builder::new()
+                .name("collector".into())
+                .spawn(move || empathic::sync::collect::collect(&target, &collect_opts, &stop))
+                .expect("the collector thread")
+        };
+        std::thread::sleep(Duration::from_millis(1500));
+        let (cpu0, broker0, pg0) = (process_cpu(), cpu_of_pid(broker.id()), cpu_of_postgres());
+        let collector0 = cpu_of_threads("collector");
+        let started = Instant::now();
+        let publishers: Vec<_> = dbs
+            .iter()
+            .enumerate()
+            .map(|(k, db)| {
+                let db = db.clone();
+                let stop = stop.clone();
+                let opts = empathic::sync::SyncOptions {
+                    host: "127.0.0.1".into(),
+                    port,
+                    study: "load".into(),
+                    station: format!("station-{k:02}"),
+                    auth: Default::default(),
+                };
+                std::thread::Builder::new()
+                    .name("publisher".into())
+                    .spawn(move || empathic::sync::publish(&db, &opts, true, Some(limit), &stop))
+                    .expect("a publisher thread")
+            })
+            .collect();
+        let failed = publishers
+            .into_iter()
+            .map(|p| p.join().map_err(|_| ()).and_then(|r| r.map_err(|_| ())))
+            .filter(Result::is_err)
+            .count();
+        let secs = started.elapsed().as_secs_f64();
+        let collector_cpu = cpu_of_threads("collector") - collector0;
+        let publishers_cpu = process_cpu() - cpu0 - collector_cpu;
+        let broker_cpu = cpu_of_pid(broker.id()) - broker0;
+        let pg_cpu = cpu_of_postgres() - pg0;
+        stop.store(true, Ordering::Relaxed);
+        let _ = collector.join();
+        let _ = broker.kill();
+        let _ = broker.wait();
+        // Lag: the broker's acknowledgement at the station to the commit at the centre.
+        let mut sent = std::collections::HashMap::new();
+        for db in &dbs {
+            let c = rusqlite::Connection::open(db).expect("a station store");
+            let mut st = c
+                .prepare("SELECT message_id, sent_at FROM outbox WHERE sent_at IS NOT NULL")
+                .expect("read the outbox");
+            let rows = st
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                .expect("read the outbox");
+            for (id, at) in rows.flatten() {
+                sent.insert(id, at);
+            }
+        }
+        let received: Vec<(String, String)> = if target.starts_with("postgres://") {
+            let mut c = postgres::Client::connect(&target, postgres::NoTls).expect("PostgreSQL");
+            c.query("SELECT message_id, received_at FROM collect_records", &[])
+                .expect("read the records")
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect()
+        } else {
+            let c = rusqlite::Connection::open(&target).expect("the central file");
+            let mut st = c
+                .prepare("SELECT message_id, received_at FROM collect_records")
+                .expect("read the records");
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .expect("read the records");
+            rows.flatten().collect()
+        };
+        let mut lags: Vec<f64> = received
+            .iter()
+            .filter_map(|(id, at)| Some(millis(at)? - millis(sent.get(id)?)?))
+            .collect();
+        let messages = received.len();
+        let mb = (messages * seed.0.len()) as f64 / 1e6;
+        println!(
+            "{name:<11} {messages:>9} {secs:>8.1} {:>7.1} {:>8.2} {:>6.0}ms {:>6.0}ms {:>8.1}s {:>9.1}s {:>8.1}s {:>7.1}s",
+            messages as f64 / secs,
+            mb / secs,
+            percentile(&mut lags, 0.5),
+            percentile(&mut lags, 0.95),
+            collector_cpu,
+            publishers_cpu,
+            broker_cpu,
+            pg_cpu
+        );
+        if failed > 0 || messages as u64 != stations * sessions {
+            println!(
+                "  {failed} publisher(s) did not finish within {} s; {messages} of {} records stored",
+                limit.as_secs(),
+                stations * sessions
+            );
+        }
+    }
+    drop(pg);
+}

@@ -1,0 +1,110 @@
+//! The central database in tests: a session's rows as a record carries them, compared
+//! with what a station holds; a PostgreSQL central database read through its snapshot.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use empathic::store::sql::outbox::{Include, RECORD_TABLES};
+
+use super::{empathic, path_str, stderr};
+
+/// The rows a session record carries, table by table, as canonical lines.
+pub fn record_rows(conn: &rusqlite::Connection, id: &str, transcripts: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in RECORD_TABLES {
+        let include = match t.include {
+            Include::Always | Include::WindowFeatures => true,
+            Include::Transcripts => transcripts,
+            Include::FrameFeatures => false,
+        };
+        if !include {
+            continue;
+        }
+        // A story's row is shared by every station that showed it; the central database
+        // keeps the latest one's, so its station-local creation time is not compared.
+        let columns = if t.name == "stories" {
+            t.columns.replace(", created_at", "")
+        } else {
+            t.columns.to_string()
+        };
+        let mut st = conn
+            .prepare(&format!(
+                "SELECT {columns} FROM {} WHERE {}",
+                t.name, t.rows
+            ))
+            .unwrap();
+        let n = st.column_count();
+        let rows: Vec<String> = st
+            .query_map([id], |r| {
+                (0..n)
+                    .map(|i| r.get_ref(i).map(super::store::cell))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|c| format!("{} {}", t.name, c.join(" ")))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        out.extend(rows);
+    }
+    out
+}
+
+/// Asserts `got == want`, naming only the lines that differ (records are long).
+pub fn same_rows(got: &[String], want: &[String], what: &str) {
+    let short = |l: &String| l.chars().take(300).collect::<String>();
+    let missing: Vec<String> = want
+        .iter()
+        .filter(|l| !got.contains(l))
+        .take(3)
+        .map(short)
+        .collect();
+    let extra: Vec<String> = got
+        .iter()
+        .filter(|l| !want.contains(l))
+        .take(3)
+        .map(short)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && got.len() == want.len(),
+        "{what}: {} rows, want {}; missing {missing:#?}; unexpected {extra:#?}",
+        got.len(),
+        want.len()
+    );
+}
+
+pub fn pg_view(url: &str) -> empathic::store::Store {
+    empathic::sync::central::Central::open(url)
+        .and_then(empathic::sync::central::Central::read_view)
+        .unwrap()
+}
+
+/// Waits until `done` holds (20 s at most).
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn sessions_in(conn: &rusqlite::Connection) -> Vec<String> {
+    super::store::column(conn, "SELECT id FROM sessions ORDER BY id")
+}
+
+pub fn sync_ok(db: &Path, port: u16, station: &str) {
+    let o = empathic(&[
+        "sync",
+        "--db",
+        path_str(db),
+        "--broker",
+        &format!("mqtt://127.0.0.1:{port}"),
+        "--study",
+        "test-study",
+        "--station",
+        station,
+        "--until-synced",
+        "--timeout",
+        "30",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
