@@ -94,11 +94,15 @@ fn sigkill_mid_run_leaves_a_clean_database() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(announced.len(), 1);
-    assert!(
-        announced[0].contains("\"status\":\"incomplete\""),
-        "{}",
-        announced[0]
-    );
+    let record: serde_json::Value = serde_json::from_str(&announced[0]).unwrap();
+    let session = &record["tables"]["sessions"];
+    let status = session["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|c| c == "status")
+        .unwrap();
+    assert_eq!(session["rows"][0][status], "incomplete");
 }
 
 #[test]

