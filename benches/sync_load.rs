@@ -51,32 +51,14 @@ fn cpu_of_pid(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// CPU seconds of this process's threads named `name`.
-fn cpu_of_threads(name: &str) -> f64 {
-    std::fs::read_dir("/proc/self/task")
+/// CPU seconds of the entries of `dir` (`/proc` or `/proc/self/task`) whose command is
+/// `name`.
+fn cpu_of_named(dir: &str, name: &str) -> f64 {
+    std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .filter(|e| {
                     std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
-                })
-                .map(|e| {
-                    std::fs::read_to_string(e.path().join("stat"))
-                        .map(|s| stat_cpu(&s))
-                        .unwrap_or(0.0)
-                })
-                .sum()
-        })
-        .unwrap_or(0.0)
-}
-
-/// CPU seconds of every process whose command is `postgres`.
-fn cpu_of_postgres() -> f64 {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| {
-                    std::fs::read_to_string(e.path().join("comm"))
-                        .is_ok_and(|c| c.trim() == "postgres")
                 })
                 .map(|e| {
                     std::fs::read_to_string(e.path().join("stat"))
@@ -265,8 +247,12 @@ fn main() {
                 .expect("the collector thread")
         };
         std::thread::sleep(Duration::from_millis(1500));
-        let (cpu0, broker0, pg0) = (process_cpu(), cpu_of_pid(broker.id()), cpu_of_postgres());
-        let collector0 = cpu_of_threads("collector");
+        let (cpu0, broker0, pg0) = (
+            process_cpu(),
+            cpu_of_pid(broker.id()),
+            cpu_of_named("/proc", "postgres"),
+        );
+        let collector0 = cpu_of_named("/proc/self/task", "collector");
         let started = Instant::now();
         let publishers: Vec<_> = dbs
             .iter()
@@ -293,10 +279,10 @@ fn main() {
             .filter(Result::is_err)
             .count();
         let secs = started.elapsed().as_secs_f64();
-        let collector_cpu = cpu_of_threads("collector") - collector0;
+        let collector_cpu = cpu_of_named("/proc/self/task", "collector") - collector0;
         let publishers_cpu = process_cpu() - cpu0 - collector_cpu;
         let broker_cpu = cpu_of_pid(broker.id()) - broker0;
-        let pg_cpu = cpu_of_postgres() - pg0;
+        let pg_cpu = cpu_of_named("/proc", "postgres") - pg0;
         stop.store(true, Ordering::Relaxed);
         let _ = collector.join();
         let _ = broker.kill();

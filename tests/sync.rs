@@ -102,26 +102,6 @@ fn outbox(db: &Path) -> Vec<(String, String, String, String)> {
         .unwrap()
 }
 
-/// `empathic sync` arguments for `db` as `station` of `test-study` on the loopback broker.
-fn sync_args(db: &Path, port: u16, station: &str, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "sync",
-        "--db",
-        path_str(db),
-        "--broker",
-        &format!("mqtt://127.0.0.1:{port}"),
-        "--study",
-        "test-study",
-        "--station",
-        station,
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    args.extend(extra.iter().map(|a| a.to_string()));
-    args
-}
-
 fn sync_station(db: &Path, port: u16, station: &str, extra: &[&str]) -> std::process::Output {
     let args = sync_args(db, port, station, extra);
     empathic(&args.iter().map(String::as_str).collect::<Vec<_>>())

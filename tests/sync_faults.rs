@@ -18,20 +18,12 @@ use common::*;
 
 fn sync_process(db: &Path, port: u16, station: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args([
-            "sync",
-            "--db",
-            path_str(db),
-            "--broker",
-            &format!("mqtt://127.0.0.1:{port}"),
-            "--study",
-            "test-study",
-            "--station",
+        .args(sync_args(
+            db,
+            port,
             station,
-            "--until-synced",
-            "--timeout",
-            "240",
-        ])
+            &["--until-synced", "--timeout", "240"],
+        ))
         .env("EMPATHIC_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -85,3 +85,23 @@ pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
         .spawn()
         .unwrap()
 }
+
+/// `empathic sync` arguments for `db` as `station` of `test-study` on the loopback broker.
+pub fn sync_args(db: &Path, port: u16, station: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "sync",
+        "--db",
+        path_str(db),
+        "--broker",
+        &format!("mqtt://127.0.0.1:{port}"),
+        "--study",
+        "test-study",
+        "--station",
+        station,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use empathic::store::sql::outbox::{Include, RECORD_TABLES};
 
-use super::{empathic, path_str, stderr};
+use super::{empathic, stderr};
 
 /// The rows a session record carries, table by table, as canonical lines.
 pub fn record_rows(conn: &rusqlite::Connection, id: &str, transcripts: bool) -> Vec<String> {
@@ -92,19 +92,7 @@ pub fn sessions_in(conn: &rusqlite::Connection) -> Vec<String> {
 }
 
 pub fn sync_ok(db: &Path, port: u16, station: &str) {
-    let o = empathic(&[
-        "sync",
-        "--db",
-        path_str(db),
-        "--broker",
-        &format!("mqtt://127.0.0.1:{port}"),
-        "--study",
-        "test-study",
-        "--station",
-        station,
-        "--until-synced",
-        "--timeout",
-        "30",
-    ]);
+    let args = super::broker::sync_args(db, port, station, &["--until-synced", "--timeout", "30"]);
+    let o = empathic(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
 }
