@@ -171,6 +171,8 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
         (s["pending"].as_u64(), s["synced"].as_u64()),
         (Some(0), Some(2))
     );
+    assert_eq!(s["broker"]["state"], "disconnected");
+    assert!(s["broker"]["error"].is_null(), "{s}");
     // Sessions stored before the outbox existed (a station upgraded mid-study) are
     // announced by --backfill, once.
     let copy = tmp.path().join("old.db");
@@ -260,6 +262,15 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!((1..=6).contains(&attempts), "{attempts} attempts: {err}");
+    // `sync status` keeps the publisher's last word about the broker.
+    let status = empathic(&["sync", "status", "--db", path_str(&db), "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(s["broker"]["state"], "disconnected");
+    assert_eq!(s["broker"]["broker"], format!("127.0.0.1:{dead}"));
+    assert!(
+        s["broker"]["error"].as_str().unwrap().contains("gave up"),
+        "{s}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(outbox(&db)[0].3, "pending");
 

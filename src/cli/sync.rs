@@ -132,6 +132,19 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
         println!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
         println!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));
         println!("last error {}", s.last_error.as_deref().unwrap_or("-"));
+        match &s.broker {
+            Some(b) => println!(
+                "broker    {} {} since {}{}",
+                b.state,
+                b.broker,
+                b.since,
+                b.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            ),
+            None => println!("broker    - (no sync recorded yet)"),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

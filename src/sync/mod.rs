@@ -239,21 +239,20 @@ pub fn publish(
     let mut last_error = String::from("none");
     let mut jitter_state = u64::from(std::process::id()) | 1;
     let mut attempts = 0u64;
-    loop {
+    let broker = format!("{}:{}", opts.host, opts.port);
+    let result = loop {
         if stop.load(Ordering::Relaxed) {
-            return Ok(outcome);
+            break Ok(outcome);
         }
         if until_synced && settled(conn)? {
-            return Ok(outcome);
+            break Ok(outcome);
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
-            return Err(SyncError::Timeout {
+            let s = outbox::status(conn)?;
+            break Err(SyncError::Timeout {
                 secs: t.as_secs_f64(),
                 attempts,
-                pending: {
-                    let s = outbox::status(conn)?;
-                    s.pending + s.sent
-                },
+                pending: s.pending + s.sent,
                 last_error,
             });
         }
@@ -266,10 +265,11 @@ pub fn publish(
             started,
             &mut outcome,
         ) {
-            Ok(()) => return Ok(outcome),
+            Ok(()) => break Ok(outcome),
             Err(Round::Failed(e)) => {
                 attempts += 1;
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "sync: broker connection failed");
+                outbox::set_broker_state(conn, "unreachable", &broker, Some(&e))?;
                 last_error = e;
                 // Exponential backoff with jitter (xorshift; no need for a crypto RNG).
                 jitter_state ^= jitter_state << 13;
@@ -280,11 +280,25 @@ pub fn publish(
                 sleep_unless_stopped(backoff + jitter, stop);
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
-            Err(Round::Store(e)) => return Err(e.into()),
-            Err(Round::Auth(e)) => return Err(e),
+            Err(Round::Store(e)) => break Err(e.into()),
+            Err(Round::Auth(e)) => {
+                outbox::set_broker_state(conn, "unreachable", &broker, Some(&e.to_string()))?;
+                break Err(e);
+            }
             Err(Round::TimedOut) => continue,
         }
+    };
+    if !matches!(result, Err(SyncError::Auth(_))) {
+        let (state, error) = match &result {
+            Ok(_) => ("disconnected", None),
+            Err(e) => ("disconnected", Some(e.to_string())),
+        };
+        // Best effort: the outcome matters more than the note about it.
+        if let Err(e) = outbox::set_broker_state(conn, state, &broker, error.as_deref()) {
+            tracing::warn!(error = %e, "sync: could not record the broker state");
+        }
     }
+    result
 }
 
 /// A connection error with what to check: credentials, or the CA.
@@ -373,6 +387,12 @@ fn connection_round(
     }
     outcome.connections += 1;
     let connected_at = outbox::now(conn)?;
+    outbox::set_broker_state(
+        conn,
+        "connected",
+        &format!("{}:{}", opts.host, opts.port),
+        None,
+    )?;
     tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
     let receipts = topic(opts, "receipt");
     client

@@ -507,6 +507,64 @@ pub fn note_attempt(conn: &Connection, seq: i64, error: Option<&str>) -> Result<
     Ok(())
 }
 
+/// The publisher's last word about its broker, kept in `sync_settings` (key `broker`) so
+/// `sync status` can say it after the publisher exited.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct BrokerState {
+    /// `connected`, `unreachable` (retrying) or `disconnected` (the publisher ended).
+    pub state: String,
+    /// `HOST:PORT`.
+    pub broker: String,
+    /// Since when (the store's clock).
+    pub since: String,
+    /// Why it is unreachable.
+    pub error: Option<String>,
+}
+
+/// Records the broker's state (the `since` of a state that does not change is kept).
+pub fn set_broker_state(
+    conn: &Connection,
+    state: &str,
+    broker: &str,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    let before = broker_state(conn)?;
+    let since = match &before {
+        Some(b) if b.state == state && b.broker == broker => b.since.clone(),
+        _ => now(conn)?,
+    };
+    let text = serde_json::to_string(&BrokerState {
+        state: state.into(),
+        broker: broker.into(),
+        since,
+        error: error.map(str::to_string),
+    })
+    .map_err(|e| StoreError::Encode {
+        what: "the broker state",
+        message: e.to_string(),
+    })?;
+    conn.execute(
+        "INSERT INTO sync_settings (key, value) VALUES ('broker', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [text],
+    )
+    .map_err(ctx("recording the broker state"))?;
+    Ok(())
+}
+
+/// The broker's state as the publisher last recorded it.
+pub fn broker_state(conn: &Connection) -> Result<Option<BrokerState>, StoreError> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT value FROM sync_settings WHERE key = 'broker'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(ctx("reading the broker state"))?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
 /// What the outbox holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutboxStatus {
@@ -519,9 +577,12 @@ pub struct OutboxStatus {
     pub oldest_pending: Option<String>,
     pub last_synced: Option<String>,
     pub last_error: Option<String>,
+    /// The publisher's last word about its broker (none before the first sync).
+    pub broker: Option<BrokerState>,
 }
 
 pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
+    let broker = broker_state(conn)?;
     conn.query_row(
         "SELECT
             (SELECT count(*) FROM outbox WHERE state = 'pending'),
@@ -541,6 +602,7 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
                 oldest_pending: r.get(4)?,
                 last_synced: r.get(5)?,
                 last_error: r.get(6)?,
+                broker: broker.clone(),
             })
         },
     )
