@@ -426,6 +426,18 @@ fn agreement(ours: &Path, reference: &Path) -> Agreement {
 
 /// The targets met on grid and still: a face found on >= 98 % of OpenFace's frames, head
 /// rotation MAE <= 5 degrees per axis, 2D landmarks <= 8 % of the inter-ocular distance.
+/// Mean Pearson r over the AUs where it is defined (an AU constant in either output, as
+/// AU04 on still, has none).
+fn mean_au_r(a: &Agreement) -> f64 {
+    let defined: Vec<f64> = a
+        .au_r
+        .iter()
+        .map(|(_, r)| *r)
+        .filter(|r| r.is_finite())
+        .collect();
+    defined.iter().sum::<f64>() / defined.len().max(1) as f64
+}
+
 fn assert_detection_pose_and_landmarks_met(a: &Agreement) {
     assert!(a.detected >= 0.98);
     assert!(a.rotation_mae_deg.iter().all(|&e| e <= 5.0));
@@ -459,7 +471,7 @@ fn grid_meets_the_openface_targets() {
         "vertical gaze regressed: {}",
         a.gaze_mae[1]
     );
-    let mean_r = a.au_r.iter().map(|(_, r)| r).sum::<f64>() / a.au_r.len() as f64;
+    let mean_r = mean_au_r(&a);
     assert!(mean_r >= 0.35, "AU correlation regressed: {mean_r}");
 }
 
@@ -474,6 +486,20 @@ fn held_out_sessions_and_expressions() {
     let a = agreement(&ours, &fixtures.join("references/openface/still.csv"));
     eprintln!("still: {a:?}");
     assert_detection_pose_and_landmarks_met(&a);
+    // Horizontal gaze meets the target; vertical gaze and AUs do not (README "Facial
+    // behaviour"): regression floors near the measured 0.136 rad and mean r 0.27.
+    assert!(
+        a.gaze_mae[0] <= 0.12,
+        "still horizontal gaze: {}",
+        a.gaze_mae[0]
+    );
+    assert!(
+        a.gaze_mae[1] <= 0.2,
+        "still vertical gaze regressed: {}",
+        a.gaze_mae[1]
+    );
+    let mean_r = mean_au_r(&a);
+    assert!(mean_r >= 0.2, "still AU correlation regressed: {mean_r}");
 
     // selfie: laughing people. Where OpenFace sees a smile (AU12 present), ours is higher
     // than where it does not; likewise lips apart (AU25).
@@ -484,6 +510,25 @@ fn held_out_sessions_and_expressions() {
     let a = agreement(&ours, &fixtures.join("references/openface/selfie.csv"));
     eprintln!("selfie: {a:?}");
     assert!(a.landmark_error_iod <= 0.2, "selfie landmarks regressed");
+    // Regression floors near the measured levels (detection 92.7 %, rotation MAE up to
+    // 6.3 degrees, gaze 0.25 / 0.28 rad, mean AU r 0.23); the targets are not met here.
+    assert!(
+        a.detected >= 0.9,
+        "selfie detection regressed: {}",
+        a.detected
+    );
+    assert!(
+        a.rotation_mae_deg.iter().all(|&e| e <= 8.0),
+        "selfie rotation regressed: {:?}",
+        a.rotation_mae_deg
+    );
+    assert!(
+        a.gaze_mae.iter().all(|&e| e <= 0.35),
+        "selfie gaze regressed: {:?}",
+        a.gaze_mae
+    );
+    let mean_r = mean_au_r(&a);
+    assert!(mean_r >= 0.15, "selfie AU correlation regressed: {mean_r}");
     let (h, o) = read_csv(&ours);
     let (_, r) = read_csv(&fixtures.join("references/openface/selfie.csv"));
     let c = |name: &str| h.iter().position(|x| x == name).unwrap();
