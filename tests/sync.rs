@@ -274,8 +274,27 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(outbox(&db)[0].3, "pending");
 
-    // The broker comes up while sync waits: it connects and delivers.
+    // The broker comes up while sync waits: it connects and delivers. The collector's
+    // persistent session is registered first (and saved by a clean broker stop), as for a
+    // study's standing collector, so what the station sends on connecting is kept for it
+    // whichever of the two reconnects first.
     let port = free_port();
+    {
+        let mut broker = start_broker(tmp.path(), port);
+        let central = tmp.path().join("central.db");
+        let mut collector = start_collector(&central, port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !central.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        collector.kill().unwrap();
+        collector.wait().unwrap();
+        let _ = Command::new("kill")
+            .args(["-TERM", &broker.child.id().to_string()])
+            .status();
+        broker.child.wait().unwrap();
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args(sync_args(
             &db,

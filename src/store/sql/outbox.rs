@@ -82,34 +82,50 @@ impl Default for SyncContent {
     }
 }
 
-/// Records the choice for the records written from now on.
-pub fn set_content(conn: &Connection, c: &SyncContent) -> Result<(), StoreError> {
-    let text = serde_json::to_string(c).map_err(|e| StoreError::Encode {
-        what: "the sync settings",
+/// Writes `value` as JSON under `key` in `sync_settings`.
+fn put_setting(
+    conn: &Connection,
+    key: &str,
+    what: &'static str,
+    value: &impl Serialize,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(value).map_err(|e| StoreError::Encode {
+        what,
         message: e.to_string(),
     })?;
     conn.execute(
-        "INSERT INTO sync_settings (key, value) VALUES ('content', ?1)
+        "INSERT INTO sync_settings (key, value) VALUES (?1, ?2)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [text],
+        [key, &text],
     )
-    .map_err(ctx("recording the sync settings"))?;
+    .map_err(ctx("recording a sync setting"))?;
     Ok(())
+}
+
+/// The JSON under `key` in `sync_settings` (`None` when absent or unreadable).
+fn get_setting<T: serde::de::DeserializeOwned>(
+    conn: &Connection,
+    key: &str,
+) -> Result<Option<T>, StoreError> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT value FROM sync_settings WHERE key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(ctx("reading a sync setting"))?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+/// Records the choice for the records written from now on.
+pub fn set_content(conn: &Connection, c: &SyncContent) -> Result<(), StoreError> {
+    put_setting(conn, "content", "the sync settings", c)
 }
 
 /// The choice in force (the default when none was recorded).
 pub fn content(conn: &Connection) -> Result<SyncContent, StoreError> {
-    let text: Option<String> = conn
-        .query_row(
-            "SELECT value FROM sync_settings WHERE key = 'content'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(ctx("reading the sync settings"))?;
-    Ok(text
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default())
+    Ok(get_setting(conn, "content")?.unwrap_or_default())
 }
 
 /// What decides whether a table goes into a session record.
@@ -533,36 +549,22 @@ pub fn set_broker_state(
         Some(b) if b.state == state && b.broker == broker => b.since.clone(),
         _ => now(conn)?,
     };
-    let text = serde_json::to_string(&BrokerState {
-        state: state.into(),
-        broker: broker.into(),
-        since,
-        error: error.map(str::to_string),
-    })
-    .map_err(|e| StoreError::Encode {
-        what: "the broker state",
-        message: e.to_string(),
-    })?;
-    conn.execute(
-        "INSERT INTO sync_settings (key, value) VALUES ('broker', ?1)
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [text],
+    put_setting(
+        conn,
+        "broker",
+        "the broker state",
+        &BrokerState {
+            state: state.into(),
+            broker: broker.into(),
+            since,
+            error: error.map(str::to_string),
+        },
     )
-    .map_err(ctx("recording the broker state"))?;
-    Ok(())
 }
 
 /// The broker's state as the publisher last recorded it.
 pub fn broker_state(conn: &Connection) -> Result<Option<BrokerState>, StoreError> {
-    let text: Option<String> = conn
-        .query_row(
-            "SELECT value FROM sync_settings WHERE key = 'broker'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(ctx("reading the broker state"))?;
-    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    get_setting(conn, "broker")
 }
 
 /// What the outbox holds.
