@@ -197,6 +197,9 @@ class Converter:
         if kind == "RELU":
             self.node("Relu", [self.name(ins[0])], [out])
             return
+        if kind == "LOGISTIC":
+            self.node("Sigmoid", [self.operand(ins[0])], [out])
+            return
         if kind == "PRELU":
             # prelu(x) = s * x + (1 - s) * relu(x), the two products as 1x1 depthwise
             # convolutions: ONNX Runtime keeps its blocked NCHWc layout through Conv, Relu
