@@ -39,6 +39,9 @@ pub enum ModelKind {
     FaceDetector,
     FaceLandmarks,
     IrisLandmarks,
+    /// MediaPipe's blendshape model: 146 face-mesh points (x, y in pixels) named `image` in,
+    /// 52 coefficients out; known answer on a fixed point pattern.
+    FaceBlendshapes,
     /// A fusion model under ONNX contract v1 (`src/fusion/onnx_model.rs`): windows in, `z`
     /// out; known answer: `z` of fixed windows (`<id>.z.npy`, inputs `window.<modality>.npy`
     /// and `window.<modality>_mask.npy` beside it), from PyTorch at export.

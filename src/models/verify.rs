@@ -123,6 +123,22 @@ fn verify_one(
                 ka.min_cosine
             ))
         }
+        ModelKind::FaceBlendshapes => {
+            let c = points_known_answer(dir, m, &reference, onnxruntime_library)
+                .map_err(|e| known(m, dir, &ka.file, e))?;
+            if c < ka.min_cosine {
+                return Err(known(
+                    m,
+                    dir,
+                    &ka.file,
+                    format!("cosine to the reference {c:.6} < {}", ka.min_cosine),
+                ));
+            }
+            Ok(format!(
+                "sha256, load, shapes ok; point pattern cosine {c:.6} (>= {})",
+                ka.min_cosine
+            ))
+        }
         ModelKind::FaceDetector | ModelKind::FaceLandmarks | ModelKind::IrisLandmarks => {
             let worst = tensor_known_answer(dir, m, &reference, onnxruntime_library)
                 .map_err(|e| known(m, dir, &ka.file, e))?;
@@ -163,6 +179,40 @@ fn verify_one(
             ))
         }
     }
+}
+
+/// Runs the blendshape model on the known-answer points (point `i` of 146 at
+/// `(64 + 37 i mod 128, 64 + 53 i mod 128)` pixels) and returns the cosine between its output
+/// and the reference's `outputs.blendshapes`.
+fn points_known_answer(
+    dir: &Path,
+    m: &ModelEntry,
+    reference: &serde_json::Value,
+    onnxruntime_library: Option<&Path>,
+) -> Result<f64, String> {
+    let want: Vec<f32> = serde_json::from_value(reference["outputs"]["blendshapes"].clone())
+        .map_err(|e| format!("the reference's outputs.blendshapes: {e}"))?;
+    let input: Vec<f32> = (0..146usize)
+        .flat_map(|i| [(64 + (37 * i) % 128) as f32, (64 + (53 * i) % 128) as f32])
+        .collect();
+    let mut session = onnx::open_session(&m.name, &m.path(dir), 1, onnxruntime_library)
+        .map_err(|e| e.to_string())?;
+    let tensor = ort::value::TensorRef::from_array_view(([1usize, 146, 2], input.as_slice()))
+        .map_err(|e| e.to_string())?;
+    let outputs = session
+        .run(ort::inputs!["image" => tensor])
+        .map_err(|e| e.to_string())?;
+    let (_, got) = outputs["blendshapes"]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| format!("output blendshapes: {e}"))?;
+    if got.len() != want.len() {
+        return Err(format!(
+            "blendshapes has {} values, the reference {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    Ok(cosine(got, &want))
 }
 
 /// Runs an NHWC image model on the known-answer pattern

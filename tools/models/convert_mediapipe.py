@@ -359,9 +359,11 @@ class Converter:
             tfl_name = self.tensor(i).Name().decode()
             onnx_name = self.outputs[tfl_name]
             self.node("Identity", [self.name(i)], [onnx_name])
+            shape = self.shape(i)
+            # A rank-1 output has no batch dimension (the blendshapes' [52]).
+            dims = shape if len(shape) == 1 else ["batch"] + shape[1:]
             graph_outputs.append(
-                helper.make_tensor_value_info(onnx_name, TensorProto.FLOAT,
-                                              ["batch"] + self.shape(i)[1:]))
+                helper.make_tensor_value_info(onnx_name, TensorProto.FLOAT, dims))
         self.nodes.insert(0, helper.make_node("Identity", ["image"], [self.name(in_idx)]))
         graph = helper.make_graph(
             self.nodes, "mediapipe",
