@@ -326,12 +326,29 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
         "--replace",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A later session of the same participant answers the same survey item: on the
+    // station it now owns the answer.
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db, Some(&fast)).status.success());
     let msgs = deliveries(&db);
     let kinds: Vec<(i64, &str)> = msgs.iter().map(|m| (m.0, m.1.as_str())).collect();
-    assert_eq!(kinds, [(1, "session"), (2, "tombstone"), (3, "session")]);
+    assert_eq!(
+        kinds,
+        [
+            (1, "session"),
+            (2, "tombstone"),
+            (3, "session"),
+            (4, "session")
+        ]
+    );
     assert!(msgs[2].3.len() > 1, "the record spans several chunks");
     let station = rusqlite::Connection::open(&db).unwrap();
     let want = record_rows(&station, "demo-0001", false);
+    let want_later = record_rows(&station, "demo-0002", false);
+    assert!(want_later
+        .iter()
+        .any(|l| l.starts_with("survey_responses ")));
+    assert!(!want.iter().any(|l| l.starts_with("survey_responses ")));
     for target in [
         tmp.path().join("central.db").to_string_lossy().into_owned(),
         pg.database("faults"),
@@ -340,7 +357,12 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
         let mut deliver = |topic: &str, envelope: &str| {
             central.store_publish(topic, envelope.as_bytes()).unwrap()
         };
-        // The newest record first, its chunks backwards and one of them twice.
+        // The later session's record first: the older one arriving after it must not
+        // take its survey answer.
+        for c in &msgs[3].3 {
+            deliver(&msgs[3].2, c);
+        }
+        // The newest record of demo-0001, its chunks backwards and one of them twice.
         let (_, _, topic, chunks) = &msgs[2];
         let mut outcomes = Vec::new();
         for c in chunks.iter().rev().chain(chunks.last()) {
@@ -390,11 +412,16 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
             deliver(topic, &bad.to_string()),
             Stored::Duplicate { .. }
         ));
-        // The view shows the newest record, exactly.
+        // The view shows the newest records, exactly; the answer stays with demo-0002.
         let view = Central::open(&target).unwrap().read_view().unwrap();
         same_rows(
             &record_rows(view.connection(), "demo-0001", false),
             &want,
+            &target,
+        );
+        same_rows(
+            &record_rows(view.connection(), "demo-0002", false),
+            &want_later,
             &target,
         );
         // A withdrawal (seq 10), then a late redelivery of a record from before it.

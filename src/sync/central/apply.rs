@@ -260,7 +260,18 @@ fn to_value(v: &serde_json::Value, blob: bool, at: &str) -> Result<Value, String
 
 /// Inserts the record's rows (upserting on each table's primary key). The session's earlier
 /// rows should be removed first ([`remove_session`]) when the record replaces them.
-pub fn apply_record(tx: &Transaction<'_>, payload: &str) -> Result<RecordHeader, String> {
+///
+/// A participant's survey answer is one row (participant, instrument, item, time point) that
+/// the last session to record it owns, as on the station. With `seq` (the record's outbox
+/// sequence number, in a central file that keeps `collect_records`), an answer already
+/// owned by a session whose applied record is newer is left to it, so the owner does not
+/// depend on the order records arrive in; without it, the record applied last wins (a
+/// snapshot applies records in sequence order).
+pub fn apply_record(
+    tx: &Transaction<'_>,
+    payload: &str,
+    seq: Option<i64>,
+) -> Result<RecordHeader, String> {
     let head = header(payload)?;
     for t in tables(payload)? {
         let schema = schema_of(tx, &t.name)?;
@@ -304,8 +315,15 @@ pub fn apply_record(tx: &Transaction<'_>, payload: &str) -> Result<RecordHeader,
                 updates.join(", ")
             )
         };
+        let guard = match (t.name.as_str(), seq, conflict.contains("DO UPDATE")) {
+            ("survey_responses", Some(seq), true) => format!(
+                " WHERE coalesce((SELECT max(r.seq) FROM collect_records r WHERE r.kind = 'session'
+                   AND r.applied = 1 AND r.subject = survey_responses.session_id), -1) <= {seq}"
+            ),
+            _ => String::new(),
+        };
         let sql = format!(
-            "INSERT INTO {} ({}) VALUES ({}){conflict}",
+            "INSERT INTO {} ({}) VALUES ({}){conflict}{guard}",
             t.name,
             t.columns.join(", "),
             (1..=t.columns.len())

@@ -73,8 +73,14 @@ pub trait CentralTx {
     fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String>;
     fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String>;
     /// The station-schema view follows the applied records: session `id`'s rows become
-    /// those of `record` (`None`: removed). An error leaves the view as it was.
-    fn set_session(&mut self, id: &str, record: Option<&str>) -> Result<(), String>;
+    /// those of `record` (`None`: removed), whose outbox sequence number is `seq`. An error
+    /// leaves the view as it was.
+    fn set_session(
+        &mut self,
+        id: &str,
+        record: Option<&str>,
+        seq: Option<i64>,
+    ) -> Result<(), String>;
     /// Removes what is left of a participant in the view once their sessions are gone.
     fn remove_participant(&mut self, id: &str) -> Result<(), String>;
     fn commit(self: Box<Self>) -> Result<(), String>;
@@ -505,7 +511,7 @@ fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outco
          WHERE study = ?1 AND station = ?2 AND subject = ?3 AND kind = 'session'",
         &subject_params(env)[..3],
     )?;
-    if let Err(e) = tx.set_session(&env.subject, Some(payload)) {
+    if let Err(e) = tx.set_session(&env.subject, Some(payload), env.seq) {
         return Ok(Err(e));
     }
     insert_record(
@@ -540,7 +546,7 @@ fn store_tombstone(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Out
             &subject_params(env)[..3],
         )?;
         if !applied.is_empty() {
-            tx.set_session(&env.subject, None)?;
+            tx.set_session(&env.subject, None, None)?;
         }
     }
     insert_record(
@@ -565,7 +571,7 @@ fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome
     for v in &victims {
         if let [Val::Text(Some(subject)), applied] = v.as_slice() {
             if applied.int() == Some(1) {
-                tx.set_session(subject, None)?;
+                tx.set_session(subject, None, None)?;
             }
         }
     }

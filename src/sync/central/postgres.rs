@@ -195,7 +195,12 @@ impl CentralTx for PgTx<'_> {
     }
 
     /// The view is built when read ([`snapshot`]); nothing to keep in step here.
-    fn set_session(&mut self, _id: &str, _record: Option<&str>) -> Result<(), String> {
+    fn set_session(
+        &mut self,
+        _id: &str,
+        _record: Option<&str>,
+        _seq: Option<i64>,
+    ) -> Result<(), String> {
         Ok(())
     }
 
@@ -217,7 +222,8 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
     let rows = client
         .query(
             "SELECT message_id, payload FROM collect_records
-             WHERE kind = 'session' AND applied = 1 ORDER BY received_at, message_id",
+             WHERE kind = 'session' AND applied = 1
+             ORDER BY station, seq NULLS FIRST, received_at, message_id",
             &[],
         )
         .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
@@ -227,7 +233,7 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
         .map_err(|e| format!("cannot make the snapshot: {e}"))?;
     for r in &rows {
         let (id, payload): (String, String) = (r.get(0), r.get(1));
-        apply::apply_record(&tx, &payload)
+        apply::apply_record(&tx, &payload, None)
             .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
     }
     tx.commit()

@@ -127,7 +127,7 @@ fn apply_format_1(conn: &rusqlite::Connection) -> Result<usize, String> {
         match apply::header(payload) {
             Ok(h) => {
                 apply::remove_session(&tx, &h.session_id)?;
-                apply::apply_record(&tx, payload)?;
+                apply::apply_record(&tx, payload, None)?;
                 tx.execute(
                     "UPDATE collect_records SET applied = 1, participant = ?2 WHERE message_id = ?1",
                     rusqlite::params![id, h.participant_id],
@@ -193,11 +193,16 @@ impl CentralTx for SqliteTx<'_> {
         .map_err(|e| format!("central database: {e}"))
     }
 
-    fn set_session(&mut self, id: &str, record: Option<&str>) -> Result<(), String> {
+    fn set_session(
+        &mut self,
+        id: &str,
+        record: Option<&str>,
+        seq: Option<i64>,
+    ) -> Result<(), String> {
         let sql = |e: rusqlite::Error| format!("central database: {e}");
         self.0.execute_batch("SAVEPOINT apply").map_err(sql)?;
         let done = apply::remove_session(&self.0, id).and_then(|()| match record {
-            Some(r) => apply::apply_record(&self.0, r).map(|_| ()),
+            Some(r) => apply::apply_record(&self.0, r, seq).map(|_| ()),
             None => Ok(()),
         });
         if done.is_err() {
