@@ -283,34 +283,8 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
         let mut broker = start_broker(tmp.path(), port);
         let central = tmp.path().join("central.db");
         let mut collector = start_collector(&central, port);
-        // Subscribed for sure once it has quarantined a probe (a fixed sleep was not
-        // enough on a loaded machine).
-        let mut opts = MqttOptions::new("test-probe", "127.0.0.1", port);
-        opts.set_keep_alive(Duration::from_secs(5));
-        let (client, mut conn) = Client::new(opts, 4);
-        let quarantined = || -> i64 {
-            rusqlite::Connection::open(&central)
-                .and_then(|c| {
-                    c.query_row("SELECT count(*) FROM collect_quarantine", [], |r| r.get(0))
-                })
-                .unwrap_or(0)
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while quarantined() == 0 {
-            assert!(Instant::now() < deadline, "the collector did not subscribe");
-            client
-                .publish(
-                    "empathic/v1/test-study/probe/session",
-                    QoS::AtLeastOnce,
-                    false,
-                    "probe",
-                )
-                .unwrap();
-            for _ in 0..3 {
-                let _ = conn.recv_timeout(Duration::from_millis(100));
-            }
-        }
-        drop(client);
+        // Subscribed for sure once it has quarantined a probe.
+        common::central::wait_subscribed(port, &[path_str(&central)], Duration::from_secs(30));
         collector.kill().unwrap();
         collector.wait().unwrap();
         let _ = Command::new("kill")

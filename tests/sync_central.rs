@@ -14,7 +14,6 @@ use common::broker::*;
 use common::central::*;
 use common::postgres::Postgres;
 use common::*;
-use rumqttc::{Client, MqttOptions, QoS};
 
 fn stop(mut c: Child) {
     let _ = Command::new("kill")
@@ -35,38 +34,11 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
         start_collector_as(&pg_url, broker.port, "c-postgres"),
     ];
     // A probe proves both collectors subscribed: each quarantines it.
-    let mut opts = MqttOptions::new("test-probe", "127.0.0.1", broker.port);
-    opts.set_keep_alive(Duration::from_secs(5));
-    let (client, mut conn) = Client::new(opts, 4);
-    let quarantined = |target: &str| -> i64 {
-        if target.starts_with("postgres://") {
-            ::postgres::Client::connect(target, ::postgres::NoTls)
-                .and_then(|mut c| c.query_one("SELECT count(*) FROM collect_quarantine", &[]))
-                .map(|r| r.get(0))
-                .unwrap_or(0)
-        } else {
-            rusqlite::Connection::open(target)
-                .and_then(|c| {
-                    c.query_row("SELECT count(*) FROM collect_quarantine", [], |r| r.get(0))
-                })
-                .unwrap_or(0)
-        }
-    };
-    wait_until("both collectors to subscribe", || {
-        client
-            .publish(
-                "empathic/v1/test-study/probe/session",
-                QoS::AtLeastOnce,
-                false,
-                "probe",
-            )
-            .unwrap();
-        for _ in 0..5 {
-            let _ = conn.recv_timeout(Duration::from_millis(100));
-        }
-        quarantined(path_str(&central)) > 0 && quarantined(&pg_url) > 0
-    });
-    drop(client);
+    wait_subscribed(
+        broker.port,
+        &[path_str(&central), pg_url.as_str()],
+        Duration::from_secs(20),
+    );
 
     // Station 1: the demo and a later session (default content: window features, no
     // transcript). Station 2: another participant, transcripts synced.

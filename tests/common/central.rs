@@ -96,3 +96,46 @@ pub fn sync_ok(db: &Path, port: u16, station: &str) {
     let o = empathic(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Messages in quarantine in a central database (a file or a `postgres://` URL); 0 while
+/// it cannot be read yet.
+pub fn quarantined(target: &str) -> i64 {
+    if target.starts_with("postgres://") {
+        ::postgres::Client::connect(target, ::postgres::NoTls)
+            .and_then(|mut c| c.query_one("SELECT count(*) FROM collect_quarantine", &[]))
+            .map(|r| r.get(0))
+            .unwrap_or(0)
+    } else {
+        rusqlite::Connection::open(target)
+            .and_then(|c| c.query_row("SELECT count(*) FROM collect_quarantine", [], |r| r.get(0)))
+            .unwrap_or(0)
+    }
+}
+
+/// Publishes a probe on a station topic of `test-study` until every collector writing to
+/// `targets` has quarantined it: proof that each one subscribed (a fixed sleep is outrun
+/// on a loaded machine). Fails after `within`.
+pub fn wait_subscribed(port: u16, targets: &[&str], within: Duration) {
+    use rumqttc::{Client, MqttOptions, QoS};
+    let mut opts = MqttOptions::new("test-probe", "127.0.0.1", port);
+    opts.set_keep_alive(Duration::from_secs(5));
+    let (client, mut conn) = Client::new(opts, 4);
+    let deadline = Instant::now() + within;
+    while !targets.iter().all(|t| quarantined(t) > 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the collectors did not subscribe"
+        );
+        client
+            .publish(
+                "empathic/v1/test-study/probe/session",
+                QoS::AtLeastOnce,
+                false,
+                "probe",
+            )
+            .unwrap();
+        for _ in 0..5 {
+            let _ = conn.recv_timeout(Duration::from_millis(100));
+        }
+    }
+}
