@@ -266,6 +266,7 @@ fn main() {
                     study: "load".into(),
                     station: format!("station-{k:02}"),
                     auth: Default::default(),
+                    collectors: Vec::new(),
                 };
                 std::thread::Builder::new()
                     .name("publisher".into())

@@ -145,6 +145,11 @@ pub struct SyncConfig {
     pub window_features: bool,
     pub transcripts: bool,
     pub frame_features: bool,
+    /// The collectors that must each confirm a message before the station counts it synced:
+    /// a collector's client id, or the share group of collectors splitting the load into one
+    /// database. Name every independent central database's collector here; empty: any one
+    /// collector's receipt suffices (one central database).
+    pub collectors: Vec<String>,
 }
 
 impl SyncConfig {
@@ -170,6 +175,7 @@ impl Default for SyncConfig {
             window_features: true,
             transcripts: false,
             frame_features: false,
+            collectors: Vec::new(),
         }
     }
 }
@@ -521,6 +527,12 @@ impl Config {
         };
         crate::session::manifest::check_id("station.id", &self.station.id)
             .map_err(|m| invalid("station.id", m))?;
+        if let Some(c) = self.sync.collectors.iter().find(|c| c.trim().is_empty()) {
+            return Err(invalid(
+                "sync.collectors",
+                format!("a collector's name (client id or share group) cannot be blank, got {c:?}"),
+            ));
+        }
         if u32::from_str_radix(&self.live.socket_mode, 8).map_or(true, |m| m > 0o777) {
             return Err(invalid(
                 "live.socket_mode",

@@ -130,6 +130,11 @@ enum Command {
         /// Station id in the topics (default: `[station] id`).
         #[arg(long)]
         station: Option<String>,
+        /// A collector (client id, or share group) that must confirm every message before it
+        /// counts as synced; repeat for several (default: `[sync] collectors`; none: any
+        /// one collector's receipt).
+        #[arg(long = "collector", value_name = "NAME")]
+        collectors: Vec<String>,
         /// Exit once nothing is pending (otherwise keep publishing what comes).
         #[arg(long)]
         until_synced: bool,
@@ -593,6 +598,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             config,
             target,
             station,
+            collectors,
             until_synced,
             timeout,
             backfill,
@@ -606,6 +612,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                 username: target.username,
                 password_file: target.password_file,
                 ca: target.ca,
+                collectors,
             },
             until_synced,
             timeout,
@@ -677,6 +684,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                 username: target.username,
                 password_file: target.password_file,
                 ca: target.ca,
+                collectors: Vec::new(),
             },
             &client_id,
             share_group.as_deref(),

@@ -644,3 +644,63 @@ fn collectors_sharing_a_subscription_split_the_messages_and_store_each_once() {
         "every record once, whichever collector took it"
     );
 }
+
+#[test]
+fn a_station_naming_two_collectors_is_synced_only_when_both_confirmed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let (central_a, central_b) = (tmp.path().join("a.db"), tmp.path().join("b.db"));
+    let mut collector_a = start_collector_as(path_str(&central_a), broker.port, "c-a");
+    common::central::wait_subscribed(
+        broker.port,
+        &[path_str(&central_a)],
+        Duration::from_secs(60),
+    );
+    let fast = config_without_vision_models(tmp.path());
+    let db = tmp.path().join("s.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let both = ["--collector", "c-a", "--collector", "c-b"];
+    // Only c-a answers: the broker took the record and c-a stored it, but c-b's database
+    // has nothing, so the station keeps it owed.
+    let o = sync(
+        &db,
+        broker.port,
+        &[&["--until-synced", "--timeout", "5"][..], &both].concat(),
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not yet synced"), "{}", stderr(&o));
+    assert!(
+        outbox(&db).iter().all(|m| m.3 == "sent"),
+        "{:?}",
+        outbox(&db)
+    );
+    let status = empathic(&["sync", "status", "--db", path_str(&db), "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&stdout(&status)).unwrap();
+    assert_eq!(status["receipts"]["c-a"].as_u64(), Some(1), "{status}");
+    assert!(status["receipts"].get("c-b").is_none(), "{status}");
+    // c-b comes up: the next sync resends, c-a answers its duplicate, c-b stores it.
+    let mut collector_b = start_collector_as(path_str(&central_b), broker.port, "c-b");
+    common::central::wait_subscribed(
+        broker.port,
+        &[path_str(&central_b)],
+        Duration::from_secs(60),
+    );
+    let o = sync(
+        &db,
+        broker.port,
+        &[&["--until-synced", "--timeout", "60"][..], &both].concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(outbox(&db).iter().all(|m| m.3 == "synced"));
+    for c in [&mut collector_a, &mut collector_b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let want: Vec<String> = outbox(&db).into_iter().map(|m| m.0).collect();
+    for central in [&central_a, &central_b] {
+        let got: Vec<String> = central_records(central).into_iter().map(|r| r.0).collect();
+        assert_eq!(got, want, "{}", central.display());
+    }
+}

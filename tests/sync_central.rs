@@ -261,6 +261,7 @@ fn deliveries(db: &Path) -> Vec<(i64, String, String, Vec<String>)> {
         study: "test-study".into(),
         station: "station-1".into(),
         auth: Default::default(),
+        collectors: Vec::new(),
     };
     empathic::store::sql::outbox::pending(&conn, 100, "9999")
         .unwrap()

@@ -18,6 +18,8 @@ pub struct Overrides {
     pub username: Option<String>,
     pub password_file: Option<PathBuf>,
     pub ca: Option<PathBuf>,
+    /// The collectors whose receipts make a message synced (empty: the config's).
+    pub collectors: Vec<String>,
 }
 
 /// The broker's address and the client's credentials: config, then flags.
@@ -86,6 +88,11 @@ pub fn push(
         study: o.study.unwrap_or(config.sync.study.clone()),
         station: o.station.unwrap_or(config.station.id.clone()),
         auth,
+        collectors: if o.collectors.is_empty() {
+            config.sync.collectors.clone()
+        } else {
+            o.collectors
+        },
     };
     for (what, v) in [("study", &opts.study), ("station", &opts.station)] {
         if v.is_empty() || v.contains(['/', '+', '#']) {
@@ -132,6 +139,10 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
         println!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
         println!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));
         println!("last error {}", s.last_error.as_deref().unwrap_or("-"));
+        if !s.receipts.is_empty() {
+            let per: Vec<String> = s.receipts.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            println!("receipts  {}", per.join(", "));
+        }
         match &s.broker {
             Some(b) => println!(
                 "broker    {} {} since {}{}",

@@ -477,6 +477,7 @@ fn publish_loop(service: &Service<'_>) {
             port: address.port,
             study: config.sync.study.clone(),
             station: config.station.id.clone(),
+            collectors: config.sync.collectors.clone(),
         },
         Err(e) => {
             service.set_error(format!("sync: {e}"));

@@ -12,7 +12,22 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "modality producers and fusion predictions", V3),
     (4, "sync outbox", V4),
     (5, "sync settings", V5),
+    (6, "per-collector receipts", V6),
 ];
+
+/// Version 6: which collectors (a client id, or the share group of collectors that split
+/// the load) confirmed each outbox message. A station configured with `[sync] collectors`
+/// calls a message synced only when every one of them did, so two independent central
+/// databases (say a SQLite file and a PostgreSQL) each get everything even when a broker
+/// that lost its state dropped the message for one of them.
+const V6: &str = r#"
+CREATE TABLE outbox_receipts (
+    message_id  TEXT NOT NULL,
+    collector   TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (message_id, collector)
+) WITHOUT ROWID;
+"#;
 
 /// Version 5: what a station's session records carry (`[sync]` switches, see
 /// `sql::outbox::SyncContent`), as the config last said.

@@ -7,8 +7,8 @@
 //! only after the transaction that stored it committed, so a collector killed at any moment
 //! loses nothing (the broker redelivers what was not acknowledged) and stores nothing twice.
 //! Every whole message (new or a duplicate) is answered, after the commit, with a receipt on
-//! `empathic/v1/{study}/{station}/receipt` (`{"message_id": ...}`), which is what makes the
-//! station call it synced. What is stored, voided, purged or quarantined is
+//! `empathic/v1/{study}/{station}/receipt` (`{"message_id": ..., "collector": NAME}`, NAME the
+//! share group if any, else the client id), which is what makes the station call it synced. What is stored, voided, purged or quarantined is
 //! [`Central::store_publish`]'s; the collector never stops on a bad message, and a database
 //! error leaves the message unacknowledged (the broker delivers it again).
 
@@ -44,6 +44,9 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
         share_group,
     } = c;
     let (host, port) = (host.as_str(), *port);
+    // Who the receipts say confirmed: a group of collectors splitting the load into one
+    // database answers as one.
+    let name = share_group.as_deref().unwrap_or(client_id.as_str());
     let mut central = Central::open(central)?;
     let mut opts = MqttOptions::new(client_id.as_str(), host, port);
     auth.apply(&mut opts).map_err(|e| e.to_string())?;
@@ -72,7 +75,8 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
                         topic.clone(),
                         QoS::AtLeastOnce,
                         false,
-                        serde_json::json!({ "message_id": message_id }).to_string(),
+                        serde_json::json!({ "message_id": message_id, "collector": name })
+                            .to_string(),
                     )
                     .is_ok(),
             };

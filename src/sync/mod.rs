@@ -8,8 +8,9 @@
 //! concatenate to the message's payload text and `sha256` is the payload's digest. A message
 //! is marked `sent` when the broker has acknowledged (PUBACK) every chunk of it on one
 //! connection, and `synced` only when a collector's receipt names it (on
-//! `empathic/v1/{study}/{station}/receipt`, `{"message_id": ...}`, published after the
-//! collector's commit): a broker that loses its state can drop what it acknowledged, so
+//! `empathic/v1/{study}/{station}/receipt`, `{"message_id": ..., "collector": ...}`,
+//! published after the collector's commit; with `[sync] collectors` set, only when every
+//! collector named there has sent one): a broker that loses its state can drop what it acknowledged, so
 //! PUBACK alone is not delivery. Anything not yet synced is sent again (same message id)
 //! on the next connection, or after [`outbox::RESEND_AFTER_SECS`] without a receipt, so a
 //! collector de-duplicates by `message_id` (and answers a duplicate with a receipt again). Every
@@ -44,6 +45,9 @@ pub struct SyncOptions {
     pub study: String,
     pub station: String,
     pub auth: BrokerAuth,
+    /// The collectors (client ids, or share groups) that must each confirm a message before
+    /// it is synced; empty: any one collector's receipt.
+    pub collectors: Vec<String>,
 }
 
 /// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
@@ -450,13 +454,18 @@ fn connection_round(
                 }
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic == receipts => {
-                // A collector committed the message: only now is it synced.
-                let id = serde_json::from_slice::<serde_json::Value>(&p.payload)
-                    .ok()
+                // A collector committed the message: only now (once every collector
+                // required has) is it synced.
+                let receipt = serde_json::from_slice::<serde_json::Value>(&p.payload).ok();
+                let id = receipt
+                    .as_ref()
                     .and_then(|v| v["message_id"].as_str().map(str::to_string));
+                let collector = receipt
+                    .as_ref()
+                    .and_then(|v| v["collector"].as_str().map(str::to_string));
                 match id {
                     Some(id) => {
-                        if outbox::mark_synced(conn, &id)? {
+                        if outbox::mark_synced(conn, &id, collector.as_deref(), &opts.collectors)? {
                             outcome.confirmed += 1;
                         }
                     }

@@ -399,6 +399,12 @@ pub fn purge_participant(
     for s in &sessions {
         super::sessions::delete(tx, s)?;
         tx.execute(
+            "DELETE FROM outbox_receipts WHERE message_id IN
+               (SELECT message_id FROM outbox WHERE kind = 'session' AND subject = ?1)",
+            [s],
+        )
+        .map_err(ctx("removing the participant's receipts from the outbox"))?;
+        tx.execute(
             "DELETE FROM outbox WHERE kind = 'session' AND subject = ?1",
             [s],
         )
@@ -498,9 +504,42 @@ pub fn mark_sent(conn: &Connection, seq: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Marks message `message_id` synced: a collector committed it. Returns whether it was
-/// this outbox's (and not yet synced).
-pub fn mark_synced(conn: &Connection, message_id: &str) -> Result<bool, StoreError> {
+/// Records `collector`'s receipt for message `message_id` (a collector committed it) and
+/// marks the message synced once every collector in `required` has answered (any one
+/// receipt when `required` is empty). A receipt that names no collector (`None`, an older
+/// collector) counts only when `required` is empty. Returns whether this receipt made a
+/// message of this outbox synced.
+pub fn mark_synced(
+    conn: &Connection,
+    message_id: &str,
+    collector: Option<&str>,
+    required: &[String],
+) -> Result<bool, StoreError> {
+    if let Some(c) = collector {
+        conn.execute(
+            &format!(
+                "INSERT OR IGNORE INTO outbox_receipts (message_id, collector, received_at)
+                 SELECT message_id, ?2, {NOW} FROM outbox WHERE message_id = ?1"
+            ),
+            params![message_id, c],
+        )
+        .map_err(ctx("recording a collector's receipt"))?;
+    }
+    if !required.is_empty() {
+        let mut answered = conn
+            .prepare_cached(
+                "SELECT 1 FROM outbox_receipts WHERE message_id = ?1 AND collector = ?2",
+            )
+            .map_err(ctx("reading the collectors' receipts"))?;
+        for c in required {
+            if !answered
+                .exists(params![message_id, c])
+                .map_err(ctx("reading the collectors' receipts"))?
+            {
+                return Ok(false);
+            }
+        }
+    }
     let n = conn
         .execute(
             &format!(
@@ -581,10 +620,23 @@ pub struct OutboxStatus {
     pub last_error: Option<String>,
     /// The publisher's last word about its broker (none before the first sync).
     pub broker: Option<BrokerState>,
+    /// Receipts held per collector (client id or share group), by name.
+    pub receipts: std::collections::BTreeMap<String, u64>,
 }
 
 pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
     let broker = broker_state(conn)?;
+    let receipts = conn
+        .prepare(
+            "SELECT collector, count(*) FROM outbox_receipts GROUP BY collector ORDER BY collector",
+        )
+        .and_then(|mut s| {
+            s.query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+            })?
+            .collect::<Result<std::collections::BTreeMap<_, _>, _>>()
+        })
+        .map_err(ctx("reading the collectors' receipts"))?;
     conn.query_row(
         "SELECT
             (SELECT count(*) FROM outbox WHERE state = 'pending'),
@@ -605,6 +657,7 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
                 last_synced: r.get(5)?,
                 last_error: r.get(6)?,
                 broker: broker.clone(),
+                receipts: receipts.clone(),
             })
         },
     )
