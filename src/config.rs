@@ -464,6 +464,12 @@ pub struct FaceConfig {
     pub fy: Option<f64>,
     pub cx: Option<f64>,
     pub cy: Option<f64>,
+    /// The eyeball model gaze is measured with: `"openface"` (OpenFace 2.0's geometry, the
+    /// default, for analyses and models built on OpenFace) or `"anatomical"`.
+    pub gaze_model: crate::features::face::GazeModel,
+    /// Store MediaPipe's 52 blendshape coefficients per frame as the `blendshapes`
+    /// modality (computed either way: the action units read them).
+    pub blendshapes: bool,
 }
 
 impl Default for FaceConfig {
@@ -474,6 +480,8 @@ impl Default for FaceConfig {
             fy: None,
             cx: None,
             cy: None,
+            gaze_model: Default::default(),
+            blendshapes: true,
         }
     }
 }

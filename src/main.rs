@@ -394,6 +394,13 @@ enum ExtractCommand {
         /// frame (Motion-JPEG, *.avi), to check the tracking by eye.
         #[arg(long)]
         tracked: Option<PathBuf>,
+        /// Append MediaPipe's 52 blendshape coefficients (ARKit names) after the 714 columns.
+        #[arg(long)]
+        blendshapes: bool,
+        /// The eyeball model of the gaze columns: `openface` (OpenFace 2.0's geometry) or
+        /// `anatomical` (default: `[face] gaze_model`, itself `openface` by default).
+        #[arg(long, value_name = "MODEL")]
+        gaze_model: Option<GazeModelArg>,
         /// Camera focal length in pixels (default 500 * width / 640, OpenFace's default).
         #[arg(long)]
         fx: Option<f64>,
@@ -407,6 +414,12 @@ enum ExtractCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GazeModelArg {
+    Openface,
+    Anatomical,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -502,6 +515,8 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                     input,
                     out,
                     tracked,
+                    blendshapes,
+                    gaze_model,
                     fx,
                     fy,
                     cx,
@@ -513,6 +528,11 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             &out,
             tracked.as_deref(),
             IntrinsicsArgs { fx, fy, cx, cy },
+            blendshapes,
+            gaze_model.map(|g| match g {
+                GazeModelArg::Openface => empathic::features::face::GazeModel::OpenFace,
+                GazeModelArg::Anatomical => empathic::features::face::GazeModel::Anatomical,
+            }),
             config.as_deref(),
         ),
         Command::Embed {

@@ -132,6 +132,8 @@ pub fn extract_face(
     out: &Path,
     tracked: Option<&Path>,
     intrinsics: IntrinsicsArgs,
+    blendshapes: bool,
+    gaze_model: Option<crate::features::face::GazeModel>,
     config: Option<&Path>,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
@@ -145,13 +147,16 @@ pub fn extract_face(
             intrinsics,
             tracked,
             progress: &progress,
+            blendshapes,
+            gaze_model: gaze_model.unwrap_or(config.face.gaze_model),
         },
     );
     progress.finish_and_clear();
     let summary = result.map_err(fail)?;
     eprintln!(
-        "wrote {} rows of the 714 OpenFace columns to {}: face on {} frames ({:.1} %), at most {} face(s) seen, fx {:.1} fy {:.1} cx {:.1} cy {:.1}, {:.0} frames/s",
+        "wrote {} rows of the {} columns to {}: face on {} frames ({:.1} %), at most {} face(s) seen, fx {:.1} fy {:.1} cx {:.1} cy {:.1}, {:.0} frames/s",
         summary.rows,
+        if blendshapes { "714 OpenFace and 52 blendshape" } else { "714 OpenFace" },
         out.display(),
         summary.frames_with_face,
         100.0 * summary.frames_with_face as f64 / summary.rows.max(1) as f64,

@@ -17,7 +17,7 @@ use crate::capture::video_file::FileVideoSource;
 use crate::capture::{CaptureError, VideoSource};
 use crate::exit::{Classify, ExitKind};
 use crate::features::face::pose::{Intrinsics, IntrinsicsArgs};
-use crate::features::face::{openface, FaceAnalyzer, Mode};
+use crate::features::face::{openface, FaceAnalyzer, GazeModel, Mode};
 use crate::models::ModelError;
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +71,10 @@ pub struct FaceExtractOptions<'a> {
     pub tracked: Option<&'a Path>,
     /// Advanced by one per frame; its length is set to the video's declared frames.
     pub progress: &'a ProgressBar,
+    /// Append the 52 blendshape columns after OpenFace's 714.
+    pub blendshapes: bool,
+    /// The eyeball model of the gaze columns.
+    pub gaze_model: GazeModel,
 }
 
 pub fn extract_face_csv(
@@ -83,6 +87,8 @@ pub fn extract_face_csv(
         intrinsics,
         tracked,
         progress,
+        blendshapes,
+        gaze_model,
     } = *options;
     super::check_output(output)?;
     if let Some(t) = tracked {
@@ -100,7 +106,8 @@ pub fn extract_face_csv(
         models.onnxruntime_library(),
         IntrinsicsArgs::from(k),
         Mode::Video,
-    )?;
+    )?
+    .with_gaze_model(gaze_model);
     let partial = output.with_extension("csv.partial");
     let write_err = |source: std::io::Error| FaceExtractError::Write {
         path: output.to_path_buf(),
@@ -130,7 +137,7 @@ pub fn extract_face_csv(
     };
     let mut busy = std::time::Duration::ZERO;
     let result = (|| -> Result<(), FaceExtractError> {
-        openface::write_header(&mut w).map_err(write_err)?;
+        openface::write_header(&mut w, blendshapes).map_err(write_err)?;
         while let Some(frame) = source.next_frame()? {
             let started = Instant::now();
             let obs = analyzer.analyze(&frame.image)?;
@@ -138,7 +145,7 @@ pub fn extract_face_csv(
             summary.rows += 1;
             summary.frames_with_face += u64::from(obs.success());
             summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen);
-            openface::write_row(&mut w, summary.rows, frame.t_ns as f64 / 1e9, &obs)
+            openface::write_row(&mut w, summary.rows, frame.t_ns as f64 / 1e9, &obs, blendshapes)
                 .map_err(write_err)?;
             if let Some(v) = video.as_mut() {
                 v.write(summary.rows, &frame.image, &obs, &k)

@@ -81,6 +81,9 @@ pub struct FrameContext {
     /// The participant's aligned face crop (eyes levelled, 1.5x the face), from the facial
     /// stage; `None` when no face was found or the stage is off.
     pub face_roi: Option<face::crop::Roi>,
+    /// The participant's 52 blendshape coefficients, from the facial stage; `None` when no
+    /// face was found or the stage is off.
+    pub blendshapes: Option<[f32; 52]>,
 }
 
 /// A per-video-frame stage.

@@ -50,8 +50,9 @@ pub const BASELINE_FRAMES: usize = 900;
 /// The median is recomputed every this many frames (it moves slowly).
 const BASELINE_REFRESH: usize = 15;
 
-/// Raw measures per frame.
-const MEASURES: usize = 17;
+/// Raw measures per frame: 17 geometric, then 17 blendshape ones.
+const GEOMETRIC: usize = 17;
+const MEASURES: usize = GEOMETRIC + BLEND_MEASURES;
 const INNER_BROW: usize = 0;
 const OUTER_BROW: usize = 1;
 const BROW_HEIGHT: usize = 2;
@@ -69,6 +70,36 @@ const LIPS: usize = 13;
 const GAP: usize = 14;
 const JAW: usize = 15;
 const EYE_OPEN: usize = 16;
+
+/// MediaPipe's blendshape coefficients that carry each AU (ARKit's definitions of the
+/// coefficients against FACS's of the AUs; left and right averaged), in [`AU_R`] order:
+/// AU01 browInnerUp, AU02 browOuterUp, AU04 browDown, AU05 eyeWide, AU06 cheekSquint, AU07
+/// eyeSquint, AU09 noseSneer, AU10 mouthUpperUp, AU12 mouthSmile, AU14 mouthDimple, AU15
+/// mouthFrown, AU17 mouthShrugLower, AU20 mouthStretch, AU23 mouthPress, AU25 jawOpen
+/// less mouthClose (ARKit's mouthClose closes the lips whatever the jaw does, so lips part
+/// by what the jaw opens and the lips do not hold closed), AU26 jawOpen, AU45 eyeBlink.
+/// Indices into the 52 coefficients (see `models::BLENDSHAPE_NAMES`); a negative index
+/// is subtracted.
+const BLEND_OF_AU: [&[i32]; 17] = [
+    &[3],
+    &[4, 5],
+    &[1, 2],
+    &[21, 22],
+    &[7, 8],
+    &[19, 20],
+    &[50, 51],
+    &[48, 49],
+    &[44, 45],
+    &[28, 29],
+    &[30, 31],
+    &[42],
+    &[46, 47],
+    &[36, 37],
+    &[25, -27],
+    &[25],
+    &[9, 10],
+];
+const BLEND_MEASURES: usize = 17;
 
 /// Weight of the population-average neutral face (MediaPipe's canonical face) against the
 /// person's running median in the neutral face the AUs are measured from. Half and half:
@@ -89,6 +120,9 @@ pub struct HeadFrameGeometry<'a> {
     /// Eye openness from the iris model's eyelid contours: lid-to-lid distance over eye
     /// width, mean of both eyes (`None` for the canonical face, which has no such contour).
     pub eye_openness: Option<f64>,
+    /// MediaPipe's 52 blendshape coefficients (`None`: not measured; the AUs are then
+    /// geometric alone).
+    pub blendshapes: Option<&'a [f32; 52]>,
 }
 
 fn measures(g: &HeadFrameGeometry) -> [f64; MEASURES] {
@@ -113,6 +147,24 @@ fn measures(g: &HeadFrameGeometry) -> [f64; MEASURES] {
     m[GAP] = (p(66).y - p(62).y).max(0.0);
     m[JAW] = p(8).y - p(27).y;
     m[EYE_OPEN] = g.eye_openness.unwrap_or(f64::NAN);
+    for (k, ids) in BLEND_OF_AU.iter().enumerate() {
+        m[GEOMETRIC + k] = match g.blendshapes {
+            Some(b) => {
+                let added: Vec<f64> = ids
+                    .iter()
+                    .filter(|&&i| i >= 0)
+                    .map(|&i| b[i as usize] as f64)
+                    .collect();
+                let taken: f64 = ids
+                    .iter()
+                    .filter(|&&i| i < 0)
+                    .map(|&i| b[(-i) as usize] as f64)
+                    .sum();
+                added.iter().sum::<f64>() / added.len() as f64 - taken
+            }
+            None => f64::NAN,
+        };
+    }
     m
 }
 
@@ -157,8 +209,14 @@ pub struct AuEstimator {
 impl AuEstimator {
     /// `canonical`: the canonical face's geometry in its own head frame.
     pub fn new(canonical: &HeadFrameGeometry) -> Self {
+        // The blendshape model's own neutral is 0 (it is trained so): the canonical face's
+        // coefficients are taken as 0 rather than computed from a mesh it never saw.
+        let mut prior = measures(canonical);
+        for p in &mut prior[GEOMETRIC..] {
+            *p = 0.0;
+        }
         Self {
-            prior: measures(canonical),
+            prior,
             history: std::collections::VecDeque::with_capacity(BASELINE_FRAMES),
             neutral: None,
             since_refresh: 0,
@@ -260,6 +318,17 @@ impl AuEstimator {
             scale(d(JAW), 12.0),
             scale(closed, 1.0),
         ];
+        // Where the blendshapes were measured, each AU is the mean of its geometric
+        // intensity and 5 x its coefficient's rise above the neutral face: two independent
+        // readings of one movement (the mesh's 3D geometry, and a model trained on
+        // expressions), each blind where the other is not.
+        let mut intensity = intensity;
+        for (k, v) in intensity.iter_mut().enumerate() {
+            let rise = d(GEOMETRIC + k);
+            if rise.is_finite() {
+                *v = ((*v as f64 + scale(rise, 1.0) as f64) / 2.0) as f32;
+            }
+        }
         let mut presence = [0.0f32; 18];
         for (k, name) in AU_C.iter().enumerate() {
             presence[k] = if *name == "AU28" {

@@ -28,7 +28,7 @@ use nalgebra::{Matrix3, Vector3};
 use self::au::{ActionUnits, AuEstimator, HeadFrameGeometry};
 use self::crop::{appearance_signature, mat_of, Roi, SIGNATURE_SIDE};
 use self::landmarks::{eyelids, ibug68, iris_ring, Blend, EYE_CORNERS};
-use self::models::{Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
+use self::models::{BlendshapeModel, Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
 use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, IntrinsicsArgs, Pose, Similarity};
 use super::{pearson, FrameContext, FrameStage, ModalitySpec, StageError};
 use crate::capture::{BgrImage, VideoFrame};
@@ -39,6 +39,7 @@ use crate::models::ModelError;
 pub const DETECTOR_MODEL: &str = "mediapipe-face-detection-short-range";
 pub const MESH_MODEL: &str = "mediapipe-face-landmark";
 pub const IRIS_MODEL: &str = "mediapipe-iris-landmark";
+pub const BLENDSHAPE_MODEL: &str = "mediapipe-face-blendshapes";
 
 /// Mesh confidence below which the face counts as lost.
 pub const MIN_FACE_CONFIDENCE: f32 = 0.5;
@@ -63,6 +64,31 @@ const NEW_PERSON_AFTER_FRAMES: u64 = 75;
 /// that far up and 7.5 mm behind the lid surface (12 mm behind the corneal apex).
 pub const EYEBALL_RADIUS_MM: f64 = 12.0;
 pub const EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -0.75, 7.5];
+/// OpenFace 2.0's eyeball centre: the midpoint of the eye corners (iBUG 36 and 39; 42 and
+/// 45) plus this offset in the head frame (mm, y down), radius [`EYEBALL_RADIUS_MM`].
+pub const OPENFACE_EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -3.5, 7.0];
+
+/// Where the eyeball centre sits, which sets what "gaze" means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GazeModel {
+    /// OpenFace 2.0's documented geometry ([`OPENFACE_EYEBALL_OFFSET_MM`] from the eye
+    /// corners): the gaze OpenFace users and models trained on its features expect.
+    #[default]
+    OpenFace,
+    /// Adult anatomy ([`EYEBALL_OFFSET_MM`] from the middle of the eye opening): closer to
+    /// the physical direction (into the lens when the person looks into it).
+    Anatomical,
+}
+
+impl GazeModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            GazeModel::OpenFace => "openface",
+            GazeModel::Anatomical => "anatomical",
+        }
+    }
+}
 
 /// One frame's facial behaviour.
 #[derive(Debug, Clone)]
@@ -102,6 +128,9 @@ pub struct Face {
     /// Weak-perspective fit: scale (pixels per mm), Euler rotation, image translation.
     pub rigid: [f64; 6],
     pub aus: ActionUnits,
+    /// MediaPipe's 52 expression coefficients (see [`models::BLENDSHAPE_NAMES`]), from the
+    /// mesh and both irises.
+    pub blendshapes: [f32; 52],
 }
 
 /// Whether to track from frame to frame (video) or detect on every frame (still images).
@@ -189,6 +218,7 @@ impl OwnedHeadGeometry {
             ibug: &self.ibug,
             cheeks: self.cheeks,
             eye_openness: self.eye_openness,
+            blendshapes: None,
         }
     }
 }
@@ -197,6 +227,8 @@ pub struct FaceAnalyzer {
     detector: FaceDetector,
     mesh: FaceMeshModel,
     iris: IrisModel,
+    blendshapes: BlendshapeModel,
+    gaze_model: GazeModel,
     mode: Mode,
     intrinsics: IntrinsicsArgs,
     ibug: Vec<Blend>,
@@ -223,12 +255,16 @@ impl FaceAnalyzer {
         let detector = FaceDetector::open(dir, manifest.get(DETECTOR_MODEL, dir)?, library)?;
         let mesh = FaceMeshModel::open(dir, manifest.get(MESH_MODEL, dir)?, library)?;
         let iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir)?, library)?;
+        let blendshapes =
+            BlendshapeModel::open(dir, manifest.get(BLENDSHAPE_MODEL, dir)?, library)?;
         let head = HeadModel::new();
         let aus = AuEstimator::new(&head.canonical_geometry().view());
         Ok(Self {
             detector,
             mesh,
             iris,
+            blendshapes,
+            gaze_model: GazeModel::default(),
             mode,
             intrinsics,
             ibug: ibug68(),
@@ -241,6 +277,16 @@ impl FaceAnalyzer {
             aus,
             lost_for: 0,
         })
+    }
+
+    /// Which eyeball model gaze is measured with (default: OpenFace's).
+    pub fn with_gaze_model(mut self, gaze_model: GazeModel) -> Self {
+        self.gaze_model = gaze_model;
+        self
+    }
+
+    pub fn gaze_model(&self) -> GazeModel {
+        self.gaze_model
     }
 
     pub fn analyze(&mut self, image: &BgrImage) -> Result<FaceObservation, ModelError> {
@@ -405,16 +451,35 @@ impl FaceAnalyzer {
             ],
         )?;
         let eye_openness = iris_out.iter().map(eye_openness).sum::<f64>() / 2.0;
+        // MediaPipe's 478-point topology: the mesh, then the subject's right iris (centre,
+        // then edge) and the left, as its own refinement places the iris model's points.
+        let mut points478: Vec<[f32; 2]> = Vec::with_capacity(478);
+        points478.extend_from_slice(&pix);
+        for eye in &iris_out {
+            points478.extend(eye.iris.iter().map(|p| [p[0], p[1]]));
+        }
+        let blendshapes = self.blendshapes.run(&points478)?;
         let mut eyes = Vec::with_capacity(2);
         for (e, (&(a, b), eye)) in EYE_CORNERS.iter().zip(iris_out).enumerate() {
-            let lids = &self.eyelids[e];
-            let opening = lids
-                .iter()
-                .map(|bl| vec3(bl.apply(&metric)))
-                .sum::<Vector3<f64>>()
-                / lids.len() as f64;
-            let [ox, oy, oz] = EYEBALL_OFFSET_MM;
-            let centre3 = opening + pose.rotation * Vector3::new(ox, oy, oz);
+            let centre3 = match self.gaze_model {
+                GazeModel::Anatomical => {
+                    let lids = &self.eyelids[e];
+                    let opening = lids
+                        .iter()
+                        .map(|bl| vec3(bl.apply(&metric)))
+                        .sum::<Vector3<f64>>()
+                        / lids.len() as f64;
+                    let [ox, oy, oz] = EYEBALL_OFFSET_MM;
+                    opening + pose.rotation * Vector3::new(ox, oy, oz)
+                }
+                GazeModel::OpenFace => {
+                    // Subject's right eye: iBUG 36 and 39; left: 42 and 45.
+                    let (c0, c1) = if e == 0 { (36, 39) } else { (42, 45) };
+                    let corners = (landmarks_3d[c0] + landmarks_3d[c1]) / 2.0;
+                    let [ox, oy, oz] = OPENFACE_EYEBALL_OFFSET_MM;
+                    corners + pose.rotation * Vector3::new(ox, oy, oz)
+                }
+            };
             let iris_c = (eye.iris[0][0] as f64, eye.iris[0][1] as f64);
             let radius = eye.iris[1..]
                 .iter()
@@ -463,6 +528,7 @@ impl FaceAnalyzer {
             ibug: &head,
             cheeks,
             eye_openness: Some(eye_openness),
+            blendshapes: Some(&blendshapes),
         });
         let (prx, pry, prz) = euler_xyz(&sim.rotation);
         Ok(Some(Face {
@@ -485,6 +551,7 @@ impl FaceAnalyzer {
             gaze_angle,
             pose,
             aus,
+            blendshapes,
         }))
     }
 }
@@ -575,6 +642,50 @@ impl Face {
     }
 }
 
+/// The `face` modality's layout version: 2 since gaze follows [`GazeModel`] (OpenFace's
+/// geometry by default) and the AUs read the blendshapes too; 1 had the anatomical gaze and
+/// geometric AUs.
+pub const FACE_LAYOUT_VERSION: u32 = 2;
+
+/// The `blendshapes` modality: MediaPipe's 52 coefficients per frame (ARKit names, in the
+/// model's order, `_neutral` first), present when the facial stage found a face. It reads
+/// what the facial stage computed on the frame (its own thread does no model work), so
+/// it comes after the facial stage in the layout.
+pub struct BlendshapeStage {
+    spec: ModalitySpec,
+}
+
+impl BlendshapeStage {
+    /// `model`: the blendshape model's manifest entry (its id and sha256 are the producer).
+    pub fn new(model: &crate::models::manifest::ModelEntry) -> Self {
+        Self {
+            spec: ModalitySpec::new(
+                "blendshapes",
+                models::BLENDSHAPE_NAMES
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect(),
+                format!("{} sha256:{}", model.name, model.sha256),
+                1,
+            ),
+        }
+    }
+}
+
+impl FrameStage for BlendshapeStage {
+    fn spec(&self) -> &ModalitySpec {
+        &self.spec
+    }
+
+    fn process(
+        &mut self,
+        _frame: &VideoFrame,
+        ctx: &mut FrameContext,
+    ) -> Result<Option<Vec<f32>>, StageError> {
+        Ok(ctx.blendshapes.map(|b| b.to_vec()))
+    }
+}
+
 /// The replay's facial stage: the face vector, present when a face was found (the
 /// replay counts presence; `faces_seen` is in the vector).
 pub struct FaceStage {
@@ -584,9 +695,10 @@ pub struct FaceStage {
 
 impl FaceStage {
     pub fn new(analyzer: FaceAnalyzer) -> Self {
+        let producer = format!("face::FaceStage gaze={}", analyzer.gaze_model().name());
         Self {
             analyzer,
-            spec: ModalitySpec::new("face", face_columns(), "face::FaceStage", 1),
+            spec: ModalitySpec::new("face", face_columns(), producer, FACE_LAYOUT_VERSION),
         }
     }
 }
@@ -609,6 +721,7 @@ impl FrameStage for FaceStage {
                 message: e.to_string(),
             })?;
         ctx.face_roi = obs.face.as_ref().map(|f| f.aligned_crop);
+        ctx.blendshapes = obs.face.as_ref().map(|f| f.blendshapes);
         Ok(obs.face.map(|f| f.vector(obs.confidence, obs.faces_seen)))
     }
 }

@@ -1,5 +1,6 @@
-//! MediaPipe's three face models run through ONNX Runtime: the short-range face detector
-//! (BlazeFace, 128x128), the face mesh (468 points, 192x192) and the iris model (64x64).
+//! MediaPipe's face models run through ONNX Runtime: the short-range face detector
+//! (BlazeFace, 128x128), the face mesh (468 points, 192x192), the iris model (64x64) and
+//! the blendshape model (146 mesh and iris points in, 52 expression coefficients out).
 //!
 //! Contract: every function takes a BGR frame as an OpenCV `Mat` and returns results in
 //! image pixels. Pre- and post-processing follow MediaPipe 0.10.14's CPU graphs
@@ -403,6 +404,131 @@ impl IrisModel {
             Eye { contour, iris }
         };
         Ok([eye(0), eye(1)])
+    }
+}
+
+/// The 146 of the 478 mesh points (468 mesh points, then the subject's right iris centre
+/// and edge at 468-472 and the left at 473-477) the blendshape model reads, in its input
+/// order: MediaPipe's `kLandmarksSubsetIdxs` (`face_blendshapes_graph.cc`), an interface
+/// of the model like its input size.
+pub const BLENDSHAPE_POINTS: [usize; 146] = [
+    0, 1, 4, 5, 6, 7, 8, 10, 13, 14, 17, 21, 33, 37, 39, 40, 46, 52, 53, 54, 55, 58, 61, 63, 65,
+    66, 67, 70, 78, 80, 81, 82, 84, 87, 88, 91, 93, 95, 103, 105, 107, 109, 127, 132, 133, 136,
+    144, 145, 146, 148, 149, 150, 152, 153, 154, 155, 157, 158, 159, 160, 161, 162, 163, 168, 172,
+    173, 176, 178, 181, 185, 191, 195, 197, 234, 246, 249, 251, 263, 267, 269, 270, 276, 282, 283,
+    284, 285, 288, 291, 293, 295, 296, 297, 300, 308, 310, 311, 312, 314, 317, 318, 321, 323, 324,
+    332, 334, 336, 338, 356, 361, 362, 365, 373, 374, 375, 377, 378, 379, 380, 381, 382, 384, 385,
+    386, 387, 388, 389, 390, 397, 398, 400, 402, 405, 409, 415, 454, 466, 468, 469, 470, 471, 472,
+    473, 474, 475, 476, 477,
+];
+
+/// The 52 blendshape coefficients in the model's output order (ARKit's names; index 0,
+/// `_neutral`, is the model's own baseline).
+pub const BLENDSHAPE_NAMES: [&str; 52] = [
+    "_neutral",
+    "browDownLeft",
+    "browDownRight",
+    "browInnerUp",
+    "browOuterUpLeft",
+    "browOuterUpRight",
+    "cheekPuff",
+    "cheekSquintLeft",
+    "cheekSquintRight",
+    "eyeBlinkLeft",
+    "eyeBlinkRight",
+    "eyeLookDownLeft",
+    "eyeLookDownRight",
+    "eyeLookInLeft",
+    "eyeLookInRight",
+    "eyeLookOutLeft",
+    "eyeLookOutRight",
+    "eyeLookUpLeft",
+    "eyeLookUpRight",
+    "eyeSquintLeft",
+    "eyeSquintRight",
+    "eyeWideLeft",
+    "eyeWideRight",
+    "jawForward",
+    "jawLeft",
+    "jawOpen",
+    "jawRight",
+    "mouthClose",
+    "mouthDimpleLeft",
+    "mouthDimpleRight",
+    "mouthFrownLeft",
+    "mouthFrownRight",
+    "mouthFunnel",
+    "mouthLeft",
+    "mouthLowerDownLeft",
+    "mouthLowerDownRight",
+    "mouthPressLeft",
+    "mouthPressRight",
+    "mouthPucker",
+    "mouthRight",
+    "mouthRollLower",
+    "mouthRollUpper",
+    "mouthShrugLower",
+    "mouthShrugUpper",
+    "mouthSmileLeft",
+    "mouthSmileRight",
+    "mouthStretchLeft",
+    "mouthStretchRight",
+    "mouthUpperUpLeft",
+    "mouthUpperUpRight",
+    "noseSneerLeft",
+    "noseSneerRight",
+];
+
+/// MediaPipe's blendshape model (an MLP-mixer over 146 mesh points): the 52 ARKit-style
+/// expression coefficients of one face, each in [0, 1].
+pub struct BlendshapeModel {
+    name: String,
+    session: Session,
+    input: Vec<f32>,
+}
+
+impl BlendshapeModel {
+    pub fn open(
+        dir: &Path,
+        entry: &ModelEntry,
+        library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            name: entry.name.clone(),
+            session: onnx::open_session(&entry.name, &entry.path(dir), 1, library)?,
+            input: Vec::with_capacity(146 * 2),
+        })
+    }
+
+    /// The coefficients of the face whose 478 points (x, y in image pixels; see
+    /// [`BLENDSHAPE_POINTS`]) are `points`.
+    pub fn run(&mut self, points: &[[f32; 2]]) -> Result<[f32; 52], ModelError> {
+        let fail = |message: String| ModelError::Inference {
+            name: self.name.clone(),
+            message,
+        };
+        if points.len() < 478 {
+            return Err(fail(format!("needs 478 points, got {}", points.len())));
+        }
+        self.input.clear();
+        for &i in &BLENDSHAPE_POINTS {
+            self.input.extend_from_slice(&points[i]);
+        }
+        let tensor = TensorRef::from_array_view(([1usize, 146, 2], self.input.as_slice()))
+            .map_err(|e| fail(e.to_string()))?;
+        let outputs = self
+            .session
+            .run(ort::inputs!["image" => tensor])
+            .map_err(|e| fail(e.to_string()))?;
+        let (_, v) = outputs["blendshapes"]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| fail(e.to_string()))?;
+        if v.len() != 52 {
+            return Err(fail(format!("gave {} coefficients, not 52", v.len())));
+        }
+        let mut out = [0.0f32; 52];
+        out.copy_from_slice(v);
+        Ok(out)
     }
 }
 

@@ -6,11 +6,14 @@
 //! every measurement empty. Columns no model here measures are always empty (never numbers
 //! that mean nothing): the pupil edge `eye_lmk_*_20..27` and `..48..55`, and the non-rigid
 //! shape coefficients `p_0..p_33` (OpenFace's own point distribution model, which is
-//! research-licensed and not reproduced).
+//! research-licensed and not reproduced). With `--blendshapes`, MediaPipe's 52 blendshape
+//! coefficients follow under their ARKit names (`_neutral`, `browDownLeft`, ...), 4
+//! decimals, empty without a face.
 
 use std::io::Write;
 
 use super::au::{AU_C, AU_R};
+use super::models::BLENDSHAPE_NAMES;
 use super::{Face, FaceObservation};
 
 /// The 714 column names in OpenFace 2.0's order.
@@ -44,19 +47,29 @@ pub fn columns() -> Vec<String> {
     c
 }
 
-/// Writes the header line.
-pub fn write_header(out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "{}", columns().join(", "))
+/// The 714 columns, then (with `blendshapes`) MediaPipe's 52 blendshape names.
+pub fn columns_with(blendshapes: bool) -> Vec<String> {
+    let mut c = columns();
+    if blendshapes {
+        c.extend(BLENDSHAPE_NAMES.iter().map(|n| n.to_string()));
+    }
+    c
 }
 
-/// Writes one frame's row.
+/// Writes the header line (see [`columns_with`]).
+pub fn write_header(out: &mut impl Write, blendshapes: bool) -> std::io::Result<()> {
+    writeln!(out, "{}", columns_with(blendshapes).join(", "))
+}
+
+/// Writes one frame's row (with `blendshapes`, the 52 coefficients after the 714).
 pub fn write_row(
     out: &mut impl Write,
     frame_number: u64,
     timestamp_s: f64,
     obs: &FaceObservation,
+    blendshapes: bool,
 ) -> std::io::Result<()> {
-    let mut cells: Vec<String> = Vec::with_capacity(714);
+    let mut cells: Vec<String> = Vec::with_capacity(714 + 52);
     cells.push(frame_number.to_string());
     cells.push("0".into());
     cells.push(format!("{timestamp_s:.3}"));
@@ -65,6 +78,12 @@ pub fn write_row(
     match &obs.face {
         Some(f) => measurement_cells(f, &mut cells),
         None => cells.extend(std::iter::repeat_n(String::new(), 714 - 5)),
+    }
+    if blendshapes {
+        match &obs.face {
+            Some(f) => cells.extend(f.blendshapes.iter().map(|&v| format!("{v:.4}"))),
+            None => cells.extend(std::iter::repeat_n(String::new(), 52)),
+        }
     }
     writeln!(out, "{}", cells.join(", "))
 }
@@ -134,7 +153,7 @@ mod tests {
             face: None,
         };
         let mut out = Vec::new();
-        write_row(&mut out, 3, 0.133, &obs).expect("write");
+        write_row(&mut out, 3, 0.133, &obs, false).expect("write");
         let line = String::from_utf8(out).expect("utf8");
         let cells: Vec<&str> = line.trim_end_matches('\n').split(", ").collect();
         assert_eq!(cells.len(), 714);
