@@ -29,8 +29,9 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("appearance");
     group.sample_size(20);
     group.throughput(Throughput::Elements(1));
+    let pattern = test_pattern(encoder.input_size());
     group.bench_function("efficientnet_lite0_fp32_model", |b| {
-        b.iter(|| black_box(encoder.run(&test_pattern()).expect("run")))
+        b.iter(|| black_box(encoder.run(&pattern).expect("run")))
     });
     group.bench_function("efficientnet_lite0_fp32_stage_640x480", |b| {
         b.iter(|| {
@@ -48,7 +49,8 @@ fn bench(c: &mut Criterion) {
     if resnet.path(dir).exists() {
         let mut resnet = AppearanceEncoder::open(dir, resnet, None).expect("resnet50");
         group.bench_function("resnet50_random_fp32_model", |b| {
-            b.iter(|| black_box(resnet.run(&test_pattern()).expect("run")))
+            let pattern = test_pattern(resnet.input_size());
+            b.iter(|| black_box(resnet.run(&pattern).expect("run")))
         });
     } else {
         eprintln!("skipped resnet50: models/resnet50-random.onnx not built (tools/models/export_resnet50.py --random)");

@@ -263,6 +263,45 @@ fn extract_face_writes_the_openface_columns_for_every_frame() {
     assert!(rows[0][col("eye_lmk_x_20")].is_empty() && rows[0][col("p_0")].is_empty());
     assert!(!rows[0][col("AU12_r")].is_empty() && !rows[0][col("gaze_angle_x")].is_empty());
 
+    // --blendshapes appends MediaPipe's 52 coefficients under their ARKit names, after the
+    // same 714 columns; the demo portrait smiles throughout.
+    let with = tmp.path().join("demo-blendshapes.csv");
+    let o = empathic(&[
+        "extract",
+        "face",
+        path_str(&video),
+        "--out",
+        path_str(&with),
+        "--blendshapes",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&with).unwrap();
+    let mut lines = text.lines();
+    let wide: Vec<&str> = lines.next().unwrap().split(", ").collect();
+    assert_eq!(wide.len(), 714 + 52);
+    assert_eq!(&wide[..714], &header[..]);
+    assert_eq!(
+        (wide[714], wide[715], wide[765]),
+        ("_neutral", "browDownLeft", "noseSneerRight")
+    );
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| {
+            l.split(", ")
+                .skip(714)
+                .map(|c| c.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 420);
+    let mean = |name: &str| {
+        let c = wide.iter().position(|h| *h == name).unwrap() - 714;
+        rows.iter().map(|r| r[c]).sum::<f64>() / rows.len() as f64
+    };
+    assert!(rows
+        .iter()
+        .all(|r| r.len() == 52 && r.iter().all(|v| (0.0..=1.0).contains(v))));
+    assert!(mean("mouthSmileLeft") > 0.5 && mean("jawOpen") < 0.2);
+
     // Bad input: a missing video is exit 2 naming it; no CSV is left behind.
     let missing = tmp.path().join("nope.avi");
     let bad_out = tmp.path().join("bad.csv");
@@ -445,11 +484,80 @@ fn assert_detection_pose_and_landmarks_met(a: &Agreement) {
 }
 
 fn extract(fixtures: &Path, session: &str, dir: &Path) -> std::path::PathBuf {
-    let out = dir.join(format!("{session}.csv"));
-    let video = fixtures.join("sessions").join(session).join("video.avi");
-    let o = empathic(&["extract", "face", path_str(&video), "--out", path_str(&out)]);
+    extract_video(
+        &fixtures.join("sessions").join(session).join("video.avi"),
+        dir,
+        "openface",
+    )
+}
+
+fn extract_video(video: &Path, dir: &Path, gaze_model: &str) -> std::path::PathBuf {
+    let stem = video
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy();
+    let out = dir.join(format!("{stem}.{gaze_model}.csv"));
+    let o = empathic(&[
+        "extract",
+        "face",
+        path_str(video),
+        "--out",
+        path_str(&out),
+        "--gaze-model",
+        gaze_model,
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     out
+}
+
+/// With the anatomical eyeball: the mean gaze angle minus the mean direction from the eyes
+/// into the lens (from our own 3D eye landmarks: the eyes' centroid p, the lens at the
+/// origin, so the direction -p), x and y, on frames with a face.
+fn gaze_minus_lens(csv: &Path) -> (f64, f64) {
+    let (h, rows) = read_csv(csv);
+    let c = |name: &str| h.iter().position(|x| x == name).unwrap();
+    let (mut dx, mut dy, mut n) = (0.0, 0.0, 0.0);
+    for r in rows.iter().filter(|r| r[c("success")] == 1.0) {
+        let mean = |axis: &str| {
+            let v: Vec<f64> = (0..56)
+                .map(|i| r[c(&format!("eye_lmk_{axis}_{i}"))])
+                .filter(|v| v.is_finite())
+                .collect();
+            v.iter().sum::<f64>() / v.len() as f64
+        };
+        let (x, y, z) = (mean("X"), mean("Y"), mean("Z"));
+        dx += r[c("gaze_angle_x")] - (-x).atan2(z);
+        dy += r[c("gaze_angle_y")] - (-y).atan2(z);
+        n += 1.0;
+    }
+    (dx / n, dy / n)
+}
+
+#[test]
+fn anatomical_gaze_looks_into_the_lens_on_camera_facing_clips() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The demo portrait looks into the lens; so do grid's readers and still's portrait, on
+    // average (the shared sessions, when present).
+    let mut videos = vec![demo_session().join("video.avi")];
+    if let Some(fixtures) = fixtures_or_skip("anatomical gaze on grid and still") {
+        for s in ["grid", "still"] {
+            videos.push(fixtures.join("sessions").join(s).join("video.avi"));
+        }
+    }
+    for video in videos {
+        let (dx, dy) = gaze_minus_lens(&extract_video(&video, tmp.path(), "anatomical"));
+        eprintln!(
+            "{}: anatomical gaze minus lens direction x {dx:+.3} y {dy:+.3} rad",
+            video.display()
+        );
+        assert!(
+            dx.abs() <= 0.05 && dy.abs() <= 0.05,
+            "{}: {dx:+.3} {dy:+.3}",
+            video.display()
+        );
+    }
 }
 
 #[test]
@@ -462,15 +570,10 @@ fn grid_meets_the_openface_targets() {
     let a = agreement(&ours, &fixtures.join("references/openface/grid.csv"));
     eprintln!("grid: {a:?}");
     assert_detection_pose_and_landmarks_met(&a);
-    assert!(a.gaze_mae[0] <= 0.12);
-    // Not met (see README "Facial behaviour"): vertical gaze carries a constant offset
-    // from OpenFace's eyeball model, and the mean AU correlation is below 0.5. These are
-    // regression floors at the measured level, not the targets.
-    assert!(
-        a.gaze_mae[1] <= 0.2,
-        "vertical gaze regressed: {}",
-        a.gaze_mae[1]
-    );
+    // OpenFace's eyeball geometry (the default gaze model): the target, both axes.
+    assert!(a.gaze_mae.iter().all(|&e| e <= 0.12), "{:?}", a.gaze_mae);
+    // Not met (see README "Facial behaviour"): the mean AU correlation is below 0.5. A
+    // regression floor at the measured level, not the target.
     let mean_r = mean_au_r(&a);
     assert!(mean_r >= 0.35, "AU correlation regressed: {mean_r}");
 }
@@ -486,20 +589,15 @@ fn held_out_sessions_and_expressions() {
     let a = agreement(&ours, &fixtures.join("references/openface/still.csv"));
     eprintln!("still: {a:?}");
     assert_detection_pose_and_landmarks_met(&a);
-    // Horizontal gaze meets the target; vertical gaze and AUs do not (README "Facial
-    // behaviour"): regression floors near the measured 0.136 rad and mean r 0.27.
+    // Gaze meets the target on both axes; the AUs do not (README "Facial behaviour"): a
+    // regression floor near the measured mean r 0.32.
     assert!(
-        a.gaze_mae[0] <= 0.12,
-        "still horizontal gaze: {}",
-        a.gaze_mae[0]
-    );
-    assert!(
-        a.gaze_mae[1] <= 0.2,
-        "still vertical gaze regressed: {}",
-        a.gaze_mae[1]
+        a.gaze_mae.iter().all(|&e| e <= 0.12),
+        "still gaze: {:?}",
+        a.gaze_mae
     );
     let mean_r = mean_au_r(&a);
-    assert!(mean_r >= 0.2, "still AU correlation regressed: {mean_r}");
+    assert!(mean_r >= 0.28, "still AU correlation regressed: {mean_r}");
 
     // selfie: laughing people. Where OpenFace sees a smile (AU12 present), ours is higher
     // than where it does not; likewise lips apart (AU25).
@@ -511,7 +609,7 @@ fn held_out_sessions_and_expressions() {
     eprintln!("selfie: {a:?}");
     assert!(a.landmark_error_iod <= 0.2, "selfie landmarks regressed");
     // Regression floors near the measured levels (detection 92.7 %, rotation MAE up to
-    // 6.3 degrees, gaze 0.25 / 0.28 rad, mean AU r 0.23); the targets are not met here.
+    // 6.3 degrees, gaze 0.27 / 0.17 rad, mean AU r 0.23); the targets are not met here.
     assert!(
         a.detected >= 0.9,
         "selfie detection regressed: {}",
@@ -528,7 +626,7 @@ fn held_out_sessions_and_expressions() {
         a.gaze_mae
     );
     let mean_r = mean_au_r(&a);
-    assert!(mean_r >= 0.15, "selfie AU correlation regressed: {mean_r}");
+    assert!(mean_r >= 0.2, "selfie AU correlation regressed: {mean_r}");
     let (h, o) = read_csv(&ours);
     let (_, r) = read_csv(&fixtures.join("references/openface/selfie.csv"));
     let c = |name: &str| h.iter().position(|x| x == name).unwrap();

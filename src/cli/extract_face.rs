@@ -145,8 +145,14 @@ pub fn extract_face_csv(
             summary.rows += 1;
             summary.frames_with_face += u64::from(obs.success());
             summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen);
-            openface::write_row(&mut w, summary.rows, frame.t_ns as f64 / 1e9, &obs, blendshapes)
-                .map_err(write_err)?;
+            openface::write_row(
+                &mut w,
+                summary.rows,
+                frame.t_ns as f64 / 1e9,
+                &obs,
+                blendshapes,
+            )
+            .map_err(write_err)?;
             if let Some(v) = video.as_mut() {
                 v.write(summary.rows, &frame.image, &obs, &k)
                     .map_err(video_err)?;

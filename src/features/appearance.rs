@@ -4,9 +4,9 @@
 //! in for).
 //!
 //! Contract: the input is chosen by [`AppearanceInput`]: the participant's aligned face crop
-//! from the facial stage (default: eyes levelled, 1.5x the face, bilinear to 224x224;
-//! absent on frames without a face), or the whole frame (area resize to 224x224; present on
-//! every decoded frame). RGB, scaled as `(x - 127) / 128`, NCHW float32. The output is the
+//! from the facial stage (default: eyes levelled, 1.5x the face, bilinear to the model's
+//! input side, 224 unless its manifest entry declares another; absent on frames without a
+//! face), or the whole frame (area resize to that side; present on every decoded frame). RGB, scaled as `(x - 127) / 128`, NCHW float32. The output is the
 //! model's feature vector.
 
 use std::path::Path;
@@ -23,8 +23,17 @@ use crate::capture::VideoFrame;
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
 
-/// Input side of the image models.
+/// Input side of the image models unless their manifest entry says another (its first
+/// input's last dimension, e.g. `["batch", 3, 160, 160]`).
 pub const INPUT_SIZE: i32 = 224;
+
+/// The square input side an image model's manifest entry declares.
+pub fn input_size(entry: &ModelEntry) -> i32 {
+    match entry.inputs.first().and_then(|i| i.shape.last()) {
+        Some(crate::models::manifest::Dim::Fixed(n)) if *n > 0 && *n <= 4096 => *n as i32,
+        _ => INPUT_SIZE,
+    }
+}
 
 /// What the appearance encoder looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -38,6 +47,8 @@ pub enum AppearanceInput {
 
 pub struct AppearanceEncoder {
     name: String,
+    /// Input side in pixels (square).
+    size: i32,
     spec: ModalitySpec,
     session: Session,
     input: Vec<f32>,
@@ -53,8 +64,10 @@ impl AppearanceEncoder {
         onnxruntime_library: Option<&Path>,
     ) -> Result<Self, ModelError> {
         let session = onnx::open_session(&entry.name, &entry.path(dir), 1, onnxruntime_library)?;
+        let size = input_size(entry);
         Ok(Self {
             name: entry.name.clone(),
+            size,
             spec: ModalitySpec::new(
                 "appearance",
                 (0..entry.output_dim)
@@ -64,7 +77,7 @@ impl AppearanceEncoder {
                 1,
             ),
             session,
-            input: vec![0.0; 3 * (INPUT_SIZE * INPUT_SIZE) as usize],
+            input: vec![0.0; 3 * (size * size) as usize],
             source: AppearanceInput::Frame,
             crop: Vec::new(),
         })
@@ -76,7 +89,7 @@ impl AppearanceEncoder {
         self
     }
 
-    /// Crops `roi` to 224x224 into `self.input` (same scaling as the whole frame:
+    /// Crops `roi` to the input size into `self.input` (same scaling as the whole frame:
     /// mapping [0, 255] to [-127/128, 1] is exactly (x - 127) / 128).
     fn preprocess_face(
         &mut self,
@@ -87,13 +100,13 @@ impl AppearanceEncoder {
         crop_to_tensor(
             &mat,
             roi,
-            INPUT_SIZE,
+            self.size,
             false,
             Border::Replicate,
             -127.0 / 128.0,
             &mut self.crop,
         )?;
-        let plane = (INPUT_SIZE * INPUT_SIZE) as usize;
+        let plane = (self.size * self.size) as usize;
         for (i, px) in self.crop.chunks_exact(3).enumerate() {
             for (c, &v) in px.iter().enumerate() {
                 self.input[c * plane + i] = v;
@@ -102,9 +115,14 @@ impl AppearanceEncoder {
         Ok(())
     }
 
-    /// Features of an already preprocessed NCHW 1x3x224x224 input.
+    /// Features of an already preprocessed NCHW 1x3xSxS input (S: [`Self::input_size`]).
     pub fn run(&mut self, input: &[f32]) -> Result<Vec<f32>, ModelError> {
-        infer(&mut self.session, &self.name, input)
+        infer(&mut self.session, &self.name, self.size, input)
+    }
+
+    /// The model's square input side in pixels.
+    pub fn input_size(&self) -> i32 {
+        self.size
     }
 
     /// Resizes and normalises a BGR frame into `self.input`.
@@ -119,14 +137,14 @@ impl AppearanceEncoder {
         imgproc::resize(
             &src,
             &mut small,
-            Size::new(INPUT_SIZE, INPUT_SIZE),
+            Size::new(self.size, self.size),
             0.0,
             0.0,
             imgproc::INTER_AREA,
         )
         .map_err(|e| e.to_string())?;
         let bytes = small.data_bytes().map_err(|e| e.to_string())?;
-        let plane = (INPUT_SIZE * INPUT_SIZE) as usize;
+        let plane = (self.size * self.size) as usize;
         for (i, px) in bytes.chunks_exact(3).enumerate() {
             // BGR in, RGB planes out.
             for (c, &v) in [px[2], px[1], px[0]].iter().enumerate() {
@@ -158,7 +176,7 @@ impl FrameStage for AppearanceEncoder {
             message,
         })?;
         // Borrowed, not copied: the 600 kB input tensor is built once per frame in place.
-        infer(&mut self.session, &self.name, &self.input)
+        infer(&mut self.session, &self.name, self.size, &self.input)
             .map(Some)
             .map_err(|e| StageError {
                 stage: "appearance",
@@ -168,12 +186,17 @@ impl FrameStage for AppearanceEncoder {
 }
 
 /// Runs the image model on a borrowed input (no copy into ONNX Runtime's tensor).
-fn infer(session: &mut Session, name: &str, input: &[f32]) -> Result<Vec<f32>, ModelError> {
+fn infer(
+    session: &mut Session,
+    name: &str,
+    size: i32,
+    input: &[f32],
+) -> Result<Vec<f32>, ModelError> {
     let fail = |message: String| ModelError::Inference {
         name: name.to_string(),
         message,
     };
-    let s = INPUT_SIZE as usize;
+    let s = size as usize;
     let tensor =
         TensorRef::from_array_view(([1usize, 3, s, s], input)).map_err(|e| fail(e.to_string()))?;
     let outputs = session
@@ -186,9 +209,9 @@ fn infer(session: &mut Session, name: &str, input: &[f32]) -> Result<Vec<f32>, M
 }
 
 /// The deterministic test pattern of the image models' known answer:
-/// `((x * 7 + y * 13 + c * 101) % 256 - 127) / 128`, NCHW 1x3x224x224.
-pub fn test_pattern() -> Vec<f32> {
-    let s = INPUT_SIZE as usize;
+/// `((x * 7 + y * 13 + c * 101) % 256 - 127) / 128`, NCHW 1x3xSxS.
+pub fn test_pattern(size: i32) -> Vec<f32> {
+    let s = size as usize;
     let mut v = Vec::with_capacity(3 * s * s);
     for c in 0..3 {
         for y in 0..s {

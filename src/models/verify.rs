@@ -163,7 +163,7 @@ fn verify_one(
             let expected: Vec<f32> = serde_json::from_value(reference["features"].clone())
                 .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
             let mut encoder = AppearanceEncoder::open(dir, m, onnxruntime_library)?;
-            let got = encoder.run(&test_pattern())?;
+            let got = encoder.run(&test_pattern(encoder.input_size()))?;
             let c = cosine(&got, &expected);
             if got.len() != expected.len() || c < ka.min_cosine {
                 return Err(known(

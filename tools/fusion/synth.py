@@ -69,16 +69,22 @@ def main():
         raise SystemExit("the source export's story bank has fewer than 6 stories")
 
     # The modality descriptions (dims, producer, columns) and the usable source recordings.
-    described, sources = {}, []
+    # Every modality the usable recordings all have is carried (a new one, such as
+    # blendshapes, needs no change here); face and acoustic_compare carry the planted signal.
+    described, usable = {}, []
     for s in src["sessions"]:
         names = {m["name"]: m for m in s["modalities"]}
         for n, m in names.items():
             described.setdefault(n, m)
         if all(n in names for n in ("face", "appearance", "acoustic_compare")) and s["frames"] >= args.frames:
-            arrays = {n: (np.load(args.source / s["session_id"] / f"{n}.npy"),
-                          np.load(args.source / s["session_id"] / f"{n}_mask.npy"))
-                      for n in ("face", "appearance", "acoustic_compare")}
-            sources.append((s["session_id"], arrays))
+            usable.append((s["session_id"], set(names) - {"text"}))
+    carried = sorted(set.intersection(*(names for _, names in usable))) if usable else []
+    sources = []
+    for sid, _ in usable:
+        arrays = {n: (np.load(args.source / sid / f"{n}.npy"),
+                      np.load(args.source / sid / f"{n}_mask.npy"))
+                  for n in carried}
+        sources.append((sid, arrays))
     if not sources or "text" not in described:
         raise SystemExit("the source export needs sessions with face, appearance and acoustic_compare "
                          f"of at least {args.frames} frames, and one with text")
@@ -132,7 +138,7 @@ def main():
             plans.append((pid, sid, offset, slope, shown, windows, source_id, start, told))
             sessions.append({
                 "session_id": sid, "participant_id": pid, "frames": args.frames, "windows": len(windows),
-                "modalities": [described[n] for n in ("acoustic_compare", "appearance", "face", "text")],
+                "modalities": [described[n] for n in carried + ["text"]],
             })
 
     latent = np.array([np.mean([w[2][i] for w in plan[5]]) for plan in plans for i in range(3)])
