@@ -482,9 +482,7 @@ pub const BLENDSHAPE_NAMES: [&str; 52] = [
 /// MediaPipe's blendshape model (an MLP-mixer over 146 mesh points): the 52 ARKit-style
 /// expression coefficients of one face, each in [0, 1].
 pub struct BlendshapeModel {
-    name: String,
-    session: Session,
-    input: Vec<f32>,
+    model: Model,
 }
 
 impl BlendshapeModel {
@@ -494,30 +492,32 @@ impl BlendshapeModel {
         library: Option<&Path>,
     ) -> Result<Self, ModelError> {
         Ok(Self {
-            name: entry.name.clone(),
-            session: onnx::open_session(&entry.name, &entry.path(dir), 1, library)?,
-            input: Vec::with_capacity(146 * 2),
+            model: Model::open(dir, entry, library)?,
         })
     }
 
     /// The coefficients of the face whose 478 points (x, y in image pixels; see
     /// [`BLENDSHAPE_POINTS`]) are `points`.
     pub fn run(&mut self, points: &[[f32; 2]]) -> Result<[f32; 52], ModelError> {
+        let Model {
+            name,
+            session,
+            input,
+        } = &mut self.model;
         let fail = |message: String| ModelError::Inference {
-            name: self.name.clone(),
+            name: name.clone(),
             message,
         };
         if points.len() < 478 {
             return Err(fail(format!("needs 478 points, got {}", points.len())));
         }
-        self.input.clear();
+        input.clear();
         for &i in &BLENDSHAPE_POINTS {
-            self.input.extend_from_slice(&points[i]);
+            input.extend_from_slice(&points[i]);
         }
-        let tensor = TensorRef::from_array_view(([1usize, 146, 2], self.input.as_slice()))
+        let tensor = TensorRef::from_array_view(([1usize, 146, 2], input.as_slice()))
             .map_err(|e| fail(e.to_string()))?;
-        let outputs = self
-            .session
+        let outputs = session
             .run(ort::inputs!["image" => tensor])
             .map_err(|e| fail(e.to_string()))?;
         let (_, v) = outputs["blendshapes"]
