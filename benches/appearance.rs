@@ -1,6 +1,6 @@
 //! Appearance embedding throughput through ONNX Runtime on one thread: EfficientNet-Lite0
-//! fp32 (model only, and the whole stage on a 640x480 frame) and, when built, ResNet50 with
-//! random weights (the paper's compute).
+//! fp32 (model only, and the whole stage on a 640x480 frame), the same weights on 160x160,
+//! and, when built, ResNet50 with random weights (the paper's compute).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -41,6 +41,17 @@ fn bench(c: &mut Criterion) {
                     .expect("stage"),
             )
         })
+    });
+    // The same weights on a 160x160 input (issue 18's cheaper encoder).
+    let small = manifest
+        .get("efficientnet-lite0-160", dir)
+        .expect("manifest entry");
+    let mut small = AppearanceEncoder::open(dir, small, None)
+        .expect("efficientnet-lite0-160")
+        .with_input(empathic::features::appearance::AppearanceInput::Frame);
+    let small_pattern = test_pattern(small.input_size());
+    group.bench_function("efficientnet_lite0_160_fp32_model", |b| {
+        b.iter(|| black_box(small.run(&small_pattern).expect("run")))
     });
     // ResNet50 with random weights (the paper's compute), when its tool has built it.
     let resnet = manifest

@@ -5,10 +5,11 @@
 # each named thread was busy). The demo session and (when present) the shared real
 # sessions; each replayed 3 times into a fresh database; medians reported. Build first:
 # cargo build --release.
-# REPLAY_CONFIG=FILE passes --config FILE (e.g. a config with appearance_encoder = "").
-# EMPATHIC_BINS="A B" compares binaries in one sitting: their runs are interleaved (A, B,
-# A, B, ...) so the machine's load falls on both alike, and each row after the first binary's
-# gives its median time as a ratio to the first's.
+# REPLAY_CONFIG=FILE passes --config FILE (e.g. a config with appearance_encoder = "");
+# REPLAY_CONFIGS="A B" compares config variants in one sitting ("-" is the default config).
+# EMPATHIC_BINS="A B" compares binaries in one sitting. Every variant (binary x config) runs
+# interleaved (A, B, A, B, ...) so the machine's load falls on all alike, and each row after
+# the first variant's gives its median time as a ratio to the first's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fixtures=${EMPATHIC_FIXTURES:-../shared/fixtures}
@@ -16,10 +17,11 @@ sessions=(demo/session)
 for s in grid still selfie; do [[ -d $fixtures/sessions/$s ]] && sessions+=("$fixtures/sessions/$s"); done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
   "flags: $(grep -m1 -o -w -E 'avx512_vnni|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-python3 - "${EMPATHIC_BINS:-./target/release/empathic}" "${REPLAY_CONFIG:-}" "${sessions[@]}" <<'PY'
+python3 - "${EMPATHIC_BINS:-./target/release/empathic}" "${REPLAY_CONFIGS:-${REPLAY_CONFIG:--}}" "${sessions[@]}" <<'PY'
 import json, os, resource, statistics, subprocess, sys, tempfile, time
 
-bins, config, sessions = sys.argv[1].split(), sys.argv[2], sys.argv[3:]
+bins, configs, sessions = sys.argv[1].split(), sys.argv[2].split(), sys.argv[3:]
+variants = [(b, "" if c == "-" else c) for b in bins for c in configs]
 tick = os.sysconf("SC_CLK_TCK")
 
 
@@ -40,7 +42,8 @@ def thread_cpu(pid, seen):
         seen[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
 
 
-def run(binary, session):
+def run(variant, session):
+    binary, config = variant
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [binary, "replay", session, "--db", f"{tmp}/t.db", "--json"]
         if config:
@@ -75,30 +78,30 @@ def run(binary, session):
                 "threads": threads}
 
 
-print(f"{'session':<30} {'binary':<24} {'frames':>7} {'media s':>8} {'frames/s':>9} "
+print(f"{'session':<30} {'binary / config':<24} {'frames':>7} {'media s':>8} {'frames/s':>9} "
       f"{'x real':>7} {'cores':>6} {'peak RSS MiB':>13} {'time/1st':>9}")
 tables = []
 for s in sessions:
-    runs = {b: [] for b in bins}
+    runs = {v: [] for v in variants}
     for _ in range(3):
-        for b in bins:
-            runs[b].append(run(b, s))
+        for v in variants:
+            runs[v].append(run(v, s))
     first = None
-    for b in bins:
-        rs = sorted(runs[b], key=lambda r: r["elapsed"])
+    for v in variants:
+        rs = sorted(runs[v], key=lambda r: r["elapsed"])
         med = rs[1]
         first = first or med["elapsed"]
+        b = v[0] if len(bins) > 1 or not v[1] else os.path.basename(v[1])
         label = b if len(b) <= 24 else "..." + b[-21:]
         print(f"{s[-30:]:<30} {label:<24} {med['frames']:>7} {med['media']:>8.1f} "
               f"{med['frames'] / med['elapsed']:>9.0f} {med['media'] / med['elapsed']:>7.1f} "
               f"{med['cpu'] / med['wall']:>6.2f} {max(r['rss_mib'] for r in rs):>13.0f} "
               f"{med['elapsed'] / first:>9.3f}")
-        if b == bins[0]:
-            tables.append((s, med))
+        tables.append((s, label, med))
 print()
-print("CPU per thread (first binary, median run): ms of CPU a frame, and busy share of the run")
-for s, med in tables:
-    print(f"  {s}")
+print("CPU per thread (median run): ms of CPU a frame, and busy share of the run")
+for s, label, med in tables:
+    print(f"  {s}  [{label}]")
     for name, secs in sorted(med["threads"].items(), key=lambda kv: -kv[1]):
         if secs * 1000 / max(med["frames"], 1) < 0.05:
             continue

@@ -59,13 +59,20 @@ fn demo_session_replays_end_to_end() {
     );
     assert_eq!(q.phases.len(), 5);
     // The frame stages report their presence: the demo face is on every frame, and the
-    // appearance encoder follows it.
+    // blendshapes and the appearance encoder follow it.
     let presence: Vec<(&str, u64, u64)> = q
         .modality_presence
         .iter()
         .map(|m| (m.modality.as_str(), m.present_frames, m.decoded_frames))
         .collect();
-    assert_eq!(presence, vec![("face", 420, 420), ("appearance", 420, 420)]);
+    assert_eq!(
+        presence,
+        vec![
+            ("face", 420, 420),
+            ("blendshapes", 420, 420),
+            ("appearance", 420, 420)
+        ]
+    );
 
     let store = Store::open(&db).unwrap();
     let d = store.session_detail("demo-0001").unwrap();
@@ -116,13 +123,13 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    // video_signal, face, appearance, text, audio_signal, acoustic.
-    assert_eq!(masks.len(), 21 * 6);
+    // video_signal, face, blendshapes, appearance, text, audio_signal, acoustic.
+    assert_eq!(masks.len(), 21 * 7);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
-        // The demo face is found on every frame.
-        if modality == "face" {
+        // The demo face is found on every frame, and its blendshapes with it.
+        if modality == "face" || modality == "blendshapes" {
             assert_eq!(*present, 120);
         }
     }
@@ -208,7 +215,8 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    assert_eq!(ra.len(), 420 + 420 * 6 + 21 + 21 * 6);
+    // Frames and windows, each with its 7 modalities' vectors.
+    assert_eq!(ra.len(), 420 + 420 * 7 + 21 + 21 * 7);
     assert_eq!(ra, rb);
 }
 
