@@ -446,7 +446,9 @@ impl Default for ModelsConfig {
             dir: default_models_dir(),
             onnxruntime_library: None,
             sentence_encoder: "all-MiniLM-L6-v2".into(),
-            appearance_encoder: "efficientnet-lite0".into(),
+            // 160x160: about 0.55x the CPU of 224x224 (issue 18); "efficientnet-lite0" is
+            // the same weights at 224.
+            appearance_encoder: "efficientnet-lite0-160".into(),
             appearance_input: crate::features::appearance::AppearanceInput::Face,
         }
     }
