@@ -4,9 +4,12 @@
 //! Contract: [`FaceAnalyzer::analyze`] takes one BGR frame and returns a [`FaceObservation`]:
 //! how many faces the detector saw, and for the participant's face (largest and most
 //! central, kept by overlap from frame to frame) the mesh confidence and, when it is >= 0.5,
-//! every OpenFace quantity. Tracking: the previous frame's mesh places the next crop; the
+//! every OpenFace quantity, plus MediaPipe's 52 blendshape coefficients (from the mesh and
+//! both irises; the action units read them too). Gaze follows [`GazeModel`] (OpenFace's
+//! eyeball geometry by default). Tracking: the previous frame's mesh places the next crop; the
 //! detector runs again when the mesh loses the face, and once a second to count faces.
-//! [`FaceStage`] wraps it as the replay's `face` modality (layout v1: [`face_columns`]).
+//! [`FaceStage`] wraps it as the replay's `face` modality (layout v2: [`face_columns`]),
+//! and [`BlendshapeStage`] stores the coefficients it hands on as the `blendshapes` modality.
 //!
 //! 3D: the head pose is a PnP fit of MediaPipe's metric canonical face to the mesh; each
 //! mesh point's depth is the pose's depth plus the mesh's own relative depth (pixels turned
