@@ -4,7 +4,7 @@
 //! No registry offers an AU model (../shared/FACTS.md). Each AU is the equal-weight mean of
 //! two readings of the same movement (when the blendshapes were measured; the geometric
 //! one alone otherwise): 5 x the rise above neutral of the blendshape coefficient ARKit
-//! defines for it ([`BLEND_OF_AU`]), and a documented geometric measure on the metric 3D
+//! defines for it (`BLEND_OF_AU`), and a documented geometric measure on the metric 3D
 //! landmarks in the head's own frame (rotation undone, millimetres: x to the image right,
 //! y down, z away from the camera), minus the person's neutral value, mapped linearly to
 //! OpenFace's 0-5 intensity scale and clipped:
