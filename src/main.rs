@@ -400,7 +400,7 @@ enum ExtractCommand {
         /// The eyeball model of the gaze columns: `openface` (OpenFace 2.0's geometry) or
         /// `anatomical` (default: `[face] gaze_model`, itself `openface` by default).
         #[arg(long, value_name = "MODEL")]
-        gaze_model: Option<GazeModelArg>,
+        gaze_model: Option<empathic::features::face::GazeModel>,
         /// Camera focal length in pixels (default 500 * width / 640, OpenFace's default).
         #[arg(long)]
         fx: Option<f64>,
@@ -414,12 +414,6 @@ enum ExtractCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum GazeModelArg {
-    Openface,
-    Anatomical,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -529,10 +523,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             tracked.as_deref(),
             IntrinsicsArgs { fx, fy, cx, cy },
             blendshapes,
-            gaze_model.map(|g| match g {
-                GazeModelArg::Openface => empathic::features::face::GazeModel::OpenFace,
-                GazeModelArg::Anatomical => empathic::features::face::GazeModel::Anatomical,
-            }),
+            gaze_model,
             config.as_deref(),
         ),
         Command::Embed {

@@ -73,7 +73,7 @@ impl AppearanceEncoder {
                 (0..entry.output_dim)
                     .map(|i| format!("appearance_{i}"))
                     .collect(),
-                format!("{} sha256:{}", entry.name, entry.sha256),
+                entry.producer_id(),
                 1,
             ),
             session,

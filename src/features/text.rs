@@ -77,7 +77,7 @@ impl SentenceEncoder {
             .unwrap_or_else(|| "sentence_embedding".into());
         Ok(Self {
             name: entry.name.clone(),
-            producer: format!("{} sha256:{}", entry.name, entry.sha256),
+            producer: entry.producer_id(),
             session,
             tokenizer,
             dim: entry.output_dim,

@@ -164,6 +164,11 @@ impl Manifest {
 }
 
 impl ModelEntry {
+    /// How a modality computed by this model names its producer: `NAME sha256:HEX`.
+    pub fn producer_id(&self) -> String {
+        format!("{} sha256:{}", self.name, self.sha256)
+    }
+
     pub fn path(&self, dir: &Path) -> PathBuf {
         dir.join(&self.file)
     }

@@ -13,6 +13,7 @@ use ort::value::ValueType;
 use super::manifest::{Dim, Manifest, ModelEntry, ModelKind, TensorSpec, Weights};
 use super::{onnx, ModelError};
 use crate::features::appearance::{test_pattern, AppearanceEncoder};
+use crate::features::face::models::BlendshapeModel;
 use crate::features::text::{cosine, SentenceEncoder};
 
 /// What one model's verification found.
@@ -195,16 +196,9 @@ fn points_known_answer(
     let input: Vec<f32> = (0..146usize)
         .flat_map(|i| [(64 + (37 * i) % 128) as f32, (64 + (53 * i) % 128) as f32])
         .collect();
-    let mut session = onnx::open_session(&m.name, &m.path(dir), 1, onnxruntime_library)
+    let got = BlendshapeModel::open(dir, m, onnxruntime_library)
+        .and_then(|mut model| model.run_subset(&input))
         .map_err(|e| e.to_string())?;
-    let tensor = ort::value::TensorRef::from_array_view(([1usize, 146, 2], input.as_slice()))
-        .map_err(|e| e.to_string())?;
-    let outputs = session
-        .run(ort::inputs!["image" => tensor])
-        .map_err(|e| e.to_string())?;
-    let (_, got) = outputs["blendshapes"]
-        .try_extract_tensor::<f32>()
-        .map_err(|e| format!("output blendshapes: {e}"))?;
     if got.len() != want.len() {
         return Err(format!(
             "blendshapes has {} values, the reference {}",
@@ -212,7 +206,7 @@ fn points_known_answer(
             want.len()
         ));
     }
-    Ok(cosine(got, &want))
+    Ok(cosine(&got, &want))
 }
 
 /// Runs an NHWC image model on the known-answer pattern

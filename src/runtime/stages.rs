@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::features::acoustic::LldExtractor;
 use crate::features::appearance::AppearanceEncoder;
 use crate::features::face::pose::IntrinsicsArgs;
-use crate::features::face::{BlendshapeStage, FaceAnalyzer, FaceStage, Mode, BLENDSHAPE_MODEL};
+use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
 use crate::features::signal::{AudioSignalStage, VideoSignalStage};
 use crate::features::text::{SentenceEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
@@ -93,11 +93,11 @@ impl Stages {
                 Mode::Video,
             )?
             .with_gaze_model(config.face.gaze_model);
+            let blendshapes = analyzer.blendshape_stage();
             frame_stages.push(Box::new(FaceStage::new(analyzer)));
             if config.face.blendshapes {
                 // After the facial stage, whose blendshapes it stores.
-                let entry = manifest.get(BLENDSHAPE_MODEL, &models.dir)?;
-                frame_stages.push(Box::new(BlendshapeStage::new(entry)));
+                frame_stages.push(Box::new(blendshapes));
             }
         }
         if !models.appearance_encoder.is_empty() {

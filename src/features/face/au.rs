@@ -82,28 +82,28 @@ const EYE_OPEN: usize = 16;
 /// mouthFrown, AU17 mouthShrugLower, AU20 mouthStretch, AU23 mouthPress, AU25 jawOpen
 /// less mouthClose (ARKit's mouthClose closes the lips whatever the jaw does, so lips part
 /// by what the jaw opens and the lips do not hold closed), AU26 jawOpen, AU45 eyeBlink.
-/// Indices into the 52 coefficients (see `models::BLENDSHAPE_NAMES`); a negative index
-/// is subtracted.
-const BLEND_OF_AU: [&[i32]; 17] = [
-    &[3],
-    &[4, 5],
-    &[1, 2],
-    &[21, 22],
-    &[7, 8],
-    &[19, 20],
-    &[50, 51],
-    &[48, 49],
-    &[44, 45],
-    &[28, 29],
-    &[30, 31],
-    &[42],
-    &[46, 47],
-    &[36, 37],
-    &[25, -27],
-    &[25],
-    &[9, 10],
+/// Each is (the coefficients averaged, the one subtracted), as indices into the 52 of
+/// `models::BLENDSHAPE_NAMES`.
+const BLEND_OF_AU: [(&[usize], Option<usize>); 17] = [
+    (&[3], None),
+    (&[4, 5], None),
+    (&[1, 2], None),
+    (&[21, 22], None),
+    (&[7, 8], None),
+    (&[19, 20], None),
+    (&[50, 51], None),
+    (&[48, 49], None),
+    (&[44, 45], None),
+    (&[28, 29], None),
+    (&[30, 31], None),
+    (&[42], None),
+    (&[46, 47], None),
+    (&[36, 37], None),
+    (&[25], Some(27)),
+    (&[25], None),
+    (&[9, 10], None),
 ];
-const BLEND_MEASURES: usize = 17;
+const BLEND_MEASURES: usize = BLEND_OF_AU.len();
 
 /// Weight of the population-average neutral face (MediaPipe's canonical face) against the
 /// person's running median in the neutral face the AUs are measured from. Half and half:
@@ -151,20 +151,12 @@ fn measures(g: &HeadFrameGeometry) -> [f64; MEASURES] {
     m[GAP] = (p(66).y - p(62).y).max(0.0);
     m[JAW] = p(8).y - p(27).y;
     m[EYE_OPEN] = g.eye_openness.unwrap_or(f64::NAN);
-    for (k, ids) in BLEND_OF_AU.iter().enumerate() {
+    for (k, (averaged, less)) in BLEND_OF_AU.iter().enumerate() {
         m[GEOMETRIC + k] = match g.blendshapes {
             Some(b) => {
-                let added: Vec<f64> = ids
-                    .iter()
-                    .filter(|&&i| i >= 0)
-                    .map(|&i| b[i as usize] as f64)
-                    .collect();
-                let taken: f64 = ids
-                    .iter()
-                    .filter(|&&i| i < 0)
-                    .map(|&i| b[(-i) as usize] as f64)
-                    .sum();
-                added.iter().sum::<f64>() / added.len() as f64 - taken
+                let mean =
+                    averaged.iter().map(|&i| b[i] as f64).sum::<f64>() / averaged.len() as f64;
+                mean - less.map_or(0.0, |i| b[i] as f64)
             }
             None => f64::NAN,
         };
@@ -301,7 +293,7 @@ impl AuEstimator {
         } else {
             0.0
         };
-        let intensity = [
+        let mut intensity = [
             scale(d(INNER_BROW), 6.0),
             scale(d(OUTER_BROW), 6.0),
             scale(-d(BROW_HEIGHT) - d(BROW_GAP), 5.0),
@@ -326,7 +318,6 @@ impl AuEstimator {
         // intensity and 5 x its coefficient's rise above the neutral face: two independent
         // readings of one movement (the mesh's 3D geometry, and a model trained on
         // expressions), each blind where the other is not.
-        let mut intensity = intensity;
         for (k, v) in intensity.iter_mut().enumerate() {
             let rise = d(GEOMETRIC + k);
             if rise.is_finite() {

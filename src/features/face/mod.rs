@@ -72,15 +72,28 @@ pub const EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -0.75, 7.5];
 pub const OPENFACE_EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -3.5, 7.0];
 
 /// Where the eyeball centre sits, which sets what "gaze" means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Deserialize,
+    serde::Serialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
 pub enum GazeModel {
     /// OpenFace 2.0's documented geometry ([`OPENFACE_EYEBALL_OFFSET_MM`] from the eye
     /// corners): the gaze OpenFace users and models trained on its features expect.
     #[default]
+    #[value(help = "OpenFace 2.0's eyeball geometry (eye-corner midpoint + R (0, -3.5, 7) mm)")]
     OpenFace,
     /// Adult anatomy ([`EYEBALL_OFFSET_MM`] from the middle of the eye opening): closer to
     /// the physical direction (into the lens when the person looks into it).
+    #[value(help = "adult anatomy (0.75 mm above, 7.5 mm behind the eye opening's middle)")]
     Anatomical,
 }
 
@@ -231,6 +244,8 @@ pub struct FaceAnalyzer {
     mesh: FaceMeshModel,
     iris: IrisModel,
     blendshapes: BlendshapeModel,
+    /// The blendshape model's producer id (for the `blendshapes` modality).
+    blendshape_producer: String,
     gaze_model: GazeModel,
     mode: Mode,
     intrinsics: IntrinsicsArgs,
@@ -258,8 +273,8 @@ impl FaceAnalyzer {
         let detector = FaceDetector::open(dir, manifest.get(DETECTOR_MODEL, dir)?, library)?;
         let mesh = FaceMeshModel::open(dir, manifest.get(MESH_MODEL, dir)?, library)?;
         let iris = IrisModel::open(dir, manifest.get(IRIS_MODEL, dir)?, library)?;
-        let blendshapes =
-            BlendshapeModel::open(dir, manifest.get(BLENDSHAPE_MODEL, dir)?, library)?;
+        let blendshape_entry = manifest.get(BLENDSHAPE_MODEL, dir)?;
+        let blendshapes = BlendshapeModel::open(dir, blendshape_entry, library)?;
         let head = HeadModel::new();
         let aus = AuEstimator::new(&head.canonical_geometry().view());
         Ok(Self {
@@ -267,6 +282,7 @@ impl FaceAnalyzer {
             mesh,
             iris,
             blendshapes,
+            blendshape_producer: blendshape_entry.producer_id(),
             gaze_model: GazeModel::default(),
             mode,
             intrinsics,
@@ -290,6 +306,21 @@ impl FaceAnalyzer {
 
     pub fn gaze_model(&self) -> GazeModel {
         self.gaze_model
+    }
+
+    /// The stage that stores this analyser's blendshapes (the `blendshapes` modality).
+    pub fn blendshape_stage(&self) -> BlendshapeStage {
+        BlendshapeStage {
+            spec: ModalitySpec::new(
+                "blendshapes",
+                models::BLENDSHAPE_NAMES
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect(),
+                self.blendshape_producer.clone(),
+                1,
+            ),
+        }
     }
 
     pub fn analyze(&mut self, image: &BgrImage) -> Result<FaceObservation, ModelError> {
@@ -456,12 +487,9 @@ impl FaceAnalyzer {
         let eye_openness = iris_out.iter().map(eye_openness).sum::<f64>() / 2.0;
         // MediaPipe's 478-point topology: the mesh, then the subject's right iris (centre,
         // then edge) and the left, as its own refinement places the iris model's points.
-        let mut points478: Vec<[f32; 2]> = Vec::with_capacity(478);
-        points478.extend_from_slice(&pix);
-        for eye in &iris_out {
-            points478.extend(eye.iris.iter().map(|p| [p[0], p[1]]));
-        }
-        let blendshapes = self.blendshapes.run(&points478)?;
+        let blendshapes = self
+            .blendshapes
+            .run(&pix, [&iris_out[0].iris, &iris_out[1].iris])?;
         let mut eyes = Vec::with_capacity(2);
         for (e, (&(a, b), eye)) in EYE_CORNERS.iter().zip(iris_out).enumerate() {
             let centre3 = match self.gaze_model {
@@ -653,26 +681,10 @@ pub const FACE_LAYOUT_VERSION: u32 = 2;
 /// The `blendshapes` modality: MediaPipe's 52 coefficients per frame (ARKit names, in the
 /// model's order, `_neutral` first), present when the facial stage found a face. It reads
 /// what the facial stage computed on the frame (its own thread does no model work), so
-/// it comes after the facial stage in the layout.
+/// it comes after the facial stage in the layout. Made by
+/// [`FaceAnalyzer::blendshape_stage`], whose model's id and sha256 are its producer.
 pub struct BlendshapeStage {
     spec: ModalitySpec,
-}
-
-impl BlendshapeStage {
-    /// `model`: the blendshape model's manifest entry (its id and sha256 are the producer).
-    pub fn new(model: &crate::models::manifest::ModelEntry) -> Self {
-        Self {
-            spec: ModalitySpec::new(
-                "blendshapes",
-                models::BLENDSHAPE_NAMES
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-                format!("{} sha256:{}", model.name, model.sha256),
-                1,
-            ),
-        }
-    }
 }
 
 impl FrameStage for BlendshapeStage {

@@ -496,9 +496,42 @@ impl BlendshapeModel {
         })
     }
 
-    /// The coefficients of the face whose 478 points (x, y in image pixels; see
-    /// [`BLENDSHAPE_POINTS`]) are `points`.
-    pub fn run(&mut self, points: &[[f32; 2]]) -> Result<[f32; 52], ModelError> {
+    /// The coefficients of the face whose points are `mesh` (468, x, y in image pixels)
+    /// and `irises` (each eye's centre then 4 edge points, the subject's right eye first):
+    /// MediaPipe's 478-point topology, read at [`BLENDSHAPE_POINTS`].
+    pub fn run(
+        &mut self,
+        mesh: &[[f32; 2]],
+        irises: [&[[f32; 3]; 5]; 2],
+    ) -> Result<[f32; 52], ModelError> {
+        if mesh.len() != 468 {
+            return Err(ModelError::Inference {
+                name: self.model.name.clone(),
+                message: format!("needs 468 mesh points, got {}", mesh.len()),
+            });
+        }
+        self.model.input.clear();
+        for &i in &BLENDSHAPE_POINTS {
+            let p = match i {
+                0..468 => mesh[i],
+                _ => {
+                    let q = irises[(i - 468) / 5][(i - 468) % 5];
+                    [q[0], q[1]]
+                }
+            };
+            self.model.input.extend_from_slice(&p);
+        }
+        self.run_input()
+    }
+
+    /// The coefficients of 146 points given in the model's input order (x, y pairs).
+    pub fn run_subset(&mut self, points: &[f32]) -> Result<[f32; 52], ModelError> {
+        self.model.input.clear();
+        self.model.input.extend_from_slice(points);
+        self.run_input()
+    }
+
+    fn run_input(&mut self) -> Result<[f32; 52], ModelError> {
         let Model {
             name,
             session,
@@ -508,12 +541,8 @@ impl BlendshapeModel {
             name: name.clone(),
             message,
         };
-        if points.len() < 478 {
-            return Err(fail(format!("needs 478 points, got {}", points.len())));
-        }
-        input.clear();
-        for &i in &BLENDSHAPE_POINTS {
-            input.extend_from_slice(&points[i]);
+        if input.len() != 146 * 2 {
+            return Err(fail(format!("needs 146 points, got {}", input.len() / 2)));
         }
         let tensor = TensorRef::from_array_view(([1usize, 146, 2], input.as_slice()))
             .map_err(|e| fail(e.to_string()))?;
