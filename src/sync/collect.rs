@@ -75,8 +75,12 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
                         topic.clone(),
                         QoS::AtLeastOnce,
                         false,
-                        serde_json::json!({ "message_id": message_id, "collector": name })
-                            .to_string(),
+                        // Two strings: serialising cannot fail.
+                        serde_json::to_string(&super::Receipt {
+                            message_id: message_id.clone(),
+                            collector: Some(name.to_string()),
+                        })
+                        .unwrap_or_default(),
                     )
                     .is_ok(),
             };

@@ -50,6 +50,23 @@ pub struct SyncOptions {
     pub collectors: Vec<String>,
 }
 
+impl SyncOptions {
+    /// `HOST:PORT`, as the broker state records it.
+    fn broker(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// A collector's receipt (on `empathic/v1/{study}/{station}/receipt`, JSON): the message it
+/// committed, and who it is (its share group, else its client id; absent from collectors
+/// older than schema v6's receipts).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Receipt {
+    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector: Option<String>,
+}
+
 /// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerAddress {
@@ -243,7 +260,7 @@ pub fn publish(
     let mut last_error = String::from("none");
     let mut jitter_state = u64::from(std::process::id()) | 1;
     let mut attempts = 0u64;
-    let broker = format!("{}:{}", opts.host, opts.port);
+    let broker = opts.broker();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(outcome);
@@ -391,12 +408,7 @@ fn connection_round(
     }
     outcome.connections += 1;
     let connected_at = outbox::now(conn)?;
-    outbox::set_broker_state(
-        conn,
-        "connected",
-        &format!("{}:{}", opts.host, opts.port),
-        None,
-    )?;
+    outbox::set_broker_state(conn, "connected", &opts.broker(), None)?;
     tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
     let receipts = topic(opts, "receipt");
     client
@@ -456,21 +468,15 @@ fn connection_round(
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic == receipts => {
                 // A collector committed the message: only now (once every collector
                 // required has) is it synced.
-                let receipt = serde_json::from_slice::<serde_json::Value>(&p.payload).ok();
-                let id = receipt
-                    .as_ref()
-                    .and_then(|v| v["message_id"].as_str().map(str::to_string));
-                let collector = receipt
-                    .as_ref()
-                    .and_then(|v| v["collector"].as_str().map(str::to_string));
-                match id {
-                    Some(id) => {
-                        if outbox::mark_synced(conn, &id, collector.as_deref(), &opts.collectors)? {
+                match serde_json::from_slice::<Receipt>(&p.payload) {
+                    Ok(r) => {
+                        let by = r.collector.as_deref();
+                        if outbox::mark_synced(conn, &r.message_id, by, &opts.collectors)? {
                             outcome.confirmed += 1;
                         }
                     }
-                    None => {
-                        tracing::warn!(topic = %p.topic, "sync: a receipt without a message id")
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, error = %e, "sync: an unreadable receipt")
                     }
                 }
             }

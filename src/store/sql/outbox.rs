@@ -656,8 +656,8 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
                 oldest_pending: r.get(4)?,
                 last_synced: r.get(5)?,
                 last_error: r.get(6)?,
-                broker: broker.clone(),
-                receipts: receipts.clone(),
+                broker,
+                receipts,
             })
         },
     )
