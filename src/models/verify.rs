@@ -10,7 +10,7 @@ use std::path::Path;
 
 use ort::value::ValueType;
 
-use super::manifest::{Dim, Manifest, ModelEntry, ModelKind, TensorSpec, Weights};
+use super::manifest::{Dim, KnownAnswer, Manifest, ModelEntry, ModelKind, TensorSpec, Weights};
 use super::{onnx, ModelError};
 use crate::features::appearance::{test_pattern, AppearanceEncoder};
 use crate::features::face::models::BlendshapeModel;
@@ -127,37 +127,20 @@ fn verify_one(
         ModelKind::FaceBlendshapes => {
             let c = points_known_answer(dir, m, &reference, onnxruntime_library)
                 .map_err(|e| known(m, dir, &ka.file, e))?;
-            if c < ka.min_cosine {
-                return Err(known(
-                    m,
-                    dir,
-                    &ka.file,
-                    format!("cosine to the reference {c:.6} < {}", ka.min_cosine),
-                ));
-            }
-            Ok(format!(
-                "sha256, load, shapes ok; point pattern cosine {c:.6} (>= {})",
-                ka.min_cosine
-            ))
+            at_least(m, dir, ka, c, true, "cosine", "point pattern cosine")
         }
         ModelKind::FaceDetector | ModelKind::FaceLandmarks | ModelKind::IrisLandmarks => {
             let worst = tensor_known_answer(dir, m, &reference, onnxruntime_library)
                 .map_err(|e| known(m, dir, &ka.file, e))?;
-            if worst < ka.min_cosine {
-                return Err(known(
-                    m,
-                    dir,
-                    &ka.file,
-                    format!(
-                        "lowest output cosine to the reference {worst:.6} < {}",
-                        ka.min_cosine
-                    ),
-                ));
-            }
-            Ok(format!(
-                "sha256, load, shapes ok; test pattern lowest output cosine {worst:.6} (>= {})",
-                ka.min_cosine
-            ))
+            at_least(
+                m,
+                dir,
+                ka,
+                worst,
+                true,
+                "lowest output cosine",
+                "test pattern lowest output cosine",
+            )
         }
         ModelKind::FusionModel => unreachable!("handled above"),
         ModelKind::ImageEncoder => {
@@ -166,18 +149,8 @@ fn verify_one(
             let mut encoder = AppearanceEncoder::open(dir, m, onnxruntime_library)?;
             let got = encoder.run(&test_pattern(encoder.input_size()))?;
             let c = cosine(&got, &expected);
-            if got.len() != expected.len() || c < ka.min_cosine {
-                return Err(known(
-                    m,
-                    dir,
-                    &ka.file,
-                    format!("cosine to the reference {c:.6} < {}", ka.min_cosine),
-                ));
-            }
-            Ok(format!(
-                "sha256, load, shapes ok; test pattern cosine {c:.6} (>= {})",
-                ka.min_cosine
-            ))
+            let same_length = got.len() == expected.len();
+            at_least(m, dir, ka, c, same_length, "cosine", "test pattern cosine")
         }
     }
 }
@@ -259,6 +232,31 @@ fn tensor_known_answer(
         worst = worst.min(cosine(got, want));
     }
     Ok(worst)
+}
+
+/// The verdict on a known answer: `figure` (`what` in the messages) must reach the entry's
+/// `min_cosine`, and the output its reference's length (`comparable`).
+fn at_least(
+    m: &ModelEntry,
+    dir: &Path,
+    ka: &KnownAnswer,
+    figure: f64,
+    comparable: bool,
+    what: &str,
+    passed: &str,
+) -> Result<String, ModelError> {
+    if !comparable || figure < ka.min_cosine {
+        return Err(known(
+            m,
+            dir,
+            &ka.file,
+            format!("{what} to the reference {figure:.6} < {}", ka.min_cosine),
+        ));
+    }
+    Ok(format!(
+        "sha256, load, shapes ok; {passed} {figure:.6} (>= {})",
+        ka.min_cosine
+    ))
 }
 
 fn known(m: &ModelEntry, dir: &Path, file: &str, message: String) -> ModelError {
