@@ -91,7 +91,10 @@ for s in sessions:
         rs = sorted(runs[v], key=lambda r: r["elapsed"])
         med = rs[1]
         first = first or med["elapsed"]
-        b = v[0] if len(bins) > 1 or not v[1] else os.path.basename(v[1])
+        # Name what varies: the binary, the config (the default config is "default"), or both.
+        parts = ([v[0]] if len(bins) > 1 else []) + (
+            [os.path.basename(v[1]) or "default"] if len(configs) > 1 or v[1] else [])
+        b = " + ".join(parts) or v[0]
         label = b if len(b) <= 24 else "..." + b[-21:]
         print(f"{s[-30:]:<30} {label:<24} {med['frames']:>7} {med['media']:>8.1f} "
               f"{med['frames'] / med['elapsed']:>9.0f} {med['media'] / med['elapsed']:>7.1f} "

@@ -446,7 +446,7 @@ impl Default for ModelsConfig {
             dir: default_models_dir(),
             onnxruntime_library: None,
             sentence_encoder: "all-MiniLM-L6-v2".into(),
-            // 160x160: about 0.55x the CPU of 224x224 (issue 18); "efficientnet-lite0" is
+            // 160x160: 0.54-0.60x the CPU of 224x224 (README, issue 18); "efficientnet-lite0" is
             // the same weights at 224.
             appearance_encoder: "efficientnet-lite0-160".into(),
             appearance_input: crate::features::appearance::AppearanceInput::Face,
