@@ -111,7 +111,7 @@ impl TrackedVideo {
                 image.width, image.height, self.size.0, self.size.1
             ));
         }
-        let mut mat = mat_of(image)?;
+        let mut mat = mat_of(image)?.try_clone().map_err(|e| e.to_string())?;
         draw(&mut mat, frame_number, obs, k).map_err(|e| e.to_string())?;
         self.writer.write(&mat).map_err(|e| e.to_string())?;
         self.written += 1;

@@ -74,7 +74,12 @@ NP_TYPES = {tflite.TensorType.FLOAT32: np.float32, tflite.TensorType.FLOAT16: np
 
 
 class Converter:
-    def __init__(self, model_bytes, outputs):
+    def __init__(self, model_bytes, outputs, dense_1x1=False):
+        # dense_1x1: a 1x1, stride-1 CONV_2D over a tensor of height 1 (the blendshape
+        # MLP-mixer's dense layers) is written as MatMul + Add on the NHWC tensor instead of
+        # a Conv between two transposes: the same arithmetic, one GEMM, and no NCHWc
+        # reorders, which cost ONNX Runtime more than the products on such small tensors.
+        self.dense_1x1 = dense_1x1
         self.m = tflite.Model.GetRootAsModel(model_bytes, 0)
         self.g = self.m.Subgraphs(0)
         self.outputs = outputs
@@ -178,6 +183,14 @@ class Converter:
             dh, dw = opt.DilationHFactor(), opt.DilationWFactor()
             sh, sw = opt.StrideH(), opt.StrideW()
             pads = self.spatial_pads(self.shape(ins[0]), kh, kw, sh, sw, dh, dw, opt.Padding())
+            if (self.dense_1x1 and not depthwise and (kh, kw, sh, sw) == (1, 1, 1, 1)
+                    and self.shape(ins[0])[1] == 1):
+                y = self.fresh("dense")
+                self.node("MatMul", [self.name(ins[0]), self.init(w[:, :, 0, 0].T.copy(), "w")], [y])
+                z = self.fresh("dense_b")
+                self.node("Add", [y, self.init(b, "b")], [z])
+                self.activation(z, opt.FusedActivationFunction(), out)
+                return
             y = self.fresh("conv")
             attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], dilations=[dh, dw], pads=pads)
             if depthwise:
@@ -550,7 +563,8 @@ def convert_task(task, out_dir):
             src = z.extract(member, tmp)
             data = open(src, "rb").read()
             dst = os.path.join(out_dir, onnx_name)
-            onnx.save(Converter(data, outputs).convert(), dst)
+            dense = "blendshapes" in member
+            onnx.save(Converter(data, outputs, dense_1x1=dense).convert(), dst)
             digest = hashlib.sha256(open(dst, "rb").read()).hexdigest()
             print(f"{dst}: {os.path.getsize(dst)} bytes, sha256 {digest}")
             print(f"  source {member} sha256 {hashlib.sha256(data).hexdigest()}")

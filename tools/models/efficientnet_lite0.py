@@ -4,17 +4,25 @@ import math, torch, torch.nn as nn, torch.nn.functional as F
 BLOCKS = [(1,3,1,1,32,16),(2,3,2,6,16,24),(2,5,2,6,24,40),(3,3,2,6,40,80),(3,5,1,6,80,112),(4,5,2,6,112,192),(1,3,1,6,192,320)]
 
 class SamePad(nn.Module):
-    """TensorFlow SAME padding for a given kernel and stride (dynamic in the input size)."""
+    """TensorFlow SAME padding for a given kernel and stride (dynamic in the input size,
+    unless `Lite0.fix_padding` recorded the pads for one input size)."""
     def __init__(self, k, s, mode):
         super().__init__(); self.k, self.s, self.mode = k, s, mode
+        self.fixed, self.record = None, False
     def forward(self, x):
+        if self.fixed is not None:
+            return F.pad(x, self.fixed)
         if self.mode == "sym":
             p = (self.k - 1) // 2
-            return F.pad(x, (p, p, p, p))
-        ih, iw = x.shape[-2:]
-        ph = max((math.ceil(ih / self.s) - 1) * self.s + self.k - ih, 0)
-        pw = max((math.ceil(iw / self.s) - 1) * self.s + self.k - iw, 0)
-        return F.pad(x, (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2))
+            pads = (p, p, p, p)
+        else:
+            ih, iw = x.shape[-2:]
+            ph = max((math.ceil(ih / self.s) - 1) * self.s + self.k - ih, 0)
+            pw = max((math.ceil(iw / self.s) - 1) * self.s + self.k - iw, 0)
+            pads = (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2)
+        if self.record:
+            self.fixed = tuple(int(p) for p in pads)
+        return F.pad(x, pads)
 
 class Block(nn.Module):
     def __init__(self, k, s, e, cin, cout, mode):
@@ -52,6 +60,16 @@ class Lite0(nn.Module):
         self._conv_head = nn.Conv2d(320, 1280, 1, bias=False)
         self._bn1 = nn.BatchNorm2d(1280, eps=1e-3, momentum=0.01)
         self._fc = nn.Linear(1280, 1000)
+    def fix_padding(self, size):
+        """Records every SAME padding for a size x size input, so an export holds constant
+        pads (which the exporter then folds into the convolutions) instead of shape arithmetic."""
+        pads = [m for m in self.modules() if isinstance(m, SamePad)]
+        for m in pads:
+            m.fixed, m.record = None, True
+        with torch.no_grad():
+            self.features(torch.zeros(1, 3, size, size))
+        for m in pads:
+            m.record = False
     def features(self, x):
         x = F.relu6(self._bn0(self._conv_stem(self.stem_pad(x))))
         for b in self._blocks:

@@ -7,7 +7,8 @@
 //! edge pixels repeated outside the image. [`Roi::to_image`] maps model outputs in tensor
 //! coordinates back to image pixels, so crop and projection always agree.
 
-use opencv::core::{Mat, Scalar, Size, BORDER_CONSTANT, BORDER_REPLICATE};
+use opencv::boxed_ref::BoxedRef;
+use opencv::core::{Mat, Scalar, Size, Vec3b, BORDER_CONSTANT, BORDER_REPLICATE};
 use opencv::imgproc;
 use opencv::prelude::*;
 
@@ -142,14 +143,13 @@ pub fn appearance_signature(image: &BgrImage, roi: &Roi) -> [f32; SIGNATURE_SIDE
     out
 }
 
-/// A borrowed OpenCV view of a BGR frame.
-pub fn mat_of(image: &BgrImage) -> Result<Mat, String> {
-    let flat =
-        Mat::new_rows_cols_with_data(image.height as i32, image.width as i32 * 3, &image.data)
-            .map_err(|e| e.to_string())?;
-    flat.reshape(3, image.height as i32)
-        .map_err(|e| e.to_string())?
-        .try_clone()
+/// An OpenCV view borrowing a frame's pixels.
+pub type FrameMat<'a> = BoxedRef<'a, Mat>;
+
+/// A borrowed OpenCV view of a BGR frame (no copy of the pixels: the facial stage and
+/// the encoder each read every frame; `try_clone` it to draw on it).
+pub fn mat_of(image: &BgrImage) -> Result<FrameMat<'_>, String> {
+    Mat::new_rows_cols_with_bytes::<Vec3b>(image.height as i32, image.width as i32, &image.data)
         .map_err(|e| e.to_string())
 }
 
@@ -165,7 +165,7 @@ pub enum Border {
 /// Crops `roi` out of a BGR frame into `out`: `size` x `size` RGB, NHWC, values mapped
 /// from [0, 255] to [lo, 1].
 pub fn crop_to_tensor(
-    frame: &Mat,
+    frame: &FrameMat<'_>,
     roi: &Roi,
     size: i32,
     flip: bool,

@@ -440,7 +440,7 @@ impl FaceAnalyzer {
 
     fn describe(
         &mut self,
-        frame: &opencv::core::Mat,
+        frame: &crop::FrameMat<'_>,
         mesh: Mesh,
         aligned_crop: Roi,
         k: &Intrinsics,

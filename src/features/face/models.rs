@@ -11,11 +11,10 @@
 
 use std::path::Path;
 
-use opencv::core::Mat;
 use ort::session::Session;
 use ort::value::TensorRef;
 
-use super::crop::{crop_to_tensor, rotation_between, Border, Roi};
+use super::crop::{crop_to_tensor, rotation_between, Border, FrameMat, Roi};
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
 
@@ -93,7 +92,7 @@ impl Model {
     /// Crops `roi` into `self.input` (see [`crop_to_tensor`]), naming this model on error.
     fn crop(
         &mut self,
-        frame: &Mat,
+        frame: &FrameMat<'_>,
         roi: &Roi,
         size: i32,
         flip: bool,
@@ -181,7 +180,7 @@ impl FaceDetector {
     /// Every face in the frame with a score >= 0.5, best first.
     pub fn detect(
         &mut self,
-        frame: &Mat,
+        frame: &FrameMat<'_>,
         width: u32,
         height: u32,
     ) -> Result<Vec<Detection>, ModelError> {
@@ -302,7 +301,7 @@ impl FaceMeshModel {
         })
     }
 
-    pub fn run(&mut self, frame: &Mat, roi: Roi) -> Result<Mesh, ModelError> {
+    pub fn run(&mut self, frame: &FrameMat<'_>, roi: Roi) -> Result<Mesh, ModelError> {
         self.model
             .crop(frame, &roi, MESH_SIZE, false, Border::Replicate, 0.0)?;
         let out = self.model.run(MESH_SIZE, &["landmarks", "face_flag"])?;
@@ -350,7 +349,7 @@ impl IrisModel {
     /// the second (image-right) eye is mirrored, since the model was trained on one side.
     pub fn run_pair(
         &mut self,
-        frame: &Mat,
+        frame: &FrameMat<'_>,
         eyes: [((f32, f32), (f32, f32)); 2],
     ) -> Result<[Eye; 2], ModelError> {
         let mut rois = [None; 2];
