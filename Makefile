@@ -2,6 +2,10 @@
 CARGO ?= cargo
 DEMO_DB ?= empathic.db
 DEMO_REPORT ?= demo-report.html
+# ONNX Runtime's PyPI library queues usage telemetry for Microsoft unless told not to. The
+# binary turns it off itself (src/models/onnx.rs, TELEMETRY_OFF); this covers the tests and
+# benchmarks that load models in their own process.
+export ORT_DISABLE_TELEMETRY := 1
 
 .PHONY: setup build demo test lint bench clean train-demo install
 

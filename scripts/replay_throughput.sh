@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Replay throughput at --speed max, per session: frames per second, multiple of real time,
+# Replay throughput at --speed max, per session: frames per second, multiple of real time
+# (also after the set-up, the replay's own `setup_secs`: opening the store and the models),
 # CPU cores used (user + system CPU time over wall time), peak resident memory, and a table
 # of CPU per thread (sampled from /proc every 50 ms: CPU ms a frame and share of the run
 # each named thread was busy). The demo session and (when present) the shared real
@@ -73,13 +74,15 @@ def run(variant, session):
         for name, secs in seen.values():
             threads[name] = threads.get(name, 0.0) + secs
         # Peak RSS: the process's high-water mark (VmHWM) at the last sample before it ended.
-        return {"elapsed": r["elapsed_secs"], "wall": wall, "frames": r["frames"],
+        return {"elapsed": r["elapsed_secs"], "setup": r.get("setup_secs"), "wall": wall,
+                "frames": r["frames"],
                 "media": r["duration_secs"], "cpu": cpu, "rss_mib": hwm_kib / 1024,
                 "threads": threads}
 
 
 print(f"{'session':<30} {'binary / config':<24} {'frames':>7} {'media s':>8} {'frames/s':>9} "
-      f"{'x real':>7} {'cores':>6} {'peak RSS MiB':>13} {'time/1st':>9}")
+      f"{'x real':>7} {'set-up s':>9} {'x real after set-up':>20} {'cores':>6} {'peak RSS MiB':>13} "
+      f"{'time/1st':>9}")
 tables = []
 for s in sessions:
     runs = {v: [] for v in variants}
@@ -96,8 +99,13 @@ for s in sessions:
             [os.path.basename(v[1]) or "default"] if len(configs) > 1 or v[1] else [])
         b = " + ".join(parts) or v[0]
         label = b if len(b) <= 24 else "..." + b[-21:]
+        # Set-up (store, session folder, models) is a fixed cost per session; the rate
+        # after it is what an hour-long session sees. Older binaries do not report it.
+        setup = med["setup"]
+        after = "-" if setup is None else f"{med['media'] / (med['elapsed'] - setup):.1f}"
         print(f"{s[-30:]:<30} {label:<24} {med['frames']:>7} {med['media']:>8.1f} "
               f"{med['frames'] / med['elapsed']:>9.0f} {med['media'] / med['elapsed']:>7.1f} "
+              f"{'-' if setup is None else f'{setup:.2f}':>9} {after:>20} "
               f"{med['cpu'] / med['wall']:>6.2f} {max(r['rss_mib'] for r in rs):>13.0f} "
               f"{med['elapsed'] / first:>9.3f}")
         tables.append((s, label, med))

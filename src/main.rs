@@ -1,6 +1,7 @@
 //! The `empathic` command: parses the command line, sets up logging and dispatches to the
-//! command bodies in [`empathic::cli`], after one process-wide allocator setting
-//! ([`share_one_malloc_arena`]); nothing else lives here.
+//! command bodies in [`empathic::cli`], after two process-wide settings made before any
+//! thread exists (one malloc arena, [`share_one_malloc_arena`]; ONNX Runtime's telemetry
+//! off, `empathic::models::onnx::TELEMETRY_OFF`); nothing else lives here.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -448,6 +449,10 @@ enum SessionsCommand {
 
 fn main() -> ExitCode {
     share_one_malloc_arena();
+    // Before any thread exists (setting the environment later would race with readers).
+    if std::env::var_os(empathic::models::onnx::TELEMETRY_OFF).is_none() {
+        std::env::set_var(empathic::models::onnx::TELEMETRY_OFF, "1");
+    }
     init_logging();
     let cli = Cli::parse();
     match dispatch(cli.command) {

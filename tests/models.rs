@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::*;
 use empathic::features::text::cosine;
@@ -30,6 +31,29 @@ fn shipped_models_verify() {
     assert!(out.contains("ok      all-MiniLM-L6-v2-int8"), "{out}");
     assert!(out.contains("ok      all-MiniLM-L6-v2 "), "{out}");
     assert!(out.contains("0 failed"), "{out}");
+}
+
+/// ONNX Runtime's PyPI library queues usage telemetry under `~/.cache/Microsoft` unless
+/// told not to; the binary tells it not to, so a run (here, loading every model) leaves
+/// no such queue in the home directory.
+#[test]
+fn onnx_runtime_telemetry_stays_off() {
+    let home = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["models", "verify"])
+        .env("EMPATHIC_LOG", "error")
+        .env("HOME", home.path())
+        .env("XDG_CACHE_HOME", home.path().join(".cache"))
+        .env_remove(empathic::models::onnx::TELEMETRY_OFF)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let queue = home.path().join(".cache/Microsoft");
+    assert!(
+        !queue.exists(),
+        "ONNX Runtime wrote its telemetry queue: {}",
+        queue.display()
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! the config, `$ORT_DYLIB_PATH`, `libonnxruntime.so.1` next to the executable, then in
 //! `../lib/empathic/` beside it (where `make install` puts it). It is loaded
 //! once per process (ONNX Runtime allows one environment); a missing library is an error
-//! naming every place tried, never a panic.
+//! naming every place tried, never a panic. ONNX Runtime's own telemetry is off
+//! ([`TELEMETRY_OFF`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -15,6 +16,16 @@ use ort::session::Session;
 use super::ModelError;
 
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+/// The environment variable that turns off ONNX Runtime's own telemetry, which the
+/// Microsoft-built library from PyPI has on Linux too (1DS): without it, every process
+/// that loads the library writes a device id and usage events (model producers, operator
+/// sets, execution providers, run counts) into a SQLite queue under
+/// `~/.cache/Microsoft/DeveloperTools/.onnxruntime/` for upload to Microsoft when a
+/// network is there. A station in someone's home sends nothing anywhere the study did not
+/// choose, so `main` sets it to `1` before any thread exists (unless it is already set),
+/// and `tests/models.rs` checks that no such queue appears.
+pub const TELEMETRY_OFF: &str = "ORT_DISABLE_TELEMETRY";
 
 /// Where the ONNX Runtime library is looked for, in order.
 pub fn library_candidates(configured: Option<&Path>) -> Vec<PathBuf> {
@@ -49,6 +60,9 @@ pub fn environment(configured: Option<&Path>) -> Result<&'static Environment, Mo
         ort::init_from(found)
             .map_err(|e| format!("{}: {e}", found.display()))?
             .with_name("empathic")
+            // No usage events (see `TELEMETRY_OFF`); `main` also sets the variable, which
+            // is what keeps the library from opening its event queue at all.
+            .with_telemetry(false)
             .build()
             .map_err(|e| format!("{}: {e}", found.display()))
     });

@@ -134,7 +134,12 @@ pub struct ReplaySummary {
     pub frames: u64,
     pub windows: u64,
     pub duration_secs: f64,
+    /// Wall time of the whole replay, set-up included.
     pub elapsed_secs: f64,
+    /// Of it, the set-up before the first frame: opening the store, the session folder and
+    /// every model (a fixed cost per session, about 0.2 s here; a tenth of a 30 s clip's
+    /// replay, nothing against an hour-long session's).
+    pub setup_secs: f64,
     pub speed: String,
     pub quality: QualityReport,
     /// Session-level predicted empathy toward each story, beside the self-ratings.
@@ -196,7 +201,7 @@ impl ReplaySummary {
         let _ = writeln!(s, "stored in {}", self.db_path);
         let _ = writeln!(
             s,
-            "duration  {:.2} s of media in {:.2} s ({:.1}x real time, --speed {})",
+            "duration  {:.2} s of media in {:.2} s ({:.1}x real time, --speed {}; set-up {:.2} s of it)",
             self.duration_secs,
             self.elapsed_secs,
             if self.elapsed_secs > 0.0 {
@@ -204,7 +209,8 @@ impl ReplaySummary {
             } else {
                 0.0
             },
-            self.speed
+            self.speed,
+            self.setup_secs
         );
         let _ = writeln!(
             s,

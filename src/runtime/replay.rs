@@ -111,7 +111,8 @@ pub fn replay(
             replace: opts.replace,
         })
         .map_err(RunError::from)?;
-    tracing::info!(session = %m.session_id, dir = %opts.session_dir.display(), "replay started");
+    let setup_secs = started.elapsed().as_secs_f64();
+    tracing::info!(session = %m.session_id, dir = %opts.session_dir.display(), setup_secs, "replay started");
 
     let sources = open_sources(&session, config).map_err(fail)?;
     if let Some(n) = sources.video.info().declared_frames {
@@ -169,6 +170,7 @@ pub fn replay(
         windows: outcome.windows,
         duration_secs: outcome.duration_ns as f64 / 1e9,
         elapsed_secs: started.elapsed().as_secs_f64(),
+        setup_secs,
         speed: opts.speed.to_string(),
         quality: outcome.quality,
         predictions: store.session_predictions(&m.session_id)?,
