@@ -469,11 +469,14 @@ fn main() -> ExitCode {
 ///
 /// glibc otherwise gives a thread that allocates while another holds the lock an arena of
 /// its own (up to 8 per core), and freed memory stays in the arena that allocated it. The
-/// pipeline's dozen named threads each allocate a little per frame, so a replay of the demo
-/// session held some 60 MiB of idle arena memory: peak RSS 351 MiB with glibc's default
-/// against 288 MiB with one arena, in one sitting (issue 18), with no throughput lost (the
-/// tensors live in ONNX Runtime's own arenas; per frame the threads ask malloc for a few
-/// small vectors). The library crate forbids `unsafe`; this one call is its only use.
+/// pipeline's dozen named threads each allocate a little per frame, so a replay held
+/// 37-76 MiB more at its peak with 16 arenas than with one (`scripts/replay_throughput.sh`,
+/// the same build run with `MALLOC_ARENA_MAX=16`, demo and the three shared sessions,
+/// issue 18). Speed: in that sitting 16 arenas replayed 1-9 % faster; in a second one (demo,
+/// 1, 2, 4 and 16 arenas: 119, 120, 111, 116 frames/s) one arena was as fast, so the cost is
+/// within this machine's noise (the tensors live in ONNX Runtime's own arenas; per frame the
+/// threads ask malloc for a few small vectors). The library crate forbids `unsafe`; this
+/// one call is its only use.
 fn share_one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

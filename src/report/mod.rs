@@ -136,9 +136,9 @@ pub struct ReplaySummary {
     pub duration_secs: f64,
     /// Wall time of the whole replay, set-up included.
     pub elapsed_secs: f64,
-    /// Of it, the set-up before the first frame: opening the store, the session folder and
-    /// every model (a fixed cost per session, about 0.2 s here; a tenth of a 30 s clip's
-    /// replay, nothing against an hour-long session's).
+    /// Of it, the set-up before the sources open: the store, the session folder and every
+    /// model (a fixed cost per session: 0.23-0.26 s on the 2-core development machine,
+    /// 6-7 % of a 30 s clip's replay there, nothing against an hour-long session's).
     pub setup_secs: f64,
     pub speed: String,
     pub quality: QualityReport,

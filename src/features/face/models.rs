@@ -110,13 +110,19 @@ impl Model {
     /// Runs the model on `self.input` (a batch of NHWC `size` x `size` x 3 images) and
     /// returns its outputs, flattened, in the order of `names`.
     fn run(&mut self, size: i32, names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let s = size as usize;
+        let batch = self.input.len() / (s * s * 3);
+        self.run_shaped(&[batch, s, s, 3], names)
+    }
+
+    /// Runs the model on `self.input` as one tensor of `shape` and returns its outputs,
+    /// flattened, in the order of `names`.
+    fn run_shaped(&mut self, shape: &[usize], names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         let fail = |message: String| ModelError::Inference {
             name: self.name.clone(),
             message,
         };
-        let s = size as usize;
-        let batch = self.input.len() / (s * s * 3);
-        let tensor = TensorRef::from_array_view(([batch, s, s, 3], self.input.as_slice()))
+        let tensor = TensorRef::from_array_view((shape, self.input.as_slice()))
             .map_err(|e| fail(e.to_string()))?;
         let outputs = self
             .session
@@ -531,32 +537,19 @@ impl BlendshapeModel {
     }
 
     fn run_input(&mut self) -> Result<[f32; 52], ModelError> {
-        let Model {
-            name,
-            session,
-            input,
-        } = &mut self.model;
-        let fail = |message: String| ModelError::Inference {
-            name: name.clone(),
-            message,
+        let found = if self.model.input.len() == 146 * 2 {
+            let out = self.model.run_shaped(&[1, 146, 2], &["blendshapes"])?;
+            match <[f32; 52]>::try_from(out[0].as_slice()) {
+                Ok(coefficients) => return Ok(coefficients),
+                Err(_) => format!("gave {} coefficients, not 52", out[0].len()),
+            }
+        } else {
+            format!("needs 146 points, got {}", self.model.input.len() / 2)
         };
-        if input.len() != 146 * 2 {
-            return Err(fail(format!("needs 146 points, got {}", input.len() / 2)));
-        }
-        let tensor = TensorRef::from_array_view(([1usize, 146, 2], input.as_slice()))
-            .map_err(|e| fail(e.to_string()))?;
-        let outputs = session
-            .run(ort::inputs!["image" => tensor])
-            .map_err(|e| fail(e.to_string()))?;
-        let (_, v) = outputs["blendshapes"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| fail(e.to_string()))?;
-        if v.len() != 52 {
-            return Err(fail(format!("gave {} coefficients, not 52", v.len())));
-        }
-        let mut out = [0.0f32; 52];
-        out.copy_from_slice(v);
-        Ok(out)
+        Err(ModelError::Inference {
+            name: self.model.name.clone(),
+            message: found,
+        })
     }
 }
 
