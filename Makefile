@@ -38,7 +38,7 @@ lint: setup
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
-	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion --bench sync_load
+	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion --bench sync_load --bench video_signal
 	./scripts/replay_throughput.sh
 
 # Development only: the fusion toolkit's whole loop on the recorded sessions (synthetic

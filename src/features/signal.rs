@@ -15,7 +15,10 @@
 //! Both keep session totals for the quality report.
 
 use super::{AudioRow, AudioStage, FrameContext, FrameStage, ModalitySpec, PoolFn, StageError};
-use crate::capture::{samples_to_ns, AudioBlock, VideoFrame};
+use opencv::prelude::*;
+
+use super::face::crop;
+use crate::capture::{samples_to_ns, AudioBlock, BgrImage, VideoFrame};
 use crate::config::QualityConfig;
 use crate::Nanos;
 
@@ -42,7 +45,7 @@ pub mod audio_columns {
 pub struct VideoSignalStage {
     spec: ModalitySpec,
     totals: VideoSignalTotals,
-    luma: Vec<f32>,
+    scratch: Scratch,
 }
 
 /// Session totals of the video signal stage.
@@ -63,7 +66,7 @@ impl VideoSignalStage {
                 1,
             ),
             totals: VideoSignalTotals::default(),
-            luma: Vec::new(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -100,7 +103,11 @@ impl FrameStage for VideoSignalStage {
                 ),
             });
         }
-        let (mean, var, sharpness) = frame_statistics(&img.data, w, h, &mut self.luma);
+        let (mean, var, sharpness) =
+            frame_statistics(img, &mut self.scratch).map_err(|e| StageError {
+                stage: "video_signal",
+                message: format!("frame {}: {e}", frame.seq),
+            })?;
         self.totals.frames += 1;
         self.totals.brightness_sum += mean / 255.0;
         self.totals.sharpness_sum += sharpness;
@@ -112,56 +119,103 @@ impl FrameStage for VideoSignalStage {
     }
 }
 
+/// Luma is computed exactly as 1000 x (0.299 R + 0.587 G + 0.114 B), an integer.
+const LUMA_SCALE: f64 = 1000.0;
+
 /// Mean and variance of luma (0-255) and the variance of its 4-neighbour Laplacian over
-/// the interior pixels, with `luma` as scratch.
+/// the interior pixels, with `scratch` reused between frames.
 ///
-/// Two passes over the frame instead of four: the first computes luma and its sum, the
-/// second the squared deviations and the Laplacian's two sums side by side. Each sum still
-/// adds the same terms in the same (row-major) order as the plain definition, so the
-/// results are bit for bit those of the three separate loops this replaced (a unit test
-/// holds them equal); interleaving the three chains of dependent f64 additions lets them
-/// overlap: the stage's share of a grid replay's CPU samples (perf, one run each) fell
-/// from 7.1 to 5.9 % (issue 18).
-fn frame_statistics(bgr: &[u8], w: usize, h: usize, luma: &mut Vec<f32>) -> (f64, f64, f64) {
-    luma.resize(bgr.len() / 3, 0.0);
-    let mut sum = 0.0f64;
-    for (l, p) in luma.iter_mut().zip(bgr.chunks_exact(3)) {
-        let v = 0.114 * f32::from(p[0]) + 0.587 * f32::from(p[1]) + 0.299 * f32::from(p[2]);
-        *l = v;
-        sum += f64::from(v);
+/// Why integers: luma x 1000 is an integer (at most 255,000), so its sums, sums of
+/// squares and Laplacians are exact in u64/i64 per row and u128 per frame, and each
+/// statistic is one exactly computed integer fraction rounded once to f64. Integer
+/// additions may be taken in any order, so the compiler vectorises the loops; the f64
+/// running sums this replaced had to be added one after another (a dependent chain per
+/// pixel) and held the stage near 1 ms a 640x480 frame (issue 18). OpenCV's `split`
+/// (SIMD, dispatched at run time) separates the interleaved channels, which plain Rust
+/// for the baseline x86-64 target could not vectorise. The results are the definition's
+/// exact values; the f32 luma before differed from them by its rounding (about 1e-7
+/// relative), which is the size of the change in the stored values.
+fn frame_statistics(
+    bgr: &BgrImage,
+    scratch: &mut Scratch,
+) -> Result<(f64, f64, f64), opencv::Error> {
+    let (w, h) = (bgr.width as usize, bgr.height as usize);
+    let mat = crop::mat_of(bgr).map_err(|e| opencv::Error::new(opencv::core::StsError, e))?;
+    opencv::core::split(&mat, &mut scratch.planes)?;
+    let (b, g, r) = (
+        scratch.planes.get(0)?,
+        scratch.planes.get(1)?,
+        scratch.planes.get(2)?,
+    );
+    let luma = &mut scratch.luma;
+    luma.clear();
+    luma.extend(
+        b.data_bytes()?
+            .iter()
+            .zip(g.data_bytes()?)
+            .zip(r.data_bytes()?)
+            .map(|((&b, &g), &r)| 114 * u32::from(b) + 587 * u32::from(g) + 299 * u32::from(r)),
+    );
+    Ok(luma_statistics(luma, w, h))
+}
+
+/// The statistics of [`frame_statistics`] from luma x 1000, row-major `w` x `h`.
+fn luma_statistics(luma: &[u32], w: usize, h: usize) -> (f64, f64, f64) {
+    let n = luma.len() as u128;
+    let (mut sum, mut sum_sq) = (0u128, 0u128);
+    for row in luma.chunks(w.max(1)) {
+        // Per row at most w x 255,000^2 < 2^64 for any width below 280,000 pixels.
+        let (s, q) = row.iter().fold((0u64, 0u64), |(s, q), &v| {
+            (s + u64::from(v), q + u64::from(v) * u64::from(v))
+        });
+        sum += u128::from(s);
+        sum_sq += u128::from(q);
     }
-    let n = luma.len() as f64;
-    let mean = sum / n;
-    let dev = |v: f32| (f64::from(v) - mean).powi(2);
-    let (mut var_sum, mut lap_sum, mut lap_sq) = (0.0f64, 0.0f64, 0.0f64);
-    let interior = w >= 3 && h >= 3;
-    for y in 0..h {
-        let row = y * w;
-        if !interior || y == 0 || y == h - 1 {
-            for &v in &luma[row..row + w] {
-                var_sum += dev(v);
-            }
-            continue;
-        }
-        var_sum += dev(luma[row]);
-        for x in 1..w - 1 {
-            let i = row + x;
-            var_sum += dev(luma[i]);
-            let lap = luma[i - 1] + luma[i + 1] + luma[i - w] + luma[i + w] - 4.0 * luma[i];
-            let lap = f64::from(lap);
-            lap_sum += lap;
-            lap_sq += lap * lap;
-        }
-        var_sum += dev(luma[row + w - 1]);
+    let mean = sum as f64 / n as f64 / LUMA_SCALE;
+    let var = variance(n, sum, sum_sq);
+    if w < 3 || h < 3 {
+        return (mean, var, 0.0);
     }
-    let sharpness = if interior {
-        let m = ((w - 2) * (h - 2)) as f64;
-        let lap_mean = lap_sum / m;
-        (lap_sq / m - lap_mean * lap_mean).max(0.0)
-    } else {
-        0.0
-    };
-    (mean, var_sum / n, sharpness)
+    let (mut lap_sum, mut lap_sq) = (0i128, 0u128);
+    for y in 1..h - 1 {
+        let (up, mid, down) = (
+            &luma[(y - 1) * w + 1..y * w - 1],
+            &luma[y * w..(y + 1) * w],
+            &luma[(y + 1) * w + 1..(y + 2) * w - 1],
+        );
+        let (left, centre, right) = (&mid[..w - 2], &mid[1..w - 1], &mid[2..]);
+        // |lap| <= 4 x 255,000 < 2^21, so lap^2 < 2^42 and a row's sums fit 64 bits.
+        let (mut s, mut q) = (0i64, 0u64);
+        for i in 0..w - 2 {
+            let lap = (left[i] + right[i] + up[i] + down[i]) as i32 - 4 * centre[i] as i32;
+            s += i64::from(lap);
+            let a = u64::from(lap.unsigned_abs());
+            q += a * a;
+        }
+        lap_sum += i128::from(s);
+        lap_sq += u128::from(q);
+    }
+    let m = ((w - 2) * (h - 2)) as u128;
+    (mean, var, variance_signed(m, lap_sum, lap_sq))
+}
+
+/// Per-stage buffers reused from frame to frame.
+#[derive(Default)]
+struct Scratch {
+    planes: opencv::core::Vector<opencv::core::Mat>,
+    luma: Vec<u32>,
+}
+
+/// Population variance, on the 0-255 scale, of `n` scaled values with these sums:
+/// (n Σv² - (Σv)²) / n², the numerator exact.
+fn variance(n: u128, sum: u128, sum_sq: u128) -> f64 {
+    let numerator = n * sum_sq - sum * sum;
+    numerator as f64 / (n as f64 * n as f64) / (LUMA_SCALE * LUMA_SCALE)
+}
+
+/// [`variance`] for values of either sign.
+fn variance_signed(n: u128, sum: i128, sum_sq: u128) -> f64 {
+    variance(n, sum.unsigned_abs(), sum_sq)
 }
 
 /// Per-10-ms level, clipping and voice activity.
@@ -338,7 +392,6 @@ pub fn pool_signal_rows(rows: &[&AudioRow]) -> Option<Vec<f32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::BgrImage;
 
     fn frame(width: u32, height: u32, f: impl Fn(u32, u32) -> u8) -> VideoFrame {
         let mut data = Vec::new();
@@ -359,40 +412,46 @@ mod tests {
         }
     }
 
-    /// The plain definition the two-pass [`frame_statistics`] must equal bit for bit.
+    /// The plain definition in f64 (luma 0.299 R + 0.587 G + 0.114 B, two-pass variance)
+    /// that the exact integer [`frame_statistics`] must agree with to f64 rounding.
     fn statistics_by_definition(bgr: &[u8], w: usize, h: usize) -> (f64, f64, f64) {
-        let luma: Vec<f32> = bgr
+        let luma: Vec<f64> = bgr
             .chunks_exact(3)
-            .map(|p| 0.114 * f32::from(p[0]) + 0.587 * f32::from(p[1]) + 0.299 * f32::from(p[2]))
+            .map(|p| 0.114 * f64::from(p[0]) + 0.587 * f64::from(p[1]) + 0.299 * f64::from(p[2]))
             .collect();
         let n = luma.len() as f64;
-        let mean = luma.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-        let var = luma
-            .iter()
-            .map(|&v| (f64::from(v) - mean).powi(2))
-            .sum::<f64>()
-            / n;
+        let mean = luma.iter().sum::<f64>() / n;
+        let var = luma.iter().map(|&v| (v - mean).powi(2)).sum::<f64>() / n;
         if w < 3 || h < 3 {
             return (mean, var, 0.0);
         }
-        let (mut sum, mut sum_sq) = (0.0f64, 0.0f64);
+        let mut laps = Vec::new();
         for y in 1..h - 1 {
             for x in 1..w - 1 {
                 let i = y * w + x;
-                let lap = luma[i - 1] + luma[i + 1] + luma[i - w] + luma[i + w] - 4.0 * luma[i];
-                sum += f64::from(lap);
-                sum_sq += f64::from(lap) * f64::from(lap);
+                laps.push(luma[i - 1] + luma[i + 1] + luma[i - w] + luma[i + w] - 4.0 * luma[i]);
             }
         }
-        let m = ((w - 2) * (h - 2)) as f64;
-        (mean, var, (sum_sq / m - (sum / m) * (sum / m)).max(0.0))
+        let m = laps.len() as f64;
+        let lap_mean = laps.iter().sum::<f64>() / m;
+        let lap_var = laps.iter().map(|&l| (l - lap_mean).powi(2)).sum::<f64>() / m;
+        (mean, var, lap_var)
+    }
+
+    fn statistics_of(bgr: &[u8], w: usize, h: usize, scratch: &mut Scratch) -> (f64, f64, f64) {
+        let image = BgrImage {
+            width: w as u32,
+            height: h as u32,
+            data: bgr.to_vec(),
+        };
+        frame_statistics(&image, scratch).unwrap()
     }
 
     #[test]
-    fn two_pass_statistics_equal_the_definition_bit_for_bit() {
+    fn integer_statistics_equal_the_definition() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut scratch = Vec::new();
-        for (w, h) in [(640, 480), (37, 23), (3, 3), (2, 9), (9, 1)] {
+        let mut scratch = Scratch::default();
+        for (w, h) in [(640, 480), (37, 23), (3, 3), (2, 9), (9, 1), (1920, 1080)] {
             let bgr: Vec<u8> = (0..w * h * 3)
                 .map(|i| {
                     state ^= state << 13;
@@ -402,12 +461,34 @@ mod tests {
                     ((i / 3 % w) as u64 / 3 + (state % 40)) as u8
                 })
                 .collect();
-            let got = frame_statistics(&bgr, w, h, &mut scratch);
+            let got = statistics_of(&bgr, w, h, &mut scratch);
             let want = statistics_by_definition(&bgr, w, h);
-            assert_eq!(got.0.to_bits(), want.0.to_bits(), "mean {w}x{h}");
-            assert_eq!(got.1.to_bits(), want.1.to_bits(), "variance {w}x{h}");
-            assert_eq!(got.2.to_bits(), want.2.to_bits(), "sharpness {w}x{h}");
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+            assert!(close(got.0, want.0), "mean {w}x{h}: {got:?} {want:?}");
+            assert!(close(got.1, want.1), "variance {w}x{h}: {got:?} {want:?}");
+            assert!(close(got.2, want.2), "sharpness {w}x{h}: {got:?} {want:?}");
         }
+    }
+
+    #[test]
+    fn extreme_frames_do_not_overflow() {
+        let mut scratch = Scratch::default();
+        // A full-HD checkerboard of black and white: the largest Laplacians there are.
+        let (w, h) = (1920, 1080);
+        let bgr: Vec<u8> = (0..w * h)
+            .flat_map(|i| {
+                let v = if (i % w + i / w) % 2 == 0 { 0 } else { 255 };
+                [v, v, v]
+            })
+            .collect();
+        let (mean, var, sharpness) = statistics_of(&bgr, w, h, &mut scratch);
+        let want = statistics_by_definition(&bgr, w, h);
+        assert!((mean - 127.5).abs() < 1e-6, "{mean}");
+        assert!((var - 127.5 * 127.5).abs() < 1e-3, "{var}");
+        assert!(
+            (sharpness - want.2).abs() <= 1e-9 * want.2,
+            "{sharpness} {want:?}"
+        );
     }
 
     #[test]
