@@ -2,12 +2,12 @@
 //! fp32 (model only, and the whole stage on a 640x480 frame), the same weights on 160x160,
 //! and, when built, ResNet50 with random weights (the paper's compute).
 
+mod common;
+
 use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use empathic::capture::video_file::FileVideoSource;
-use empathic::capture::VideoSource;
 use empathic::features::appearance::{test_pattern, AppearanceEncoder};
 use empathic::features::{FrameContext, FrameStage};
 use empathic::models::manifest::Manifest;
@@ -17,15 +17,7 @@ fn bench(c: &mut Criterion) {
     let manifest = Manifest::load(dir).expect("models/MODELS.toml");
     let entry = manifest.get("efficientnet-lite0", dir).expect("model");
     let mut encoder = AppearanceEncoder::open(dir, entry, None).expect("ONNX Runtime and model");
-    let video = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/demo/session/video.avi"
-    ));
-    let frame = FileVideoSource::open(video)
-        .expect("demo video")
-        .next_frame()
-        .expect("decode")
-        .expect("a frame");
+    let frame = common::demo_frames(1).remove(0);
     let mut group = c.benchmark_group("appearance");
     group.sample_size(20);
     group.throughput(Throughput::Elements(1));

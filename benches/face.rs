@@ -7,13 +7,13 @@
 //! CPU-second, and CPU time leaves out the moments this shared machine gives the core to
 //! someone else, which make wall-clock runs differ by 30 % here.
 
+mod common;
+
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use empathic::capture::video_file::FileVideoSource;
-use empathic::capture::{VideoFrame, VideoSource};
 use empathic::features::face::crop::mat_of;
 use empathic::features::face::models::{FaceDetector, FaceMeshModel, IrisModel};
 use empathic::features::face::{FaceAnalyzer, Mode, DETECTOR_MODEL, IRIS_MODEL, MESH_MODEL};
@@ -22,18 +22,7 @@ use empathic::models::manifest::Manifest;
 fn bench(c: &mut Criterion) {
     let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/models"));
     let manifest = Manifest::load(dir).expect("models/MODELS.toml");
-    let video = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/demo/session/video.avi"
-    ));
-    let mut source = FileVideoSource::open(video).expect("demo video");
-    let mut frames: Vec<VideoFrame> = Vec::new();
-    while let Some(f) = source.next_frame().expect("decode") {
-        frames.push(f);
-        if frames.len() == 150 {
-            break;
-        }
-    }
+    let frames = common::demo_frames(150);
     let first = &frames[0].image;
     assert_eq!((first.width, first.height), (640, 480));
     let mut analyzer = FaceAnalyzer::open(dir, &manifest, None, Default::default(), Mode::Video)

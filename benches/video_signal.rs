@@ -2,25 +2,16 @@
 //! frame, one thread: it runs on every frame and needs no model, so it should cost a
 //! small fraction of the facial stage.
 
+mod common;
+
 use std::hint::black_box;
-use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use empathic::capture::video_file::FileVideoSource;
-use empathic::capture::VideoSource;
 use empathic::features::signal::VideoSignalStage;
 use empathic::features::{FrameContext, FrameStage};
 
 fn bench(c: &mut Criterion) {
-    let video = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/demo/session/video.avi"
-    ));
-    let frame = FileVideoSource::open(video)
-        .expect("demo video")
-        .next_frame()
-        .expect("decode")
-        .expect("a frame");
+    let frame = common::demo_frames(1).remove(0);
     let mut stage = VideoSignalStage::new();
     let mut group = c.benchmark_group("video_signal");
     group.throughput(Throughput::Elements(1));
