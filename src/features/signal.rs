@@ -127,7 +127,7 @@ const LUMA_SCALE: f64 = 1000.0;
 ///
 /// Why integers: luma x 1000 is an integer (at most 255,000), so its sums, sums of
 /// squares and Laplacians are exact in u64/i64 per row and u128 per frame, and each
-/// statistic is one exactly computed integer fraction rounded once to f64. Integer
+/// statistic is an exact integer fraction, evaluated in f64 only at the end. Integer
 /// additions may be taken in any order, so the compiler vectorises the loops; the f64
 /// running sums this replaced had to be added one after another (a dependent chain per
 /// pixel) and held the stage near 1 ms a 640x480 frame (issue 18). OpenCV's `split`
@@ -164,7 +164,7 @@ fn luma_statistics(luma: &[u32], w: usize, h: usize) -> (f64, f64, f64) {
     let n = luma.len() as u128;
     let (mut sum, mut sum_sq) = (0u128, 0u128);
     for row in luma.chunks(w.max(1)) {
-        // Per row at most w x 255,000^2 < 2^64 for any width below 280,000 pixels.
+        // Per row at most w x 255,000^2, below 2^64 for any width under 280 million pixels.
         let (s, q) = row.iter().fold((0u64, 0u64), |(s, q), &v| {
             (s + u64::from(v), q + u64::from(v) * u64::from(v))
         });
