@@ -135,25 +135,21 @@ const LUMA_SCALE: f64 = 1000.0;
 /// for the baseline x86-64 target could not vectorise. The results are the definition's
 /// exact values; the f32 luma before differed from them by its rounding (about 1e-7
 /// relative), which is the size of the change in the stored values.
-fn frame_statistics(
-    bgr: &BgrImage,
-    scratch: &mut Scratch,
-) -> Result<(f64, f64, f64), opencv::Error> {
+fn frame_statistics(bgr: &BgrImage, scratch: &mut Scratch) -> Result<(f64, f64, f64), String> {
     let (w, h) = (bgr.width as usize, bgr.height as usize);
-    let mat = crop::mat_of(bgr).map_err(|e| opencv::Error::new(opencv::core::StsError, e))?;
-    opencv::core::split(&mat, &mut scratch.planes)?;
-    let (b, g, r) = (
-        scratch.planes.get(0)?,
-        scratch.planes.get(1)?,
-        scratch.planes.get(2)?,
-    );
+    let mat = crop::mat_of(bgr)?;
+    let cv = |e: opencv::Error| e.to_string();
+    opencv::core::split(&mat, &mut scratch.planes).map_err(cv)?;
+    let plane = |i| scratch.planes.get(i).map_err(cv);
+    let (b, g, r) = (plane(0)?, plane(1)?, plane(2)?);
     let luma = &mut scratch.luma;
     luma.clear();
     luma.extend(
-        b.data_bytes()?
+        b.data_bytes()
+            .map_err(cv)?
             .iter()
-            .zip(g.data_bytes()?)
-            .zip(r.data_bytes()?)
+            .zip(g.data_bytes().map_err(cv)?)
+            .zip(r.data_bytes().map_err(cv)?)
             .map(|((&b, &g), &r)| 114 * u32::from(b) + 587 * u32::from(g) + 299 * u32::from(r)),
     );
     Ok(luma_statistics(luma, w, h))
@@ -196,7 +192,8 @@ fn luma_statistics(luma: &[u32], w: usize, h: usize) -> (f64, f64, f64) {
         lap_sq += u128::from(q);
     }
     let m = ((w - 2) * (h - 2)) as u128;
-    (mean, var, variance_signed(m, lap_sum, lap_sq))
+    // (Σlap)² = |Σlap|²: the unsigned form serves either sign.
+    (mean, var, variance(m, lap_sum.unsigned_abs(), lap_sq))
 }
 
 /// Per-stage buffers reused from frame to frame.
@@ -211,11 +208,6 @@ struct Scratch {
 fn variance(n: u128, sum: u128, sum_sq: u128) -> f64 {
     let numerator = n * sum_sq - sum * sum;
     numerator as f64 / (n as f64 * n as f64) / (LUMA_SCALE * LUMA_SCALE)
-}
-
-/// [`variance`] for values of either sign.
-fn variance_signed(n: u128, sum: i128, sum_sq: u128) -> f64 {
-    variance(n, sum.unsigned_abs(), sum_sq)
 }
 
 /// Per-10-ms level, clipping and voice activity.

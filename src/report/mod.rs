@@ -137,8 +137,8 @@ pub struct ReplaySummary {
     /// Wall time of the whole replay, set-up included.
     pub elapsed_secs: f64,
     /// Of it, the set-up before the sources open: the store, the session folder and every
-    /// model (a fixed cost per session: 0.23-0.26 s on the 2-core development machine,
-    /// 6-7 % of a 30 s clip's replay there, nothing against an hour-long session's).
+    /// model. A fixed cost per session (README, "Performance", gives the measured figures):
+    /// it weighs on a 30 s clip's replay, not on an hour-long session's.
     pub setup_secs: f64,
     pub speed: String,
     pub quality: QualityReport,

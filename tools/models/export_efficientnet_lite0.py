@@ -75,7 +75,8 @@ def fold_pads(path):
     g = m.graph
     # The pads are constant (fix_padding) but reach the Pad through the exporter's
     # reshaping ops: evaluate them once, with the pads as extra graph outputs.
-    probe = onnx.load(path)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(m)
     wanted = [n.input[1] for n in probe.graph.node if n.op_type == "Pad"]
     probe.graph.output.extend(helper.make_tensor_value_info(w, onnx.TensorProto.INT64, None)
                               for w in wanted)

@@ -99,12 +99,16 @@ impl Model {
         border: Border,
         lo: f32,
     ) -> Result<(), ModelError> {
-        crop_to_tensor(frame, roi, size, flip, border, lo, &mut self.input).map_err(|message| {
-            ModelError::Inference {
-                name: self.name.clone(),
-                message,
-            }
-        })
+        crop_to_tensor(frame, roi, size, flip, border, lo, &mut self.input)
+            .map_err(|message| self.error(message))
+    }
+
+    /// An inference error naming this model.
+    fn error(&self, message: String) -> ModelError {
+        ModelError::Inference {
+            name: self.name.clone(),
+            message,
+        }
     }
 
     /// Runs the model on `self.input` (a batch of NHWC `size` x `size` x 3 images) and
@@ -537,18 +541,14 @@ impl BlendshapeModel {
     }
 
     fn run_input(&mut self) -> Result<[f32; 52], ModelError> {
-        let found = if self.model.input.len() == 146 * 2 {
-            let out = self.model.run_shaped(&[1, 146, 2], &["blendshapes"])?;
-            match <[f32; 52]>::try_from(out[0].as_slice()) {
-                Ok(coefficients) => return Ok(coefficients),
-                Err(_) => format!("gave {} coefficients, not 52", out[0].len()),
-            }
-        } else {
-            format!("needs 146 points, got {}", self.model.input.len() / 2)
-        };
-        Err(ModelError::Inference {
-            name: self.model.name.clone(),
-            message: found,
+        if self.model.input.len() != 146 * 2 {
+            let got = self.model.input.len() / 2;
+            return Err(self.model.error(format!("needs 146 points, got {got}")));
+        }
+        let out = self.model.run_shaped(&[1, 146, 2], &["blendshapes"])?;
+        <[f32; 52]>::try_from(out[0].as_slice()).map_err(|_| {
+            self.model
+                .error(format!("gave {} coefficients, not 52", out[0].len()))
         })
     }
 }
