@@ -29,7 +29,7 @@ fn layout() -> ModalityLayout {
         ("acoustic_compare", Stream::Audio, 65),
     ] {
         let columns = (0..d).map(|i| format!("c{i}")).collect();
-        l.add(stream, ModalitySpec::new(name, columns, "bench", 1))
+        l.add(stream, ModalitySpec::by_algorithm(name, columns, "bench", 1))
             .expect("distinct names");
     }
     l

@@ -20,7 +20,7 @@ declare -A ORT_WHEEL_SHA256=(
   [x86_64]=5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f
   [aarch64]=da05378364c44d4407e463982d2bf8d5e4cfea873283757e48beeb41df97b7f3
 )
-APT_PACKAGES=(clang libclang-dev libopencv-dev libasound2-dev pkg-config sqlite3 python3 ffmpeg chromium fonts-dejavu-core mosquitto postgresql pulseaudio pulseaudio-utils libasound2-plugins systemd)
+APT_PACKAGES=(clang libclang-dev libopencv-dev libasound2-dev pkg-config sqlite3 python3 python3-numpy ffmpeg chromium fonts-dejavu-core mosquitto postgresql pulseaudio pulseaudio-utils libasound2-plugins systemd)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

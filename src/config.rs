@@ -702,6 +702,89 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+
+    /// The field names serde accepts for `T` (its `deserialize_struct` field list), read by a
+    /// deserializer that records them and stops.
+    fn fields_of<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
+        use serde::de::{Error, Visitor};
+        struct Introspect<'a>(&'a mut Vec<&'static str>);
+        impl<'de> serde::Deserializer<'de> for Introspect<'_> {
+            type Error = serde::de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+                Err(Self::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                self.0.extend_from_slice(fields);
+                Err(Self::Error::custom("introspected"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                enum identifier ignored_any
+            }
+        }
+        let mut fields = Vec::new();
+        let _ = T::deserialize(Introspect(&mut fields));
+        fields
+    }
+
+    #[test]
+    fn the_shipped_station_toml_names_every_field_the_config_accepts() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("firmware-config/station.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc: toml::Table = text.parse().unwrap();
+        // Every section of the config with the fields of its type. A new section fails
+        // here until it is added, so a new field cannot be missed in any section.
+        let sections: Vec<(&str, Vec<&str>)> = vec![
+            ("station", fields_of::<StationConfig>()),
+            ("video", fields_of::<VideoConfig>()),
+            ("audio", fields_of::<AudioConfig>()),
+            ("windows", fields_of::<WindowConfig>()),
+            ("text", fields_of::<TextConfig>()),
+            ("quality", fields_of::<QualityConfig>()),
+            ("runtime", fields_of::<RuntimeConfig>()),
+            ("store", fields_of::<StoreConfig>()),
+            ("models", fields_of::<ModelsConfig>()),
+            ("face", fields_of::<FaceConfig>()),
+            ("fusion", fields_of::<FusionConfig>()),
+            ("report", fields_of::<ReportConfig>()),
+            ("sync", fields_of::<SyncConfig>()),
+            ("live", fields_of::<LiveConfig>()),
+            ("recording", fields_of::<RecordingConfig>()),
+        ];
+        let top = fields_of::<Config>();
+        assert_eq!(
+            top,
+            sections.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            "a config section is missing from this test"
+        );
+        let mut missing = Vec::new();
+        for (section, fields) in &sections {
+            // A field counts as named when set, or shown commented out (`# field = ...`).
+            let table = doc.get(*section).and_then(|v| v.as_table());
+            let block = text
+                .split_once(&format!("\n[{section}]\n"))
+                .map(|(_, rest)| rest.split("\n[").next().unwrap_or(""))
+                .unwrap_or("");
+            for f in fields {
+                let set = table.is_some_and(|t| t.contains_key(*f));
+                let shown = block
+                    .lines()
+                    .any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{f} =")));
+                if !set && !shown {
+                    missing.push(format!("[{section}] {f}"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{} does not name: {missing:?}", path.display());
+        // And what it sets is what the config accepts.
+        Config::load(&path).unwrap();
+    }
     use super::*;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {

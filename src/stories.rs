@@ -230,6 +230,11 @@ impl StoryIndex {
         self.ids.len()
     }
 
+    /// Every story's unit-length embedding, row after row, and the width of a row.
+    pub fn vectors(&self) -> (&[f32], usize) {
+        (&self.matrix, self.dims)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }

@@ -333,6 +333,22 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
         .map(|s| s["rating"].as_u64().unwrap())
         .collect();
     assert_eq!(ratings, vec![4, 3, 5]);
+    // The training toolkit reads what the runtime writes.
+    let o = load_with_training_reader(&out);
+    assert!(o.status.success(), "data.py: {}", stderr(&o));
+    let loaded: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("data.py prints one JSON line");
+    assert_eq!(loaded["encoder"], "all-MiniLM-L6-v2");
+    assert_eq!(loaded["stories"], 42);
+    assert_eq!(loaded["participants"], serde_json::json!(["P-DEMO"]));
+    assert!(loaded["samples"].as_u64().unwrap() > 0, "{loaded}");
+    assert!(
+        loaded["modalities"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("text")),
+        "{loaded}"
+    );
     // One phase only.
     let refl = tmp.path().join("reflection");
     let o = empathic(&[

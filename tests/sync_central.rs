@@ -160,6 +160,41 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
+    // The central database holds the stories shown but no embeddings: the export embeds
+    // them with the same encoder from the same text, so the rows equal the station's.
+    let stories = |dir: &str| {
+        let d = tmp.path().join(dir).join("stories");
+        let lines = std::fs::read_to_string(d.join("all-MiniLM-L6-v2.jsonl")).unwrap();
+        let ids: Vec<String> = lines
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["story_id"].to_string())
+            .collect();
+        use ndarray_npy::ReadNpyExt;
+        let m = ndarray::Array2::<f32>::read_npy(
+            std::fs::File::open(d.join("all-MiniLM-L6-v2.npy")).unwrap(),
+        )
+        .unwrap();
+        (ids, m)
+    };
+    let (central_ids, central_vectors) = stories("from-central");
+    let (station_ids, station_vectors) = stories("from-station");
+    assert!(!central_ids.is_empty());
+    for (i, id) in central_ids.iter().enumerate() {
+        let j = station_ids.iter().position(|s| s == id).unwrap();
+        let dot: f32 = central_vectors
+            .row(i)
+            .iter()
+            .zip(station_vectors.row(j))
+            .map(|(a, b)| a * b)
+            .sum();
+        assert!(dot > 0.9999, "story {id}: cosine {dot}");
+    }
+    // Without per-frame features synced, the training reader says what is missing.
+    let o = load_with_training_reader(&tmp.path().join("from-central"));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("frame_features = true"), "{}", stderr(&o));
+    let o = load_with_training_reader(&tmp.path().join("from-station"));
+    assert!(o.status.success(), "data.py: {}", stderr(&o));
     for name in [
         "acoustic_compare_window_mean.npy",
         "acoustic_compare_window_present.npy",

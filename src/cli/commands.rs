@@ -59,7 +59,7 @@ pub fn replay(
     if json {
         print_json(&summary)?;
     } else {
-        print!("{}", summary.render());
+        out!("{}", summary.render());
     }
     // A replay stopped by a signal did not finish: say so in the exit code.
     Ok(if summary.status == "complete" {
@@ -81,7 +81,7 @@ pub fn sessions_list(
     if json {
         print_json(&sessions)?;
     } else {
-        print!("{}", report::render_session_list(&sessions));
+        out!("{}", report::render_session_list(&sessions));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -99,7 +99,7 @@ pub fn sessions_show(
     if json {
         print_json(&detail)?;
     } else {
-        print!("{}", report::render_session_detail(&detail));
+        out!("{}", report::render_session_detail(&detail));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -200,7 +200,7 @@ pub fn stories_import(
     let result = stories::import(&mut store, &bank, &model, &mut encoder, &|| progress.inc(1));
     progress.finish_and_clear();
     let n = result.map_err(fail)?;
-    println!(
+    outln!(
         "imported {n} stories from {} (embedded with {model}) into {}",
         file.display(),
         store.path().display()
@@ -213,7 +213,7 @@ fn print_hits(hits: &[Hit], json: bool) -> Result<(), Failure> {
         return print_json(&hits);
     }
     for (i, h) in hits.iter().enumerate() {
-        println!("{}. {:.4}  {}  {}", i + 1, h.score, h.id, h.title);
+        outln!("{}. {:.4}  {}  {}", i + 1, h.score, h.id, h.title);
     }
     Ok(())
 }
@@ -272,7 +272,7 @@ pub fn stories_retrieve(
     let (shared, seen) = session_context(&store, session_id, &config.text.speaker).map_err(fail)?;
     let mut bank = Bank::load(&config, &store)?;
     if !json && !seen.is_empty() {
-        println!(
+        outln!(
             "leaving out {} stories seen in earlier sessions",
             seen.len()
         );
@@ -292,14 +292,14 @@ pub fn models_verify(config: Option<&Path>) -> Result<ExitCode, Failure> {
     let mut failed = 0;
     for r in &reports {
         match &r.result {
-            Ok(detail) => println!("ok      {:<24} {detail}", r.name),
+            Ok(detail) => outln!("ok      {:<24} {detail}", r.name),
             Err(e) => {
                 failed += 1;
-                println!("FAILED  {:<24} {e}", r.name);
+                outln!("FAILED  {:<24} {e}", r.name);
             }
         }
     }
-    println!("{} models, {failed} failed", reports.len());
+    outln!("{} models, {failed} failed", reports.len());
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -311,7 +311,7 @@ pub fn models_verify(config: Option<&Path>) -> Result<ExitCode, Failure> {
 pub fn doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<ExitCode, Failure> {
     let checks = doctor::run_checks(config, db);
     let (text, ready) = doctor::render(&checks, live);
-    print!("{text}");
+    out!("{text}");
     Ok(if ready {
         ExitCode::SUCCESS
     } else {
@@ -319,19 +319,46 @@ pub fn doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<Ex
     })
 }
 
-/// The report of `empathic evaluate`: per predictor, overall and per participant.
+/// The report of `empathic evaluate`: per predictor and phase, overall and per participant.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Evaluation {
     pub predictor: String,
+    /// Trained on synthetic data: not an empathy model, its figures measure nothing.
+    pub synthetic: bool,
+    /// Whether the stored scores went through a map fitted to ratings: a trained model's, or
+    /// a participant's own calibration (false for the built-in zero-shot population map).
+    pub calibrated: bool,
+    /// The phase of the windows, or None for windows of every phase.
     pub phase: Option<String>,
     /// As stored: each session's predictions under the calibration in force for it.
     pub overall: crate::fusion::evaluate::Metrics,
     /// The same windows through the predictor's population map, for comparison.
     pub population: Option<crate::fusion::evaluate::Metrics>,
-    pub per_participant: Vec<(String, crate::fusion::evaluate::Metrics)>,
+    pub per_participant: std::collections::BTreeMap<String, crate::fusion::evaluate::Metrics>,
+    /// What a reader must know before trusting the figures.
+    pub warnings: Vec<String>,
 }
 
-/// `empathic evaluate`.
+/// What `evaluate` knows of a predictor beyond its stored rows: the participants a fusion
+/// model of the manifest was fitted on, when its provenance records them.
+fn fitted_participants(config: &Config, predictor: &str) -> Result<Option<Vec<String>>, String> {
+    let Ok(manifest) = crate::models::manifest::Manifest::load(&config.models.dir) else {
+        return Err("the model manifest cannot be read".into());
+    };
+    let Some(entry) = manifest.models.iter().find(|m| {
+        m.name == predictor && m.kind == crate::models::manifest::ModelKind::FusionModel
+    }) else {
+        return Ok(None);
+    };
+    let model = crate::fusion::onnx_model::OnnxPredictor::open(
+        &entry.path(&config.models.dir),
+        config.models.onnxruntime_library.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(model.fitted_participants())
+}
+
+/// `empathic evaluate`: every phase in one table unless `phase` names one.
 pub fn evaluate(
     db: Option<PathBuf>,
     config: Option<&Path>,
@@ -339,7 +366,7 @@ pub fn evaluate(
     phase: Option<&str>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
-    use crate::fusion::evaluate::{evaluate as metrics, Estimate, Rated, POSITIVE_AT};
+    use crate::fusion::evaluate::{evaluate as metrics, Estimate, Rated, FEW_RATED};
     let config = load_config(config)?;
     if let Some(p) = phase {
         if !crate::session::Phase::ALL.iter().any(|x| x.as_str() == p) {
@@ -353,12 +380,131 @@ pub fn evaluate(
         }
     }
     let store = open_existing_store(&db_path(db, &config))?;
-    let (rows, total) = store.rated_predictions(predictor, phase).map_err(fail)?;
-    if rows.is_empty() {
+    // Every phase (None = all windows) unless one is asked for.
+    let phases: Vec<Option<&str>> = match phase {
+        Some(p) => vec![Some(p)],
+        None => std::iter::once(None)
+            .chain(crate::session::Phase::ALL.iter().map(|p| Some(p.as_str())))
+            .collect(),
+    };
+    let mut report: Vec<Evaluation> = Vec::new();
+    let mut fitted: std::collections::BTreeMap<String, Result<Option<Vec<String>>, String>> =
+        Default::default();
+    let mut any_rows = false;
+    let mut total_all = 0;
+    let mut empty_phases: Vec<&str> = Vec::new();
+    for ph in &phases {
+        let (rows, total) = store.rated_predictions(predictor, *ph).map_err(fail)?;
+        if ph.is_none() || phase.is_some() {
+            total_all = total;
+        }
+        any_rows |= !rows.is_empty();
+        if rows.is_empty() {
+            if let Some(p) = ph {
+                empty_phases.push(*p);
+            }
+        }
+        let mut by_predictor: std::collections::BTreeMap<
+            String,
+            (Vec<Rated>, Option<Vec<Rated>>, bool, bool),
+        > = Default::default();
+        for (p, stored, population) in
+            crate::fusion::evaluate::session_level(&rows, crate::fusion::population_map_of)
+        {
+            let entry =
+                by_predictor
+                    .entry(p.clone())
+                    .or_insert_with(|| (Vec::new(), Some(Vec::new()), false, false));
+            entry.0.push(stored);
+            entry.1 = match (entry.1.take(), population) {
+                (Some(mut v), Some(r)) => {
+                    v.push(r);
+                    Some(v)
+                }
+                _ => None,
+            };
+        }
+        for w in &rows {
+            if let Some(e) = by_predictor.get_mut(&w.predictor) {
+                e.2 |= w.synthetic;
+                // Fitted to ratings: a trained model's map, or a participant's own.
+                e.3 |= crate::fusion::builtin(&w.predictor).is_none()
+                    || w.calibration != "population";
+            }
+        }
+        for (p, (rated, population, synthetic, calibrated)) in by_predictor {
+            let mut participants: std::collections::BTreeMap<String, Vec<Rated>> =
+                Default::default();
+            for r in &rated {
+                participants
+                    .entry(r.participant.clone())
+                    .or_default()
+                    .push(r.clone());
+            }
+            let overall = metrics(&rated);
+            let mut warnings = Vec::new();
+            if synthetic {
+                warnings.push(
+                    "synthetic: trained on planted ratings, not an empathy model".to_string(),
+                );
+            }
+            if !calibrated {
+                warnings.push(
+                    "uncalibrated: a zero-shot map from cosine to the 1-5 scale, fitted to no ratings (README, \"Empathy prediction\")"
+                        .to_string(),
+                );
+            }
+            if let Some(why) = &overall.interval_withheld {
+                warnings.push(format!("no interval: {why}"));
+            }
+            if overall.n < FEW_RATED {
+                warnings.push(format!(
+                    "n = {}: below {FEW_RATED} rated stories a correlation is anecdotal",
+                    overall.n
+                ));
+            }
+            let known = fitted
+                .entry(p.clone())
+                .or_insert_with(|| fitted_participants(&config, &p));
+            match known {
+                Ok(Some(fitted)) => {
+                    let seen: Vec<&String> =
+                        participants.keys().filter(|q| fitted.contains(q)).collect();
+                    if !seen.is_empty() {
+                        warnings.push(format!(
+                            "evaluated on {} participant(s) the model was fitted on ({}): not a held-out figure",
+                            seen.len(),
+                            seen.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                        ));
+                    }
+                }
+                Ok(None) if crate::fusion::builtin(&p).is_none() => warnings.push(
+                    "the model does not record whom it was fitted on: these may be training participants"
+                        .to_string(),
+                ),
+                Ok(None) => {}
+                Err(e) => warnings.push(format!("the model's provenance cannot be read: {e}")),
+            }
+            report.push(Evaluation {
+                predictor: p,
+                synthetic,
+                calibrated,
+                phase: ph.map(str::to_string),
+                overall,
+                population: population.as_deref().map(metrics),
+                per_participant: participants
+                    .into_iter()
+                    .map(|(id, r)| (id, metrics(&r)))
+                    .collect(),
+                warnings,
+            });
+        }
+    }
+    if !any_rows && phase.is_none() {
         return Err((
             ExitKind::BadInput,
             format!(
-                "nothing to evaluate in {}: {total} predictions match{}, none toward a story the participant rated in a complete session",
+                "nothing to evaluate in {}: {total_all} predictions match{}, none toward a story the participant rated in a complete session",
                 store.path().display(),
                 match (predictor, phase) {
                     (None, None) => String::new(),
@@ -371,86 +517,121 @@ pub fn evaluate(
             ),
         ));
     }
-    let mut by_predictor: std::collections::BTreeMap<String, (Vec<Rated>, Option<Vec<Rated>>)> =
-        Default::default();
-    for (p, stored, population) in
-        crate::fusion::evaluate::session_level(&rows, crate::fusion::population_map_of)
-    {
-        let entry = by_predictor
-            .entry(p)
-            .or_insert_with(|| (Vec::new(), Some(Vec::new())));
-        entry.0.push(stored);
-        // Population metrics only when every unit has them.
-        entry.1 = match (entry.1.take(), population) {
-            (Some(mut v), Some(r)) => {
-                v.push(r);
-                Some(v)
-            }
-            _ => None,
+    report.sort_by(|a, b| {
+        let order = |p: &Option<String>| {
+            p.as_deref().map_or(0, |p| {
+                1 + crate::session::Phase::ALL
+                    .iter()
+                    .position(|x| x.as_str() == p)
+                    .unwrap_or(99)
+            })
         };
-    }
-    let report: Vec<Evaluation> = by_predictor
-        .into_iter()
-        .map(|(p, (rated, population))| {
-            let mut participants: std::collections::BTreeMap<String, Vec<Rated>> =
-                Default::default();
-            for r in &rated {
-                participants
-                    .entry(r.participant.clone())
-                    .or_default()
-                    .push(r.clone());
-            }
-            Evaluation {
-                predictor: p,
-                phase: phase.map(str::to_string),
-                overall: metrics(&rated),
-                population: population.as_deref().map(metrics),
-                per_participant: participants
-                    .into_iter()
-                    .map(|(id, r)| (id, metrics(&r)))
-                    .collect(),
-            }
-        })
-        .collect();
+        (a.predictor.as_str(), order(&a.phase)).cmp(&(b.predictor.as_str(), order(&b.phase)))
+    });
     if json {
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let fmt = |e: &Estimate| match (e.value, e.low, e.high) {
-        (Some(v), Some(l), Some(h)) => format!("{v:6.3}  [{l:6.3}, {h:6.3}]"),
+    let est = |e: &Estimate| match (e.value, e.low, e.high) {
+        (Some(v), Some(l), Some(h)) => format!("{v:6.3} [{l:6.3},{h:6.3}]"),
         (Some(v), _, _) => format!("{v:6.3}"),
-        _ => "     -  (undefined: too few or constant values)".into(),
+        _ => "     -".into(),
     };
+    let val = |e: &Estimate| e.value.map_or("     -".into(), |v| format!("{v:6.3}"));
+    outln!(
+        "Session-level: prediction = mean score over the windows toward a rated story; 95 % bootstrap over participants in [ ]; - = undefined (too few or constant values)."
+    );
+    outln!(
+        "{:<30} {:<14} {:>4} {:>5}  {:<23} {:<23} {:>6} {:>6} {:>6}  notes",
+        "predictor",
+        "phase",
+        "n",
+        "part.",
+        "pearson r",
+        "spearman rho",
+        "mse",
+        "acc",
+        "f1"
+    );
+    let mut notes: Vec<String> = Vec::new();
     for e in &report {
         let m = &e.overall;
-        println!(
-            "{}{}: {} rated stories from {} participant(s); prediction = mean score over the story's windows; 95 % bootstrap over participants",
+        let mut marks = Vec::new();
+        for w in &e.warnings {
+            let i = match notes.iter().position(|n| n == w) {
+                Some(i) => i,
+                None => {
+                    notes.push(w.clone());
+                    notes.len() - 1
+                }
+            };
+            marks.push(format!("[{}]", i + 1));
+        }
+        let label = format!(
+            "{}{}",
             e.predictor,
-            e.phase.as_deref().map(|p| format!(" ({p})")).unwrap_or_default(),
-            m.n,
-            m.participants
+            if e.synthetic {
+                " (synthetic)"
+            } else if !e.calibrated {
+                " (uncalibrated)"
+            } else {
+                ""
+            }
         );
-        let mut blocks = vec![("as stored (population or per-participant calibration)", m)];
+        outln!(
+            "{:<30} {:<14} {:>4} {:>5}  {:<23} {:<23} {:>6} {:>6} {:>6}  {}",
+            label,
+            e.phase.as_deref().unwrap_or("all phases"),
+            m.n,
+            m.participants,
+            est(&m.pearson_r),
+            est(&m.spearman_rho),
+            val(&m.mse),
+            val(&m.accuracy),
+            val(&m.f1),
+            marks.join("")
+        );
         if let Some(pm) = &e.population {
-            blocks.push(("population map only", pm));
+            if pm != m {
+                outln!(
+                    "{:<30} {:<14} {:>4} {:>5}  {:<23} {:<23} {:>6} {:>6} {:>6}",
+                    "  population map only",
+                    "",
+                    pm.n,
+                    pm.participants,
+                    est(&pm.pearson_r),
+                    est(&pm.spearman_rho),
+                    val(&pm.mse),
+                    val(&pm.accuracy),
+                    val(&pm.f1),
+                );
+            }
         }
-        for (title, m) in blocks {
-            println!("  {title}:");
-            println!("    pearson r     {}", fmt(&m.pearson_r));
-            println!("    spearman rho  {}", fmt(&m.spearman_rho));
-            println!("    mse (1-5)     {}", fmt(&m.mse));
-            println!(
-                "    accuracy      {}   (positive: rating and score >= {POSITIVE_AT})",
-                fmt(&m.accuracy)
-            );
-            println!("    f1            {}", fmt(&m.f1));
-        }
+    }
+    if !empty_phases.is_empty() {
+        outln!(
+            "{:<30} {}: no prediction toward a rated story (stories are rated after they are shown; the configured phases, [fusion] phases, decide where predictors run)",
+            "",
+            empty_phases.join(", ")
+        );
+    }
+    outln!(
+        "accuracy and f1: positive = rating and score >= {}",
+        crate::fusion::evaluate::POSITIVE_AT
+    );
+    for (i, n) in notes.iter().enumerate() {
+        outln!("[{}] {n}", i + 1);
+    }
+    outln!("per participant (all phases): n, pearson r, mse");
+    for e in report.iter().filter(|e| e.phase.is_none() || phase.is_some()) {
         for (id, pm) in &e.per_participant {
-            println!(
-                "  participant {id}: n {}, r {}, mse {}",
+            outln!(
+                "  {:<28} {:<16} n {:>3}  r {}  mse {}",
+                e.predictor,
+                id,
                 pm.n,
-                pm.pearson_r.value.map_or("-".into(), |v| format!("{v:.3}")),
-                pm.mse.value.map_or("-".into(), |v| format!("{v:.3}"))
+                val(&pm.pearson_r),
+                val(&pm.mse)
             );
         }
     }
@@ -467,11 +648,31 @@ pub fn export_windows(
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let store = open_existing_store(&db_path(db, &config))?;
+    // Stories without embeddings (a central database) are embedded with the configured
+    // encoder; opened only when needed, so an export needs no models otherwise.
+    let model = config.models.sentence_encoder.clone();
+    let has_embeddings = store
+        .export_reads()
+        .story_encoders()
+        .map_err(fail)?
+        .contains(&model);
+    let mut encoder = if has_embeddings {
+        None
+    } else {
+        Some(ModelFiles::open(&config)?.sentence_encoder(&model)?)
+    };
     let progress = progress_bar("sessions");
-    let result = super::export::export_windows(&store, out, phase, session, &progress);
+    let result = super::export::export_windows(
+        &store,
+        out,
+        phase,
+        session,
+        encoder.as_mut().map(|e| (model.as_str(), e)),
+        &progress,
+    );
     progress.finish_and_clear();
     let e = result?;
-    println!(
+    outln!(
         "exported {} windows of {} session(s) to {} ({:.1} MB; format empathic-windows v{})",
         e.windows,
         e.sessions,

@@ -18,8 +18,11 @@
 //! no per-frame arrays. The story bank comes
 //! along (version 2), as training needs each story's embedding E(S): per sentence encoder
 //! `e`, `OUT/stories/<e>.npy` float32 `[stories, dims]` and `OUT/stories/<e>.jsonl`, the
-//! story of each row (`story_id`, `title`) in row order. Only complete sessions are
-//! exported. The folder must be new or empty; nothing is written outside it.
+//! story of each row (`story_id`, `title`) in row order. A database that holds the stories'
+//! text but not their embeddings (a central database: records carry the stories shown, not
+//! vectors) has them embedded at export with the configured sentence encoder, from the same
+//! presented text the bank's import embeds, so an export from a station and one from a
+//! central database both train. Only complete sessions are exported. The folder must be new or empty; nothing is written outside it.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -85,6 +88,7 @@ pub fn export_windows(
     out: &Path,
     phase: Option<&str>,
     session: Option<&str>,
+    encoder: Option<(&str, &mut crate::features::text::SentenceEncoder)>,
     progress: &indicatif::ProgressBar,
 ) -> Result<Exported, Failure> {
     if out.exists()
@@ -219,12 +223,36 @@ pub fn export_windows(
         progress.inc(1);
     }
     lines.flush().map_err(io_err(&lines_path))?;
-    let story_encoders = reads.story_encoders().map_err(fail)?;
+    let mut story_encoders = reads.story_encoders().map_err(fail)?;
+    let stories_dir = out.join("stories");
     if !story_encoders.is_empty() {
-        let dir = out.join("stories");
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        std::fs::create_dir_all(&stories_dir).map_err(io_err(&stories_dir))?;
         for encoder in &story_encoders {
-            bytes += export_story_bank(&reads, encoder, &dir)?;
+            let stories = reads.story_embeddings(encoder).map_err(fail)?;
+            bytes += write_story_bank(&stories, encoder, &stories_dir)?;
+        }
+    }
+    if let Some((name, encoder)) = encoder.filter(|(n, _)| !story_encoders.iter().any(|e| e == n))
+    {
+        let stories = reads.stories().map_err(fail)?;
+        if !stories.is_empty() {
+            let mut embedded = Vec::with_capacity(stories.len());
+            for (story_id, title, text) in stories {
+                let input = crate::stories::presented_text(&title, &text);
+                let vec = encoder
+                    .embed(&[input.as_str()])
+                    .map_err(|e| (ExitKind::Runtime, format!("cannot embed story {story_id}: {e}")))?
+                    .remove(0);
+                embedded.push(crate::store::sql::stories::StoredEmbedding {
+                    story_id,
+                    title,
+                    dims: vec.len(),
+                    vec,
+                });
+            }
+            std::fs::create_dir_all(&stories_dir).map_err(io_err(&stories_dir))?;
+            bytes += write_story_bank(&embedded, name, &stories_dir)?;
+            story_encoders.push(name.to_string());
         }
     }
     let manifest_path: PathBuf = out.join("manifest.json");
@@ -262,12 +290,11 @@ fn write_npy(path: &Path, write: &dyn WriteNpy) -> Result<u64, Failure> {
 }
 
 /// Writes `stories/<encoder>.npy` and `.jsonl`; returns the bytes written.
-fn export_story_bank(
-    reads: &crate::store::ExportReads<'_>,
+fn write_story_bank(
+    stories: &[crate::store::sql::stories::StoredEmbedding],
     encoder: &str,
     dir: &Path,
 ) -> Result<u64, Failure> {
-    let stories = reads.story_embeddings(encoder).map_err(fail)?;
     let dims = stories.first().map_or(0, |s| s.dims);
     if let Some(bad) = stories
         .iter()

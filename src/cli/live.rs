@@ -49,7 +49,7 @@ pub fn ctl(
     let socket = socket_of(socket, config)?;
     let answer = request(&socket, &body).map_err(|e| (ExitKind::Runtime, e))?;
     if answer["ok"] == true {
-        println!("{answer}");
+        outln!("{answer}");
         Ok(ExitCode::SUCCESS)
     } else {
         Err((
@@ -85,15 +85,15 @@ pub fn status(
             )
         }
     };
-    println!(
+    outln!(
         "station   {} (pid {})",
         s["station_id"].as_str().unwrap_or("?"),
         s["pid"]
     );
-    println!("camera    {}", device(&s["camera"]));
-    println!("mic       {}", device(&s["microphone"]));
+    outln!("camera    {}", device(&s["camera"]));
+    outln!("mic       {}", device(&s["microphone"]));
     match s["session"].as_object() {
-        Some(r) => println!(
+        Some(r) => outln!(
             "session   {} participant {} at {:.1} s, phase {}; frames {} (dropped {}), audio samples {} (lost {}){}",
             r["session_id"].as_str().unwrap_or("?"),
             r["participant_id"].as_str().unwrap_or("?"),
@@ -105,13 +105,13 @@ pub fn status(
             r["audio_samples_lost"],
             r["recording"].as_str().map(|d| format!(", recording into {d}")).unwrap_or_default()
         ),
-        None => println!("session   none running ({} run since start)", s["sessions_run"]),
+        None => outln!("session   none running ({} run since start)", s["sessions_run"]),
     }
     if let Some(free) = s["disk_free_mib"].as_u64() {
-        println!("disk      {free} MiB free");
+        outln!("disk      {free} MiB free");
     }
     if let Some(e) = s["last_error"].as_str() {
-        println!("last error {e}");
+        outln!("last error {e}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -133,7 +133,7 @@ pub fn consent(
     store
         .set_consent(id, consent, given && raw_media)
         .map_err(fail)?;
-    println!(
+    outln!(
         "participant {id}: consent {consent}{}",
         if given && raw_media {
             ", raw media may leave the station"
@@ -154,7 +154,7 @@ pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
     };
     let results = crate::session::record::repair_interrupted(&root);
     if results.is_empty() {
-        println!(
+        outln!(
             "{}: nothing to repair (no recording left unfinished)",
             dir.display()
         );
@@ -162,7 +162,7 @@ pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
     let mut failed = None;
     for (d, r) in results {
         match r {
-            Ok(note) => println!("{}: repaired: {note}", d.display()),
+            Ok(note) => outln!("{}: repaired: {note}", d.display()),
             Err(e) => {
                 eprintln!("{}: {e}", d.display());
                 failed = Some(format!("{}: {e}", d.display()));

@@ -9,6 +9,25 @@
 //! model manifest ([`ModelFiles`]); the files written by `extract` live here too, so that
 //! `features/` stays free of output files.
 
+/// `println!` for command output: a closed pipe (`empathic evaluate --json | head`) ends the
+/// process quietly with success, as a reader that has seen enough is not an error; any other
+/// write error is reported on stderr and exits as a runtime failure.
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for command output, with [`outln!`]'s handling of a closed pipe.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
 pub mod export;
 pub mod extract_audio;
 pub mod extract_face;
@@ -31,6 +50,19 @@ use crate::exit::{Classify, ExitKind};
 use crate::features::text::SentenceEncoder;
 use crate::models::manifest::Manifest;
 use crate::store::Store;
+
+/// Writes command output to stdout (see [`outln!`]).
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(ExitKind::Runtime.code());
+    }
+}
 
 /// A command that did not succeed: how to exit and what to say.
 pub type Failure = (ExitKind, String);
@@ -89,7 +121,7 @@ pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
 pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| (ExitKind::Runtime, format!("cannot encode JSON: {e}")))?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 

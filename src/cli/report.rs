@@ -85,6 +85,6 @@ pub fn report(
         html.len() as f64 / 1e3,
         started.elapsed().as_secs_f64()
     );
-    println!("{}", out.display());
+    outln!("{}", out.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -132,19 +132,19 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
     if json {
         print_json(&s)?;
     } else {
-        println!(
+        outln!(
             "outbox    {} pending, {} sent awaiting a collector's receipt ({} bytes), {} synced",
             s.pending, s.sent, s.pending_bytes, s.synced
         );
-        println!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
-        println!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));
-        println!("last error {}", s.last_error.as_deref().unwrap_or("-"));
+        outln!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
+        outln!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));
+        outln!("last error {}", s.last_error.as_deref().unwrap_or("-"));
         if !s.receipts.is_empty() {
             let per: Vec<String> = s.receipts.iter().map(|(c, n)| format!("{c} {n}")).collect();
-            println!("receipts  {}", per.join(", "));
+            outln!("receipts  {}", per.join(", "));
         }
         match &s.broker {
-            Some(b) => println!(
+            Some(b) => outln!(
                 "broker    {} {} since {}{}",
                 b.state,
                 b.broker,
@@ -154,7 +154,7 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
                     .map(|e| format!(" ({e})"))
                     .unwrap_or_default()
             ),
-            None => println!("broker    - (no sync recorded yet)"),
+            None => outln!("broker    - (no sync recorded yet)"),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -217,7 +217,7 @@ pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<Exi
     };
     tx.commit()
         .map_err(|e| (ExitKind::Runtime, format!("cannot purge: {e}")))?;
-    println!(
+    outln!(
         "purged participant {id}: {} session(s) removed; the collector removes theirs at the next sync",
         sessions.len()
     );

@@ -68,7 +68,7 @@ impl AppearanceEncoder {
         Ok(Self {
             name: entry.name.clone(),
             size,
-            spec: ModalitySpec::new(
+            spec: ModalitySpec::by_model(
                 "appearance",
                 (0..entry.output_dim)
                     .map(|i| format!("appearance_{i}"))

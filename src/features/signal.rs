@@ -59,7 +59,7 @@ pub struct VideoSignalTotals {
 impl VideoSignalStage {
     pub fn new() -> Self {
         Self {
-            spec: ModalitySpec::new(
+            spec: ModalitySpec::by_algorithm(
                 "video_signal",
                 vec!["brightness".into(), "contrast".into(), "sharpness".into()],
                 "signal::VideoSignalStage",
@@ -240,7 +240,7 @@ pub struct AudioSignalTotals {
 impl AudioSignalStage {
     pub fn new(quality: &QualityConfig, rate_hz: u32) -> Self {
         Self {
-            spec: ModalitySpec::new(
+            spec: ModalitySpec::by_algorithm(
                 "audio_signal",
                 vec![
                     "level_dbfs".into(),

@@ -220,7 +220,7 @@ pub type EmbeddedUtterance = (Nanos, Nanos, std::sync::Arc<Vec<f32>>);
 impl TextStage {
     /// Embeds utterances of `speaker` (others are stored but carry no text vector).
     pub fn new(encoder: SentenceEncoder, speaker: &str) -> Self {
-        let spec = ModalitySpec::new(
+        let spec = ModalitySpec::by_model(
             "text",
             (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),
             encoder.producer().to_string(),

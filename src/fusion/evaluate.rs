@@ -19,6 +19,15 @@ use serde::Serialize;
 pub const POSITIVE_AT: f64 = 4.0;
 /// Bootstrap resamples for the intervals.
 pub const BOOTSTRAP_RESAMPLES: usize = 1000;
+/// Fewest participants for which an interval is reported. A bootstrap over k participants
+/// draws from C(2k-1, k) distinct resamples: 1 for one participant (the "interval" is the
+/// estimate itself), 3 for two, 35 for four, 126 for five. Below five, the 2.5th and 97.5th
+/// percentiles of so few distinct values say nothing about the population, so no interval
+/// is given and the report says why.
+pub const MIN_PARTICIPANTS_FOR_INTERVAL: usize = 5;
+/// Fewest rated stories below which a correlation is flagged as anecdotal: with n < 10 a
+/// Pearson r of 0.63 is not distinguishable from zero at the 5 % level.
+pub const FEW_RATED: usize = 10;
 
 /// One stored window prediction toward a story the participant rated.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +40,10 @@ pub struct RatedWindow {
     pub score: f64,
     pub raw_cosine: Option<f64>,
     pub rating: f64,
+    /// The predictor was trained on synthetic data (not an empathy model).
+    pub synthetic: bool,
+    /// `predictions.calibration`: `population`, or `participant:N` (fitted to N ratings).
+    pub calibration: String,
 }
 
 /// Session-level predictions per predictor: the mean stored score over each (session,
@@ -99,6 +112,8 @@ pub struct Estimate {
 pub struct Metrics {
     pub n: usize,
     pub participants: usize,
+    /// Why the intervals are withheld (too few participants, or no ratings), or None.
+    pub interval_withheld: Option<String>,
     pub pearson_r: Estimate,
     pub spearman_rho: Estimate,
     pub mse: Estimate,
@@ -226,7 +241,13 @@ pub fn evaluate(rated: &[Rated]) -> Metrics {
     ];
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); metrics.len()];
     let mut rng = SplitMix(0x5EED_E4FA_7E1C);
-    if !groups.is_empty() {
+    let interval_withheld = (groups.len() < MIN_PARTICIPANTS_FOR_INTERVAL).then(|| {
+        format!(
+            "{} participant(s): a bootstrap over participants needs at least {MIN_PARTICIPANTS_FOR_INTERVAL} for a 95 % interval",
+            groups.len()
+        )
+    });
+    if interval_withheld.is_none() {
         for _ in 0..BOOTSTRAP_RESAMPLES {
             let mut rows: Vec<&Rated> = Vec::with_capacity(rated.len());
             for _ in 0..groups.len() {
@@ -252,6 +273,7 @@ pub fn evaluate(rated: &[Rated]) -> Metrics {
     Metrics {
         n: rated.len(),
         participants: groups.len(),
+        interval_withheld,
         pearson_r: estimate(0),
         spearman_rho: estimate(1),
         mse: estimate(2),
@@ -297,6 +319,8 @@ mod tests {
             score,
             raw_cosine: cos,
             rating: 4.0,
+            synthetic: false,
+            calibration: "population".into(),
         };
         let map = super::super::PopulationMap {
             intercept: 1.0,
@@ -330,9 +354,27 @@ mod tests {
             .collect();
         let m = evaluate(&rated);
         assert_eq!((m.n, m.participants), (30, 10));
+        assert_eq!(m.interval_withheld, None);
         let r = m.pearson_r;
         assert!(r.low.unwrap() <= r.value.unwrap() && r.value.unwrap() <= r.high.unwrap());
         // Deterministic.
         assert_eq!(evaluate(&rated), m);
+    }
+
+    #[test]
+    fn no_interval_from_too_few_participants() {
+        let rated: Vec<Rated> = (0..3)
+            .map(|i| Rated {
+                participant: "P1".into(),
+                session_id: "s".into(),
+                story_id: format!("x{i}"),
+                predicted: 1.0 + i as f64,
+                rating: 3.0 + i as f64,
+            })
+            .collect();
+        let m = evaluate(&rated);
+        assert!(m.pearson_r.value.is_some());
+        assert_eq!((m.pearson_r.low, m.pearson_r.high), (None, None));
+        assert!(m.interval_withheld.unwrap().contains("1 participant(s)"));
     }
 }

@@ -155,8 +155,20 @@ pub fn builtin(id: &str) -> Option<Box<dyn Predictor>> {
         .then(|| Box::new(zero_shot::TextZeroShot) as Box<dyn Predictor>)
 }
 
-/// The population map of a built-in predictor, by id.
+/// Whether a stored score of `predictor` under `calibration` is on the 1-5 scale without
+/// having been fitted to any ratings: a built-in predictor's population map (a trained
+/// model's map was fitted in training; `participant:N` to the person's own ratings).
+pub fn uncalibrated(predictor: &str, calibration: &str) -> bool {
+    calibration == "population" && BUILTIN.contains(&predictor)
+}
+
+/// The population map of a built-in predictor as a function of the raw cosine alone, by
+/// id; None for the zero-shot predictor, whose map is relative to the bank per window (its
+/// stored scores are the population scores).
 pub fn population_map_of(id: &str) -> Option<PopulationMap> {
+    if id == zero_shot::TextZeroShot::ID {
+        return None;
+    }
     builtin(id).map(|p| p.population_map())
 }
 
@@ -176,6 +188,8 @@ struct InUse {
 pub struct FusionStage {
     layout: ModalityLayout,
     predictors: Vec<(Configured, InUse)>,
+    /// The story bank, for the zero-shot predictor's population map.
+    bank: Option<zero_shot::BankRelative>,
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> Option<f64> {
@@ -212,7 +226,18 @@ impl FusionStage {
                 )
             })
             .collect();
-        Ok(Self { layout, predictors })
+        Ok(Self {
+            layout,
+            predictors,
+            bank: None,
+        })
+    }
+
+    /// Gives the built-in zero-shot predictor its bank-relative population map (see
+    /// [`zero_shot::BankRelative`]) from the story bank's unit-length `vectors`; it applies
+    /// while the predictor is not calibrated to the participant.
+    pub fn set_story_bank(&mut self, vectors: &[f32], dims: usize) {
+        self.bank = zero_shot::BankRelative::new(vectors, dims);
     }
 
     /// The predictor ids, in order.
@@ -279,17 +304,24 @@ impl FusionStage {
                     continue;
                 };
                 let modalities = c.predictor.modalities();
+                let relative = self.bank.as_ref().filter(|_| {
+                    c.predictor.id() == zero_shot::TextZeroShot::ID
+                        && in_use.label == "population"
+                });
                 for story in &window.stories {
                     let Some(cos) = cosine(&rep.z, &story.embedding) else {
                         continue;
                     };
+                    let score = relative
+                        .and_then(|b| b.score(&rep.z, cos))
+                        .unwrap_or_else(|| in_use.map.score(cos));
                     rows.push(PredictionRow {
                         window_index: window.index,
                         predictor: c.predictor.id().to_string(),
                         story_id: story.story_id.clone(),
                         retrieved: story.retrieved,
                         raw_cosine: cos,
-                        score: in_use.map.score(cos),
+                        score,
                         calibration: in_use.label.clone(),
                         modalities: modalities.clone(),
                         coverage: rep.coverage.clone(),
@@ -328,12 +360,12 @@ mod tests {
         let mut l = ModalityLayout::new();
         l.add(
             Stream::Video,
-            ModalitySpec::new("video_signal", vec!["b".into()], "test", 1),
+            ModalitySpec::by_algorithm("video_signal", vec!["b".into()], "test", 1),
         )
         .unwrap();
         l.add(
             Stream::Text,
-            ModalitySpec::new("text", vec!["t0".into(), "t1".into()], "test", 1),
+            ModalitySpec::by_algorithm("text", vec!["t0".into(), "t1".into()], "test", 1),
         )
         .unwrap();
         l
@@ -420,7 +452,7 @@ mod tests {
         let mut l = ModalityLayout::new();
         l.add(
             Stream::Video,
-            ModalitySpec::new("video_signal", vec!["b".into()], "test", 1),
+            ModalitySpec::by_algorithm("video_signal", vec!["b".into()], "test", 1),
         )
         .unwrap();
         let err = FusionStage::new(

@@ -47,6 +47,8 @@ pub struct OnnxPredictor {
     window_frames: usize,
     map: PopulationMap,
     synthetic: bool,
+    /// `empathic.training` as written by the training tool (JSON), when present.
+    training: Option<String>,
 }
 
 fn contract(path: &Path, message: String) -> ModelError {
@@ -112,6 +114,7 @@ impl OnnxPredictor {
         let window_frames = parse("empathic.window_frames")?;
         let synthetic = get("empathic.synthetic")? == "true";
         let id = get("empathic.id")?;
+        let training = meta.custom("empathic.training");
         drop(meta);
         Ok(Self {
             id,
@@ -121,7 +124,23 @@ impl OnnxPredictor {
             window_frames,
             map: PopulationMap { intercept, slope },
             synthetic,
+            training,
         })
+    }
+
+    /// The participants the model was fitted on (its training and validation splits), when
+    /// its training provenance names them (`tools/fusion/train.py` writes
+    /// `split.train_participants` and `split.validation_participants`); None when unknown.
+    pub fn fitted_participants(&self) -> Option<Vec<String>> {
+        let training: serde_json::Value = serde_json::from_str(self.training.as_deref()?).ok()?;
+        let split = training.get("split")?;
+        let mut out = Vec::new();
+        for key in ["train_participants", "validation_participants"] {
+            for p in split.get(key)?.as_array()? {
+                out.push(p.as_str()?.to_string());
+            }
+        }
+        Some(out)
     }
 
     /// The model's modalities, in input order, with their widths.

@@ -164,6 +164,8 @@ pub fn render_predictions(s: &mut String, predictions: &[crate::store::StoryPred
                 p.predictor,
                 if p.synthetic {
                     " [synthetic: not an empathy model]"
+                } else if crate::fusion::uncalibrated(&p.predictor, &p.calibration) {
+                    " [uncalibrated: relative to the story bank, fitted to no ratings]"
                 } else {
                     ""
                 },

@@ -366,12 +366,17 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         }
         for (predictor, points) in by_predictor {
             let synthetic = points.iter().any(|p| p.synthetic);
+            let uncalibrated = points
+                .iter()
+                .any(|p| crate::fusion::uncalibrated(&p.predictor, &p.calibration));
             let _ = writeln!(
                 out,
                 "<h3>{}{}</h3>",
                 esc(predictor),
                 if synthetic {
                     " <span class=\"synthetic\">[synthetic: not an empathy model]</span>"
+                } else if uncalibrated {
+                    " <span class=\"synthetic\">[uncalibrated: relative to the story bank, fitted to no ratings]</span>"
                 } else {
                     ""
                 }
@@ -423,6 +428,8 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 esc(&p.predictor),
                 if p.synthetic {
                     " <span class=\"synthetic\">[synthetic]</span>"
+                } else if crate::fusion::uncalibrated(&p.predictor, &p.calibration) {
+                    " <span class=\"synthetic\">[uncalibrated]</span>"
                 } else {
                     ""
                 },
@@ -793,12 +800,13 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
 
     // Predictions against ratings
     section(&mut out, PARTICIPANT_SECTIONS[2]);
-    let mut by_predictor: BTreeMap<String, (bool, Vec<(f64, f64)>)> = BTreeMap::new();
+    let mut by_predictor: BTreeMap<String, (bool, Vec<(f64, f64)>, bool)> = BTreeMap::new();
     for d in &details {
         for p in d.predictions.iter().filter(|p| !p.retrieved) {
             if let Some(r) = p.rating {
                 let e = by_predictor.entry(p.predictor.clone()).or_default();
                 e.0 |= p.synthetic;
+                e.2 |= crate::fusion::uncalibrated(&p.predictor, &p.calibration);
                 e.1.push((f64::from(r), p.score));
             }
         }
@@ -812,11 +820,13 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
         let series: Vec<Series> = by_predictor
             .iter()
             .enumerate()
-            .map(|(i, (id, (synthetic, pts)))| Series {
+            .map(|(i, (id, (synthetic, pts, uncalibrated)))| Series {
                 label: format!(
                     "{id}{}",
                     if *synthetic {
                         " [synthetic: not an empathy model]"
+                    } else if *uncalibrated {
+                        " [uncalibrated]"
                     } else {
                         ""
                     }

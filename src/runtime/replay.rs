@@ -211,6 +211,13 @@ pub(super) fn prepare_session(
     session_id: &str,
     start_time: Option<&str>,
 ) -> Result<(), RunError> {
+    if let Some(fusion) = stages.fusion.as_mut() {
+        // The zero-shot map is relative to the bank (fusion::zero_shot::bank_map).
+        if let Ok(index) = StoryIndex::load(store, &config.models.sentence_encoder) {
+            let (vectors, dims) = index.vectors();
+            fusion.set_story_bank(vectors, dims);
+        }
+    }
     if stages.fusion.is_some() && config.fusion.retrieve_k > 0 {
         match StoryIndex::load(store, &config.models.sentence_encoder) {
             Ok(index) => {

@@ -269,6 +269,9 @@ pub struct StoryPrediction {
     pub raw_cosine: f64,
     pub rating: Option<u8>,
     pub synthetic: bool,
+    /// `predictions.calibration` of its windows (the last when they differ): `population`
+    /// or `participant:N` (see `fusion::uncalibrated`).
+    pub calibration: String,
 }
 
 /// A session with what it contains, for `empathic sessions show`.
@@ -351,6 +354,10 @@ impl ExportReads<'_> {
     /// The sentence encoders the story bank was embedded with.
     pub fn story_encoders(&self) -> Result<Vec<String>, StoreError> {
         sql::export::story_encoders(self.0)
+    }
+    /// Every story's id, title and text, by id.
+    pub fn stories(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        sql::export::stories(self.0)
     }
     /// Every story embedded with `model`, by id.
     pub fn story_embeddings(
@@ -489,7 +496,8 @@ impl Store {
         self.conn
             .prepare(
                 "SELECT p.predictor, p.story_id, s.title, count(*), avg(p.score),
-                        avg(p.raw_cosine), max(p.synthetic), r.value, p.in_play = 'retrieved'
+                        avg(p.raw_cosine), max(p.synthetic), r.value, p.in_play = 'retrieved',
+                        max(p.calibration)
                  FROM predictions p
                  LEFT JOIN stories s ON s.id = p.story_id
                  LEFT JOIN self_ratings r ON r.session_id = p.session_id AND r.story_id = p.story_id
@@ -510,6 +518,7 @@ impl Store {
                         synthetic: r.get::<_, i64>(6)? != 0,
                         rating: r.get(7)?,
                         retrieved: r.get(8)?,
+                        calibration: r.get(9)?,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()
@@ -542,7 +551,7 @@ impl Store {
             .conn
             .prepare(&format!(
                 "SELECT p.predictor, COALESCE(ses.participant_id, ses.id), p.session_id,
-                        p.story_id, p.score, p.raw_cosine, r.value
+                        p.story_id, p.score, p.raw_cosine, r.value, p.synthetic, p.calibration
                  {filter_rated}
                  ORDER BY p.predictor, ses.created_at, p.session_id, p.story_id, p.window_index",
                 filter_rated = filter.replace(
@@ -561,6 +570,8 @@ impl Store {
                         score: r.get(4)?,
                         raw_cosine: r.get(5)?,
                         rating: f64::from(r.get::<_, i64>(6)? as i32),
+                        synthetic: r.get::<_, i64>(7)? != 0,
+                        calibration: r.get(8)?,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()

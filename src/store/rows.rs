@@ -176,7 +176,7 @@ mod tests {
         layout
             .add(
                 Stream::Video,
-                ModalitySpec::new(
+                ModalitySpec::by_algorithm(
                     "video_signal",
                     vec!["brightness".into(), "contrast".into(), "sharpness".into()],
                     "test",
@@ -187,7 +187,7 @@ mod tests {
         layout
             .add(
                 Stream::Audio,
-                ModalitySpec::new(
+                ModalitySpec::by_algorithm(
                     "audio_signal",
                     vec![
                         "level_dbfs".into(),

@@ -174,13 +174,13 @@ mod tests {
         let v = l
             .add(
                 Stream::Video,
-                ModalitySpec::new("v", vec!["v".into()], "test", 1),
+                ModalitySpec::by_algorithm("v", vec!["v".into()], "test", 1),
             )
             .unwrap();
         let a = l
             .add(
                 Stream::Audio,
-                ModalitySpec::new("a", vec!["l".into(), "c".into(), "v".into()], "test", 1),
+                ModalitySpec::by_algorithm("a", vec!["l".into(), "c".into(), "v".into()], "test", 1),
             )
             .unwrap();
         (v, a)
@@ -252,7 +252,7 @@ mod tests {
         let t = l
             .add(
                 Stream::Text,
-                ModalitySpec::new("t", vec!["t".into()], "test", 1),
+                ModalitySpec::by_algorithm("t", vec!["t".into()], "test", 1),
             )
             .unwrap();
         let mut a = FrameAligner::new(vec![], Some((t, TextTrack::new(0))));

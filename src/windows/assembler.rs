@@ -127,7 +127,7 @@ mod tests {
         let m = layout
             .add(
                 crate::windows::Stream::Video,
-                crate::features::ModalitySpec::new("x", vec!["x".into()], "test", 1),
+                crate::features::ModalitySpec::by_algorithm("x", vec!["x".into()], "test", 1),
             )
             .unwrap();
         let mut asm = WindowAssembler::new(4, 4, 1.0);

@@ -158,7 +158,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &'static str, dims: usize) -> ModalitySpec {
-        ModalitySpec::new(
+        ModalitySpec::by_algorithm(
             name,
             (0..dims).map(|i| format!("c{i}")).collect(),
             "test",

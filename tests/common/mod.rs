@@ -124,3 +124,43 @@ pub mod store;
 pub fn fixtures_required() -> bool {
     std::env::var("EMPATHIC_REQUIRE_FIXTURES").is_ok_and(|v| v == "1")
 }
+
+/// Loads an `empathic export windows` folder through the training toolkit's reader
+/// (`tools/fusion/data.py`, numpy only: `scripts/setup.sh` installs Debian's python3-numpy)
+/// and returns its output: a JSON line of what it loaded, or its refusal on stderr. Debian's
+/// own interpreter (`/usr/bin/python3`, where python3-numpy installs) unless
+/// `EMPATHIC_PYTHON` names another: a `python3` earlier on PATH (pyenv) lacks numpy.
+pub fn load_with_training_reader(export: &Path) -> Output {
+    let python = std::env::var("EMPATHIC_PYTHON").unwrap_or_else(|_| "/usr/bin/python3".into());
+    let script = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import data
+ds = data.load(sys.argv[2])
+print(json.dumps({
+    "samples": len(ds.samples),
+    "participants": ds.participants(),
+    "modalities": sorted(ds.modalities),
+    "encoder": ds.encoder,
+    "stories": len(ds.story_ids),
+    "window_shape": [list(a.shape) for a in ds.window(ds.samples[0], sorted(ds.modalities))[:1]],
+}))
+"#;
+    let probe = Command::new(&python)
+        .args(["-c", "import numpy"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): run scripts/setup.sh"));
+    assert!(
+        probe.status.success(),
+        "{python} cannot import numpy: run scripts/setup.sh (Debian python3-numpy)"
+    );
+    Command::new(&python)
+        .args([
+            "-c",
+            script,
+            path_str(&root().join("tools/fusion")),
+            path_str(export),
+        ])
+        .output()
+        .unwrap()
+}

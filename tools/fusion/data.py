@@ -1,5 +1,12 @@
-"""Reads an `empathic export windows` folder (format `empathic-windows` v2) into training
-samples: one per (window, rated story in play).
+"""Reads an `empathic export windows` folder (format `empathic-windows` v2 or v3, from a
+station's database or a central one) into training samples: one per (window, rated story in
+play).
+
+Version 3 adds the stored window features (`<modality>_window_mean.npy`,
+`<modality>_window_present.npy`), which this reader does not need, and allows sessions without
+per-frame arrays (`frames: 0`: a central database that was not sent per-frame features). Such a
+session has no T x F matrices to train on: it is skipped, and named, when others have frames;
+with none at all the export cannot train a sequence model and `load` says so.
 
 A sample is the window's T x F matrix and T mask of every modality of the subset, the
 embedding E(S) of the story (from `stories/<encoder>.npy`), the self-rating (1-5), and the
@@ -13,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = "empathic-windows"
-VERSIONS = (2,)
+VERSIONS = (2, 3)
 
 
 @dataclass
@@ -58,7 +65,8 @@ def load(root, encoder=None, phase=None):
                          f"(found {manifest.get('format')} v{manifest.get('version')})")
     encoders = manifest.get("story_encoders", [])
     if not encoders:
-        raise SystemExit(f"{root}: the export has no story embeddings (import a story bank first)")
+        raise SystemExit(f"{root}: the export has no story embeddings (stories/): export from an "
+                         "empathic build that embeds the bank's stories, or import a story bank first")
     encoder = encoder or encoders[0]
     if encoder not in encoders:
         raise SystemExit(f"{root}: no stories embedded with {encoder} (have {encoders})")
@@ -68,8 +76,12 @@ def load(root, encoder=None, phase=None):
 
     modalities: dict[str, Modality] = {}
     ds = Dataset(root, encoder, modalities, story_ids=story_ids, story_vectors=story_vectors)
+    skipped = []
     for s in manifest["sessions"]:
         sid = s["session_id"]
+        if s.get("frames", 1) == 0:
+            skipped.append(sid)
+            continue
         ds.frames[sid] = {}
         for m in s["modalities"]:
             mod = Modality(m["name"], m["dims"], m.get("producer"), m.get("layout_version") or 1)
@@ -80,8 +92,18 @@ def load(root, encoder=None, phase=None):
             values = np.load(root / sid / f"{m['name']}.npy", mmap_mode="r")
             mask = np.load(root / sid / f"{m['name']}_mask.npy").astype(np.float32)
             ds.frames[sid][m["name"]] = (values, mask)
+    if skipped:
+        import sys
+        print(f"{root}: {len(skipped)} session(s) without per-frame features skipped "
+              f"({', '.join(skipped[:5])}{'...' if len(skipped) > 5 else ''}): a central database holds "
+              "them only when the study syncs frame features", file=sys.stderr)
+    if not ds.frames:
+        raise SystemExit(f"{root}: no session has per-frame features (frames: 0 everywhere); a central "
+                         "database holds them only when the study syncs them ([sync] frame_features = true)")
     for line in (root / "windows.jsonl").open():
         w = json.loads(line)
+        if w["session_id"] not in ds.frames:
+            continue
         if phase and w.get("phase") != phase:
             continue
         for story in w["stories"]:

@@ -210,7 +210,8 @@ def main():
                    "batch": args.batch, "loss": "MSE(cos, (rating-1)/4)", "oversampling": "ratings balanced",
                    "kept_epoch": best[2], "seed": args.seed},
         "split": {"train": len(train_p), "validation": len(val_p), "test": len(test_p),
-                  "unit": "participants", "test_participants": test_p},
+                  "unit": "participants", "test_participants": test_p,
+                  "train_participants": train_p, "validation_participants": val_p},
         "held_out": held_out,
     }
     print(json.dumps({"id": model_id, "held_out": held_out}, indent=1))

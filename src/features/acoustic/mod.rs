@@ -240,7 +240,7 @@ impl LldExtractor {
         Self {
             set,
             egemaps,
-            spec: ModalitySpec::new(
+            spec: ModalitySpec::by_algorithm(
                 set.modality(),
                 set.columns(),
                 format!("acoustic::LldExtractor {}", set.modality()),

@@ -311,7 +311,7 @@ impl FaceAnalyzer {
     /// The stage that stores this analyser's blendshapes (the `blendshapes` modality).
     pub fn blendshape_stage(&self) -> BlendshapeStage {
         BlendshapeStage {
-            spec: ModalitySpec::new(
+            spec: ModalitySpec::by_model(
                 "blendshapes",
                 models::BLENDSHAPE_NAMES
                     .iter()
@@ -713,7 +713,7 @@ impl FaceStage {
         let producer = format!("face::FaceStage gaze={}", analyzer.gaze_model().name());
         Self {
             analyzer,
-            spec: ModalitySpec::new("face", face_columns(), producer, FACE_LAYOUT_VERSION),
+            spec: ModalitySpec::by_model("face", face_columns(), producer, FACE_LAYOUT_VERSION),
         }
     }
 }

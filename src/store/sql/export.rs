@@ -214,3 +214,14 @@ pub fn story_encoders(conn: &Connection) -> Result<Vec<String>, StoreError> {
         })
         .map_err(ctx("listing story encoders to export"))
 }
+
+/// Every story of the bank (id, title, text), by id: what an export embeds itself when the
+/// database holds a story's text but no embedding (a central database).
+pub fn stories(conn: &Connection) -> Result<Vec<(String, String, String)>, StoreError> {
+    conn.prepare("SELECT id, title, text FROM stories ORDER BY id")
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(ctx("reading the stories to export"))
+}

@@ -18,12 +18,14 @@ pub struct PredictionPoint {
     pub end_secs: f64,
     pub score: f64,
     pub synthetic: bool,
+    /// `predictions.calibration` (see `fusion::uncalibrated`).
+    pub calibration: String,
 }
 
 /// Every stored window prediction of session `id`, by predictor, story and time.
 pub fn prediction_series(conn: &Connection, id: &str) -> Result<Vec<PredictionPoint>, StoreError> {
     conn.prepare(
-        "SELECT p.predictor, p.story_id, p.in_play = 'retrieved', w.end_ns, p.score, p.synthetic
+        "SELECT p.predictor, p.story_id, p.in_play = 'retrieved', w.end_ns, p.score, p.synthetic, p.calibration
          FROM predictions p
          JOIN windows w ON w.session_id = p.session_id AND w.window_index = p.window_index
          WHERE p.session_id = ?1 ORDER BY p.predictor, p.story_id, w.end_ns",
@@ -37,6 +39,7 @@ pub fn prediction_series(conn: &Connection, id: &str) -> Result<Vec<PredictionPo
                 end_secs: r.get::<_, i64>(3)? as f64 / 1e9,
                 score: r.get(4)?,
                 synthetic: r.get::<_, i64>(5)? != 0,
+                calibration: r.get(6)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()
