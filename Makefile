@@ -52,7 +52,12 @@ train-demo: build
 # package instead (no user is created then).
 PREFIX ?= /usr
 install: build
-	install -D -m 0755 target/release/empathic $(DESTDIR)$(PREFIX)/bin/empathic
+	@# Stripped (about 124 MB with line tables, see README); the debug info is kept beside
+	@# it for crash reports, linked by a .gnu_debuglink so gdb finds it.
+	objcopy --only-keep-debug target/release/empathic target/release/empathic.debug
+	objcopy --strip-all --add-gnu-debuglink=target/release/empathic.debug target/release/empathic target/release/empathic.stripped
+	install -D -m 0755 target/release/empathic.stripped $(DESTDIR)$(PREFIX)/bin/empathic
+	install -D -m 0644 target/release/empathic.debug $(DESTDIR)$(PREFIX)/lib/debug$(PREFIX)/bin/empathic.debug
 	install -D -m 0644 third_party/onnxruntime/libonnxruntime.so.1 $(DESTDIR)$(PREFIX)/lib/empathic/libonnxruntime.so.1
 	mkdir -p $(DESTDIR)$(PREFIX)/share/empathic
 	cp -r models $(DESTDIR)$(PREFIX)/share/empathic/

@@ -29,8 +29,11 @@ fn layout() -> ModalityLayout {
         ("acoustic_compare", Stream::Audio, 65),
     ] {
         let columns = (0..d).map(|i| format!("c{i}")).collect();
-        l.add(stream, ModalitySpec::by_algorithm(name, columns, "bench", 1))
-            .expect("distinct names");
+        l.add(
+            stream,
+            ModalitySpec::by_algorithm(name, columns, "bench", 1),
+        )
+        .expect("distinct names");
     }
     l
 }

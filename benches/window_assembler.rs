@@ -18,7 +18,10 @@ fn layout(dims: &[(&'static str, Stream, usize)]) -> ModalityLayout {
     for &(name, stream, d) in dims {
         let columns = (0..d).map(|i| format!("c{i}")).collect();
         layout
-            .add(stream, ModalitySpec::by_algorithm(name, columns, "bench", 1))
+            .add(
+                stream,
+                ModalitySpec::by_algorithm(name, columns, "bench", 1),
+            )
             .expect("distinct names");
     }
     layout

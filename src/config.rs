@@ -735,7 +735,8 @@ mod tests {
 
     #[test]
     fn the_shipped_station_toml_names_every_field_the_config_accepts() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("firmware-config/station.toml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("firmware-config/station.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         let doc: toml::Table = text.parse().unwrap();
         // Every section of the config with the fields of its type. A new section fails
@@ -773,15 +774,20 @@ mod tests {
                 .unwrap_or("");
             for f in fields {
                 let set = table.is_some_and(|t| t.contains_key(*f));
-                let shown = block
-                    .lines()
-                    .any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{f} =")));
+                let shown = block.lines().any(|l| {
+                    l.trim_start_matches(['#', ' '])
+                        .starts_with(&format!("{f} ="))
+                });
                 if !set && !shown {
                     missing.push(format!("[{section}] {f}"));
                 }
             }
         }
-        assert!(missing.is_empty(), "{} does not name: {missing:?}", path.display());
+        assert!(
+            missing.is_empty(),
+            "{} does not name: {missing:?}",
+            path.display()
+        );
         // And what it sets is what the config accepts.
         Config::load(&path).unwrap();
     }

@@ -4,6 +4,8 @@
 //! off, `empathic::models::onnx::TELEMETRY_OFF`); nothing else lives here.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod alsa_log;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,10 +61,12 @@ enum Command {
     },
     /// Print the sentence embedding of TEXT as a JSON array.
     Embed {
+        /// The text to embed (quote it).
         text: String,
         /// Model name in models/MODELS.toml (default: models.sentence_encoder).
         #[arg(long)]
         model: Option<String>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -84,16 +88,19 @@ enum Command {
     /// Stored predictions against self-ratings: Pearson r, Spearman rho, MSE, accuracy and
     /// F1, with 95 % bootstrap intervals over participants.
     Evaluate {
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Only this predictor (default: each stored one).
         #[arg(long)]
         predictor: Option<String>,
-        /// Only windows of this phase (warm_up, story_share, story_receive, reflection, cool_down).
+        /// Only windows of this phase: warm_up, story_share, story_receive, reflection, cool_down (default: every phase, one row each, and all phases together).
         #[arg(long)]
         phase: Option<String>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
@@ -109,8 +116,10 @@ enum Command {
         /// Report on this participant's sessions instead.
         #[arg(long)]
         participant: Option<String>,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Where to write the page (written beside, then renamed).
@@ -123,8 +132,10 @@ enum Command {
     Sync {
         #[command(subcommand)]
         command: Option<SyncCommand>,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         #[command(flatten)]
@@ -151,6 +162,7 @@ enum Command {
     /// The live station service: camera, microphone and the control socket, one session at
     /// a time, recorded and stored (run by systemd; see systemd/empathic.service).
     Run {
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -161,15 +173,19 @@ enum Command {
         /// The control socket (default: `live.socket` of the config).
         #[arg(long, global = true)]
         socket: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long, global = true)]
         config: Option<PathBuf>,
     },
     /// Devices, the running session, drops, disk space and the last error of the service.
     Status {
+        /// The control socket (default: `[live] socket` of the config).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
@@ -194,6 +210,7 @@ enum Command {
         /// other commands read it with `--db postgres://...`.
         #[arg(long)]
         central: Option<String>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         #[command(flatten)]
@@ -208,6 +225,7 @@ enum Command {
     },
     /// Check the installation and say what is missing.
     Doctor {
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Session database whose folder must be writable.
@@ -223,34 +241,47 @@ enum Command {
 enum StoriesCommand {
     /// Embed and store the stories of a JSONL or CSV file (id, title, text, source, licence).
     Import {
+        /// The story bank: JSONL or CSV with id, title, text, source, licence.
         file: PathBuf,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
     /// The stories closest to TEXT, with cosine scores.
     Search {
+        /// What to search for (quote it).
         text: String,
+        /// How many stories to list.
         #[arg(short, default_value_t = 3)]
         k: usize,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
     /// Stories for what the participant shared in a session, leaving out stories they saw
     /// in earlier sessions.
     Retrieve {
+        /// The stored session whose shared story the retrieval starts from.
         session_id: String,
+        /// How many stories to retrieve.
         #[arg(short, default_value_t = 3)]
         k: usize,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
@@ -260,24 +291,35 @@ enum StoriesCommand {
 enum CtlCommand {
     /// Start a session for a participant with recorded consent.
     Start {
+        /// The participant's pseudonym (their consent must be recorded as given).
         participant: String,
+        /// The new session's id (default: `<station>-<UTC time>`).
         #[arg(long)]
         session_id: Option<String>,
     },
     /// Stop the running session (stored complete, recording finalised).
     Stop,
     /// Enter a phase: warm_up, story_share, story_receive, reflection, cool_down.
-    Phase { phase: String },
+    Phase {
+        /// warm_up, story_share, story_receive, reflection or cool_down.
+        phase: String,
+    },
     /// Any event as an events.jsonl line without t_ms, e.g.
     /// '{"type":"rating","story_id":"s1","value":4}'.
-    Event { json: String },
+    Event {
+        /// The event as one JSON object (quote it).
+        json: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum RecordingCommand {
     /// Finish recordings a crash or power loss left unfinished (the service does this when
     /// it starts).
-    Repair { dir: PathBuf },
+    Repair {
+        /// The recordings folder (`[recording] dir` of the config) or one recording in it.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -285,6 +327,7 @@ enum ParticipantCommand {
     /// Record consent as study staff took it: the live service captures only participants
     /// whose consent is `given`.
     Consent {
+        /// The participant's pseudonym.
         id: String,
         /// Consent given (without it: withdrawn).
         #[arg(long)]
@@ -292,8 +335,10 @@ enum ParticipantCommand {
         /// Raw video and audio may leave the station (only with --given).
         #[arg(long)]
         raw_media: bool,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -301,9 +346,12 @@ enum ParticipantCommand {
     /// tell the study's collector to delete theirs (at the next `sync`); only an audit line
     /// that a purge happened stays.
     Purge {
+        /// The participant's pseudonym.
         id: String,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -333,10 +381,13 @@ struct BrokerArgs {
 enum SyncCommand {
     /// Pending, synced, bytes waiting, last error.
     Status {
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
@@ -347,8 +398,10 @@ enum ExportCommand {
     /// Every window's per-frame features and masks per modality, with session, participant,
     /// phase, time and the stories in play with their ratings (numpy .npy + JSON lines).
     Windows {
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
         /// A new or empty folder.
@@ -367,6 +420,7 @@ enum ExportCommand {
 enum ModelsCommand {
     /// Check every model: sha256, loading, shapes and a known-answer test.
     Verify {
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -406,13 +460,16 @@ enum ExtractCommand {
         /// Camera focal length in pixels (default 500 * width / 640, OpenFace's default).
         #[arg(long)]
         fx: Option<f64>,
+        /// Camera focal length in y, in pixels (default: fx).
         #[arg(long)]
         fy: Option<f64>,
-        /// Principal point (default: the image centre).
+        /// Principal point x (default: the image centre).
         #[arg(long)]
         cx: Option<f64>,
+        /// Principal point y (default: the image centre).
         #[arg(long)]
         cy: Option<f64>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -428,20 +485,27 @@ enum FeatureSet {
 enum SessionsCommand {
     /// One line per session.
     List {
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
     /// One session in detail.
     Show {
+        /// The session id (as `sessions list` shows it).
         id: String,
+        /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
         #[arg(long)]
         db: Option<PathBuf>,
+        /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON instead of text (default: text).
         #[arg(long)]
         json: bool,
     },
@@ -454,6 +518,7 @@ fn main() -> ExitCode {
         std::env::set_var(empathic::models::onnx::TELEMETRY_OFF, "1");
     }
     init_logging();
+    alsa_log::route_messages();
     let cli = Cli::parse();
     match dispatch(cli.command) {
         Ok(code) => code,
@@ -731,5 +796,40 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             share_group.as_deref(),
         ),
         Command::Doctor { config, db, live } => cli::doctor(config.as_deref(), db.as_deref(), live),
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    /// Every argument of every command says what it is (README: `--help` is the reference).
+    #[test]
+    fn every_argument_has_a_description() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "empathic", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{} without help:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
     }
 }

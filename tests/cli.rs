@@ -92,8 +92,54 @@ fn evaluate_reports_metrics_and_refuses_a_store_without_ratings() {
     assert_eq!(v[0]["overall"]["n"], 3);
     assert_eq!(v[0]["overall"]["participants"], 1);
     assert!(v[0]["overall"]["mse"]["value"].as_f64().unwrap() >= 0.0);
-    // One session, population map in force: both blocks agree.
-    assert_eq!(v[0]["population"], v[0]["overall"]);
+    // The first row is every phase together; then one row per phase with rated windows.
+    assert_eq!(v[0]["phase"], serde_json::Value::Null);
+    assert!(v.as_array().unwrap().len() > 1);
+    assert!(v.as_array().unwrap()[1..]
+        .iter()
+        .all(|e| e["phase"].is_string()));
+    // The zero-shot map is relative to each window's bank cosines: no separate
+    // population block to compare, and it is marked uncalibrated.
+    assert_eq!(v[0]["population"], serde_json::Value::Null);
+    assert_eq!(v[0]["calibrated"], false);
+    assert_eq!(v[0]["synthetic"], false);
+    // One participant: no interval, and the report says why.
+    assert_eq!(v[0]["overall"]["pearson_r"]["low"], serde_json::Value::Null);
+    let warnings = v[0]["warnings"].to_string();
+    assert!(warnings.contains("uncalibrated"), "{warnings}");
+    assert!(warnings.contains("no interval"), "{warnings}");
+    // Per participant: an object keyed by pseudonym.
+    assert_eq!(v[0]["per_participant"]["P-DEMO"]["n"], 3);
+    // Text: every phase in one table, notes below it.
+    let o = empathic(&["evaluate", "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("text-zero-shot (uncalibrated)"), "{text}");
+    assert!(text.contains("all phases"), "{text}");
+    assert!(
+        text.contains("no prediction toward a rated story"),
+        "{text}"
+    );
+    // A phase without rated windows is an answer, not an error.
+    let o = empathic(&[
+        "evaluate",
+        "--db",
+        path_str(&db),
+        "--phase",
+        "story_receive",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A reader that closes the pipe early ends it quietly.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["evaluate", "--db", path_str(&db), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?} {}", out.status, stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     let o = empathic(&["evaluate", "--db", path_str(&db), "--phase", "nap"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("unknown phase `nap`"), "{}", stderr(&o));

@@ -212,7 +212,10 @@ fn every_model_modality_is_compared_within_tolerance_across_cpus() {
         assert!(names.iter().any(|n| n == m), "{m} missing from {names:?}");
     }
     for m in ["video_signal", "audio_signal", "acoustic_compare"] {
-        assert!(!names.iter().any(|n| n == m), "{m} is computed without a model");
+        assert!(
+            !names.iter().any(|n| n == m),
+            "{m} is computed without a model"
+        );
     }
 }
 

@@ -192,7 +192,11 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     // Without per-frame features synced, the training reader says what is missing.
     let o = load_with_training_reader(&tmp.path().join("from-central"));
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("frame_features = true"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("frame_features = true"),
+        "{}",
+        stderr(&o)
+    );
     let o = load_with_training_reader(&tmp.path().join("from-station"));
     assert!(o.status.success(), "data.py: {}", stderr(&o));
     for name in [

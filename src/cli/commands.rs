@@ -345,9 +345,11 @@ fn fitted_participants(config: &Config, predictor: &str) -> Result<Option<Vec<St
     let Ok(manifest) = crate::models::manifest::Manifest::load(&config.models.dir) else {
         return Err("the model manifest cannot be read".into());
     };
-    let Some(entry) = manifest.models.iter().find(|m| {
-        m.name == predictor && m.kind == crate::models::manifest::ModelKind::FusionModel
-    }) else {
+    let Some(entry) = manifest
+        .models
+        .iter()
+        .find(|m| m.name == predictor && m.kind == crate::models::manifest::ModelKind::FusionModel)
+    else {
         return Ok(None);
     };
     let model = crate::fusion::onnx_model::OnnxPredictor::open(
@@ -357,6 +359,15 @@ fn fitted_participants(config: &Config, predictor: &str) -> Result<Option<Vec<St
     .map_err(|e| e.to_string())?;
     Ok(model.fitted_participants())
 }
+
+/// One predictor's session-level units as stored and through its population map, and
+/// whether it is synthetic and calibrated (see [`Evaluation`]).
+type PredictorUnits = (
+    Vec<crate::fusion::evaluate::Rated>,
+    Option<Vec<crate::fusion::evaluate::Rated>>,
+    bool,
+    bool,
+);
 
 /// `empathic evaluate`: every phase in one table unless `phase` names one.
 pub fn evaluate(
@@ -404,17 +415,14 @@ pub fn evaluate(
                 empty_phases.push(*p);
             }
         }
-        let mut by_predictor: std::collections::BTreeMap<
-            String,
-            (Vec<Rated>, Option<Vec<Rated>>, bool, bool),
-        > = Default::default();
+        let mut by_predictor: std::collections::BTreeMap<String, PredictorUnits> =
+            Default::default();
         for (p, stored, population) in
             crate::fusion::evaluate::session_level(&rows, crate::fusion::population_map_of)
         {
-            let entry =
-                by_predictor
-                    .entry(p.clone())
-                    .or_insert_with(|| (Vec::new(), Some(Vec::new()), false, false));
+            let entry = by_predictor
+                .entry(p.clone())
+                .or_insert_with(|| (Vec::new(), Some(Vec::new()), false, false));
             entry.0.push(stored);
             entry.1 = match (entry.1.take(), population) {
                 (Some(mut v), Some(r)) => {
@@ -428,8 +436,8 @@ pub fn evaluate(
             if let Some(e) = by_predictor.get_mut(&w.predictor) {
                 e.2 |= w.synthetic;
                 // Fitted to ratings: a trained model's map, or a participant's own.
-                e.3 |= crate::fusion::builtin(&w.predictor).is_none()
-                    || w.calibration != "population";
+                e.3 |=
+                    crate::fusion::builtin(&w.predictor).is_none() || w.calibration != "population";
             }
         }
         for (p, (rated, population, synthetic, calibrated)) in by_predictor {
@@ -623,7 +631,10 @@ pub fn evaluate(
         outln!("[{}] {n}", i + 1);
     }
     outln!("per participant (all phases): n, pearson r, mse");
-    for e in report.iter().filter(|e| e.phase.is_none() || phase.is_some()) {
+    for e in report
+        .iter()
+        .filter(|e| e.phase.is_none() || phase.is_some())
+    {
         for (id, pm) in &e.per_participant {
             outln!(
                 "  {:<28} {:<16} n {:>3}  r {}  mse {}",

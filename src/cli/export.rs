@@ -232,8 +232,7 @@ pub fn export_windows(
             bytes += write_story_bank(&stories, encoder, &stories_dir)?;
         }
     }
-    if let Some((name, encoder)) = encoder.filter(|(n, _)| !story_encoders.iter().any(|e| e == n))
-    {
+    if let Some((name, encoder)) = encoder.filter(|(n, _)| !story_encoders.iter().any(|e| e == n)) {
         let stories = reads.stories().map_err(fail)?;
         if !stories.is_empty() {
             let mut embedded = Vec::with_capacity(stories.len());
@@ -241,7 +240,12 @@ pub fn export_windows(
                 let input = crate::stories::presented_text(&title, &text);
                 let vec = encoder
                     .embed(&[input.as_str()])
-                    .map_err(|e| (ExitKind::Runtime, format!("cannot embed story {story_id}: {e}")))?
+                    .map_err(|e| {
+                        (
+                            ExitKind::Runtime,
+                            format!("cannot embed story {story_id}: {e}"),
+                        )
+                    })?
                     .remove(0);
                 embedded.push(crate::store::sql::stories::StoredEmbedding {
                     story_id,

@@ -134,7 +134,10 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
     } else {
         outln!(
             "outbox    {} pending, {} sent awaiting a collector's receipt ({} bytes), {} synced",
-            s.pending, s.sent, s.pending_bytes, s.synced
+            s.pending,
+            s.sent,
+            s.pending_bytes,
+            s.synced
         );
         outln!("oldest    {}", s.oldest_pending.as_deref().unwrap_or("-"));
         outln!("last sync {}", s.last_synced.as_deref().unwrap_or("-"));

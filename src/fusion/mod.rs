@@ -305,8 +305,7 @@ impl FusionStage {
                 };
                 let modalities = c.predictor.modalities();
                 let relative = self.bank.as_ref().filter(|_| {
-                    c.predictor.id() == zero_shot::TextZeroShot::ID
-                        && in_use.label == "population"
+                    c.predictor.id() == zero_shot::TextZeroShot::ID && in_use.label == "population"
                 });
                 for story in &window.stories {
                     let Some(cos) = cosine(&rep.z, &story.embedding) else {

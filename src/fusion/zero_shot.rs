@@ -137,7 +137,7 @@ mod bank_tests {
         let z = [2.0f32, 0.0, 0.0];
         let mean = (1.0 + 0.6 + 0.0) / 3.0;
         let sd = (((1.0f64 - mean).powi(2) + (0.6 - mean).powi(2) + mean.powi(2)) / 3.0).sqrt();
-        assert!((bank.score(&z, mean).unwrap() - 3.0).abs() < 1e-9);
+        assert!((bank.score(&z, mean).unwrap() - 3.0).abs() < 1e-6);
         assert!((bank.score(&z, mean + sd).unwrap() - 4.0).abs() < 1e-6);
         assert_eq!(bank.score(&z, 10.0), Some(5.0));
         assert_eq!(bank.score(&[1.0, 0.0], 0.5), None);

@@ -180,12 +180,13 @@ pub fn render_predictions(s: &mut String, predictions: &[crate::store::StoryPred
         }
         let _ = writeln!(
             s,
-            "          {:<16} {:<34} predicted {:.2} (cosine {:+.3}, {} windows)   rated {}",
+            "          {:<16} {:<34} predicted {:.2} (cosine {:+.3}, {} window{})   rated {}",
             p.story_id,
             format!("\"{}\"", p.title.as_deref().unwrap_or("?")),
             p.score,
             p.raw_cosine,
             p.windows,
+            if p.windows == 1 { "" } else { "s" },
             p.rating.map_or("-".into(), |r| r.to_string())
         );
     }

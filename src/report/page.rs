@@ -800,7 +800,9 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
 
     // Predictions against ratings
     section(&mut out, PARTICIPANT_SECTIONS[2]);
-    let mut by_predictor: BTreeMap<String, (bool, Vec<(f64, f64)>, bool)> = BTreeMap::new();
+    // Per predictor: synthetic, (rating, predicted) pairs, uncalibrated.
+    type Rated = (bool, Vec<(f64, f64)>, bool);
+    let mut by_predictor: BTreeMap<String, Rated> = BTreeMap::new();
     for d in &details {
         for p in d.predictions.iter().filter(|p| !p.retrieved) {
             if let Some(r) = p.rating {

@@ -911,7 +911,15 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
         )
         .map_err(sql("recording a migration"))?;
         tx.commit().map_err(sql("committing a migration"))?;
-        tracing::info!(version, name, "applied session-store migration");
+        // A new database is made by the same steps: only an upgrade is news.
+        if found == 0 {
+            tracing::debug!(version, name, "applied session-store migration");
+        } else {
+            tracing::info!(version, name, path = %path.display(), "upgraded the session store");
+        }
+    }
+    if found == 0 {
+        tracing::info!(path = %path.display(), "created a new session store");
     }
     Ok(())
 }

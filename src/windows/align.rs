@@ -180,7 +180,12 @@ mod tests {
         let a = l
             .add(
                 Stream::Audio,
-                ModalitySpec::by_algorithm("a", vec!["l".into(), "c".into(), "v".into()], "test", 1),
+                ModalitySpec::by_algorithm(
+                    "a",
+                    vec!["l".into(), "c".into(), "v".into()],
+                    "test",
+                    1,
+                ),
             )
             .unwrap();
         (v, a)
