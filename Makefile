@@ -65,9 +65,13 @@ install: build
 	install -D -m 0644 systemd/70-empathic-devices.rules.example $(DESTDIR)$(PREFIX)/share/doc/empathic/70-empathic-devices.rules.example
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/empathic/README.md
 	test -e $(DESTDIR)/etc/empathic/station.toml || install -D -m 0640 firmware-config/station.toml $(DESTDIR)/etc/empathic/station.toml
+	@# The state folder exists before the first start, so staff can record consent first
+	@# (systemd's StateDirectory= would make it only at the first start).
+	install -d -m 0750 $(DESTDIR)/var/lib/empathic
 	@if [ -z "$(DESTDIR)" ]; then \
 	  id empathic >/dev/null 2>&1 || useradd --system --home-dir /var/lib/empathic --shell /usr/sbin/nologin --groups video,audio empathic; \
 	  chgrp empathic /etc/empathic/station.toml; \
+	  chown empathic:empathic /var/lib/empathic; \
 	  systemctl daemon-reload 2>/dev/null || true; \
 	  echo "installed: edit /etc/empathic/station.toml, then: systemctl enable --now empathic"; \
 	fi
