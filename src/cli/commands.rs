@@ -546,6 +546,20 @@ pub fn evaluate(
         _ => "     -".into(),
     };
     let val = |e: &Estimate| e.value.map_or("     -".into(), |v| format!("{v:6.3}"));
+    let row = |label: &str, phase: &str, m: &crate::fusion::evaluate::Metrics| {
+        format!(
+            "{:<30} {:<14} {:>4} {:>5}  {:<23} {:<23} {:>6} {:>6} {:>6}",
+            label,
+            phase,
+            m.n,
+            m.participants,
+            est(&m.pearson_r),
+            est(&m.spearman_rho),
+            val(&m.mse),
+            val(&m.accuracy),
+            val(&m.f1)
+        )
+    };
     outln!(
         "Session-level: prediction = mean score over the windows toward a rated story; 95 % bootstrap over participants in [ ]; - = undefined (too few or constant values)."
     );
@@ -587,33 +601,12 @@ pub fn evaluate(
             }
         );
         outln!(
-            "{:<30} {:<14} {:>4} {:>5}  {:<23} {:<23} {:>6} {:>6} {:>6}  {}",
-            label,
-            e.phase.as_deref().unwrap_or("all phases"),
-            m.n,
-            m.participants,
-            est(&m.pearson_r),
-            est(&m.spearman_rho),
-            val(&m.mse),
-            val(&m.accuracy),
-            val(&m.f1),
+            "{}  {}",
+            row(&label, e.phase.as_deref().unwrap_or("all phases"), m),
             marks.join("")
         );
-        if let Some(pm) = &e.population {
-            if pm != m {
-                outln!(
-                    "{:<30} {:<14} {:>4} {:>5}  {:<23} {:<23} {:>6} {:>6} {:>6}",
-                    "  population map only",
-                    "",
-                    pm.n,
-                    pm.participants,
-                    est(&pm.pearson_r),
-                    est(&pm.spearman_rho),
-                    val(&pm.mse),
-                    val(&pm.accuracy),
-                    val(&pm.f1),
-                );
-            }
+        if let Some(pm) = e.population.as_ref().filter(|pm| *pm != m) {
+            outln!("{}", row("  population map only", "", pm));
         }
     }
     if !empty_phases.is_empty() {

@@ -211,15 +211,18 @@ pub(super) fn prepare_session(
     session_id: &str,
     start_time: Option<&str>,
 ) -> Result<(), RunError> {
-    if let Some(fusion) = stages.fusion.as_mut() {
-        // The zero-shot map is relative to the bank (fusion::zero_shot::bank_map).
-        if let Ok(index) = StoryIndex::load(store, &config.models.sentence_encoder) {
-            let (vectors, dims) = index.vectors();
-            fusion.set_story_bank(vectors, dims);
-        }
+    // The bank, read once: the zero-shot map is relative to it (fusion::zero_shot::BankRelative)
+    // and retrieval draws from it.
+    let bank = stages
+        .fusion
+        .is_some()
+        .then(|| StoryIndex::load(store, &config.models.sentence_encoder));
+    if let (Some(fusion), Some(Ok(index))) = (stages.fusion.as_mut(), &bank) {
+        let (vectors, dims) = index.vectors();
+        fusion.set_story_bank(vectors, dims);
     }
-    if stages.fusion.is_some() && config.fusion.retrieve_k > 0 {
-        match StoryIndex::load(store, &config.models.sentence_encoder) {
+    if let Some(bank) = bank.filter(|_| config.fusion.retrieve_k > 0) {
+        match bank {
             Ok(index) => {
                 let seen = match participant {
                     Some(p) => store.stories_seen_before(p, session_id, start_time)?,
