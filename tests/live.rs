@@ -564,6 +564,62 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
 }
 
 #[test]
+fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_replays() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // No sound server in this runtime directory: the station has no microphone.
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &runtime);
+    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))
+        ["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(2.0);
+    station.ok(json!({"type": "phase", "phase": "story_share"}));
+    sleep_s(3.0);
+    let stop = station.ok(json!({"type": "stop_session"}));
+    assert_eq!(
+        station.wait_session_end(&id),
+        "complete",
+        "{}",
+        station.log_text()
+    );
+    let folder = PathBuf::from(stop["recording"].as_str().unwrap());
+    assert!(folder.join("video.avi").exists());
+    assert!(
+        !folder.join("audio.wav").exists(),
+        "a microphone that delivered nothing left an audio file"
+    );
+    let conn = Connection::open(&station.db).unwrap();
+    let voiced = count(
+        &conn,
+        "SELECT count(*) FROM frame_features WHERE modality = 'acoustic_compare' AND present = 1",
+    );
+    assert_eq!(voiced, 0, "acoustic features present with no microphone");
+    assert!(count(&conn, "SELECT count(*) FROM frames") > 0);
+    // The recording replays, with the audio stored missing on every frame as it was live.
+    let db = replay_recording(dir.path(), &folder);
+    assert_same_rows(&station.db, &db, &id);
+    // A station recording whose audio file was deleted after the microphone delivered
+    // samples is refused, naming what happened.
+    let mut m = manifest(&folder);
+    m["audio_offset_ms"] = json!(0);
+    std::fs::write(folder.join("session.json"), m.to_string()).unwrap();
+    let o = replay_cli(&folder, &dir.path().join("other.db"), None);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("deleted since") && stderr(&o).contains("audio.wav"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn camera_unplugged_mid_session_leaves_the_same_gap_in_the_store_and_the_recording() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -75,10 +75,10 @@ fn run_demo(
         })
         .unwrap();
     let sources = Sources {
-        video: Box::new(FileVideoSource::open(&session.video_path).unwrap()),
+        video: Box::new(FileVideoSource::open(session.video_path.as_ref().unwrap()).unwrap()),
         audio: Box::new(
             WavAudioSource::open(
-                &session.audio_path,
+                session.audio_path.as_ref().unwrap(),
                 config.audio.sample_rate_hz,
                 config.audio.block_ms,
                 m.audio_offset_ms,

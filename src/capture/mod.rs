@@ -10,6 +10,7 @@
 //! ratings) come from an [`events::EventSource`] the same way: a recorded file, or the
 //! live control socket.
 
+pub mod absent;
 pub mod audio_file;
 pub mod avi;
 pub mod camera;

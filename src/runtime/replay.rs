@@ -19,11 +19,12 @@ use super::pipeline::{self, PipelineOptions, Sinks, Sources};
 use super::queues::Overflow;
 use super::stages::Stages;
 use super::{RunError, WriterThread};
+use crate::capture::absent::{AbsentAudio, AbsentVideo};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::camera::MjpegFileSource;
 use crate::capture::events::RecordedEvents;
 use crate::capture::video_file::FileVideoSource;
-use crate::capture::{ReadAhead, VideoSource};
+use crate::capture::{AudioSource, ReadAhead, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
 use crate::features::face::pose::IntrinsicsArgs;
@@ -251,26 +252,36 @@ pub(super) fn prepare_session(
 /// decoded now, so an undecodable file fails before any thread starts.
 fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, RunError> {
     let m = &session.manifest;
-    let video: Box<dyn VideoSource> = match &m.recording {
-        // A live recording: the camera's JPEG buffers, decoded as the live run decoded them.
-        Some(rec) => {
-            if rec.state == RecordingState::Recording {
-                return Err(SessionError::Manifest {
-                    path: session.dir.join("session.json"),
-                    message: "this recording was interrupted and is not finished yet; `empathic run` finishes it when it starts (or run `empathic recording repair FOLDER`)".into(),
-                }
-                .into());
-            }
-            Box::new(MjpegFileSource::open(
-                &session.video_path,
-                m.nominal_fps,
-                m.video_offset_ms * 1_000_000,
-            )?)
+    if m
+        .recording
+        .as_ref()
+        .is_some_and(|r| r.state == RecordingState::Recording)
+    {
+        return Err(SessionError::Manifest {
+            path: session.dir.join("session.json"),
+            message: "this recording was interrupted and is not finished yet; `empathic run` finishes it when it starts (or run `empathic recording repair FOLDER`)".into(),
         }
-        None => Box::new(FileVideoSource::open(&session.video_path)?),
+        .into());
+    }
+    let video: Box<dyn VideoSource> = match (&session.video_path, &m.recording) {
+        // A station recording whose camera delivered nothing all session.
+        (None, _) => Box::new(AbsentVideo::new(
+            m.nominal_fps,
+            format!(
+                "no video: the camera delivered nothing while {} was recorded",
+                session.dir.display()
+            ),
+        )),
+        // A live recording: the camera's JPEG buffers, decoded as the live run decoded them.
+        (Some(path), Some(_)) => Box::new(MjpegFileSource::open(
+            path,
+            m.nominal_fps,
+            m.video_offset_ms * 1_000_000,
+        )?),
+        (Some(path), None) => Box::new(FileVideoSource::open(path)?),
     };
     let video = ReadAhead::new(video)?;
-    if let Some(camera) = session.manifest.camera {
+    if let (Some(camera), Some(_)) = (session.manifest.camera, &session.video_path) {
         let info = video.info();
         IntrinsicsArgs::from(camera)
             .check(Some((info.width, info.height)))
@@ -279,16 +290,25 @@ fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, R
                 message: format!("camera: {m}"),
             })?;
     }
-    let audio = WavAudioSource::open(
-        &session.audio_path,
-        config.audio.sample_rate_hz,
-        config.audio.block_ms,
-        // Audio's offset is relative to the first frame, which is at video_offset_ms.
-        session.manifest.audio_offset_ms + i64::try_from(m.video_offset_ms).unwrap_or(0),
-    )?;
+    let audio: Box<dyn AudioSource> = match &session.audio_path {
+        Some(path) => Box::new(WavAudioSource::open(
+            path,
+            config.audio.sample_rate_hz,
+            config.audio.block_ms,
+            // Audio's offset is relative to the first frame, which is at video_offset_ms.
+            session.manifest.audio_offset_ms + i64::try_from(m.video_offset_ms).unwrap_or(0),
+        )?),
+        None => Box::new(AbsentAudio::new(
+            config.audio.sample_rate_hz,
+            format!(
+                "no audio: the microphone delivered nothing while {} was recorded",
+                session.dir.display()
+            ),
+        )),
+    };
     Ok(Sources {
         video: Box::new(video),
-        audio: Box::new(audio),
+        audio,
         events: Box::new(RecordedEvents::new(session.events.clone())),
     })
 }

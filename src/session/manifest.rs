@@ -118,6 +118,11 @@ pub struct SessionManifest {
     pub video_offset_ms: u64,
     /// Present for folders the live recorder wrote.
     pub recording: Option<RecordingInfo>,
+    /// Whether the file names the first video frame's and the first audio sample's time.
+    /// A live recorder writes each once its device delivered something, so in a station
+    /// recording `false` means the camera (microphone) delivered nothing all session.
+    pub video_started: bool,
+    pub audio_started: bool,
     /// Whether a `session.json` was found.
     pub from_file: bool,
 }
@@ -195,6 +200,8 @@ impl SessionManifest {
             nominal_fps: file.nominal_fps.unwrap_or(default_fps),
             audio_offset_ms: file.audio_offset_ms.unwrap_or(0),
             video_offset_ms: file.video_offset_ms.unwrap_or(0),
+            video_started: file.video_offset_ms.is_some(),
+            audio_started: file.audio_offset_ms.is_some(),
             recording: file.recording,
             from_file,
         };

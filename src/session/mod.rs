@@ -1,7 +1,10 @@
 //! The recorded-session folder, format version 1.
 //!
-//! Contract: a folder holds `video.avi` and `audio.wav` (both required), and optionally
-//! `session.json` ([`manifest`]) and `events.jsonl` ([`events`]). [`RecordedSession::open`]
+//! Contract: a folder holds `video.avi` and `audio.wav`, and optionally `session.json`
+//! ([`manifest`]) and `events.jsonl` ([`events`]). Both media files are required, except in a
+//! station's own recording where the camera or microphone delivered nothing all session (its
+//! recorder never created the file, and `session.json` names no start time for it): that
+//! modality replays as missing, as it was live. [`RecordedSession::open`]
 //! checks the folder and parses the small files up front, so a malformed session is rejected
 //! before any media is decoded. The media files are opened by [`crate::capture`].
 
@@ -54,8 +57,10 @@ impl Classify for SessionError {
 #[derive(Debug, Clone)]
 pub struct RecordedSession {
     pub dir: PathBuf,
-    pub video_path: PathBuf,
-    pub audio_path: PathBuf,
+    /// `None`: a station recording whose camera delivered nothing.
+    pub video_path: Option<PathBuf>,
+    /// `None`: a station recording whose microphone delivered nothing.
+    pub audio_path: Option<PathBuf>,
     pub manifest: SessionManifest,
     /// Time-sorted events; empty when there is no `events.jsonl`.
     pub events: Vec<Event>,
@@ -74,17 +79,28 @@ impl RecordedSession {
                 path: dir.to_path_buf(),
             });
         }
-        let video_path = dir.join("video.avi");
-        let audio_path = dir.join("audio.wav");
-        for (what, path) in [("video", &video_path), ("audio", &audio_path)] {
-            if !path.is_file() {
-                return Err(SessionError::Missing {
-                    what,
-                    path: path.clone(),
-                });
-            }
-        }
         let manifest = SessionManifest::load(dir, default_station_id, default_fps)?;
+        let media = |what: &'static str, file: &str, started: bool| {
+            let path = dir.join(file);
+            if path.is_file() {
+                return Ok(Some(path));
+            }
+            match &manifest.recording {
+                // The station's recorder creates the file with the device's first delivery.
+                Some(_) if !started => Ok(None),
+                Some(_) => Err(SessionError::Missing {
+                    what: if what == "video" {
+                        "video (the recording's session.json says the camera delivered frames: deleted since, perhaps by [recording] retention_days)"
+                    } else {
+                        "audio (the recording's session.json says the microphone delivered samples: deleted since, perhaps by [recording] retention_days)"
+                    },
+                    path,
+                }),
+                None => Err(SessionError::Missing { what, path }),
+            }
+        };
+        let video_path = media("video", "video.avi", manifest.video_started)?;
+        let audio_path = media("audio", "audio.wav", manifest.audio_started)?;
         let events_path = events::events_path(dir);
         let events = if events_path.exists() {
             events::read_events(&events_path)?
