@@ -225,10 +225,14 @@ pub struct StationConfig {
     pub id: String,
 }
 
+/// The station id of a config that sets none: fine for replays on a laptop, refused for
+/// publishing to a study (every unnamed station would share it).
+pub const DEFAULT_STATION_ID: &str = "unknown-station";
+
 impl Default for StationConfig {
     fn default() -> Self {
         Self {
-            id: "unknown-station".into(),
+            id: DEFAULT_STATION_ID.into(),
         }
     }
 }

@@ -573,8 +573,7 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &runtime);
-    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))
-        ["session_id"]
+    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
         .as_str()
         .unwrap()
         .to_string();

@@ -119,10 +119,69 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
             path_str(&page),
         ]);
         assert!(o.status.success(), "{target}: {}", stderr(&o));
-        assert!(std::fs::read_to_string(&page)
-            .unwrap()
-            .contains("demo-0001"));
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(html.contains("demo-0001"));
+        // What this database does not hold is said, never shown as zero.
+        assert!(html.contains("This is a central database"), "{target}");
+        assert!(html.contains("not synced here"), "{target}");
+        assert!(!html.contains(" of 420 frames"), "{target}");
+        assert!(
+            html.contains("Drawn from the stored window means"),
+            "{target}"
+        );
+        assert!(
+            html.contains("utterances are not synced to this database"),
+            "{target}"
+        );
+        let o = empathic(&["sessions", "show", "demo-0001", "--db", target]);
+        let text = stdout(&o);
+        assert!(
+            text.contains("a central database")
+                && text.contains("per-frame values not synced here")
+                && text.contains("events not synced here")
+                && text.contains("utterances not synced here")
+                && !text.contains("present on 0"),
+            "{target}: {text}"
+        );
+        let o = empathic(&["sessions", "show", "other-0001", "--db", target]);
+        let text = stdout(&o);
+        assert!(
+            text.contains("utterances") && !text.contains("utterances not synced"),
+            "{target}: {text}"
+        );
+        // The list names station and participant, and a long id keeps its column.
+        let o = empathic(&["sessions", "list", "--db", target]);
+        let text = stdout(&o);
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.contains("station") && header.contains("participant"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.contains("other-0001")
+                && l.contains("station-2")
+                && l.contains("P-OTHER")),
+            "{text}"
+        );
     }
+    // The station's own database says nothing of syncing.
+    let o = empathic(&["sessions", "show", "demo-0001", "--db", path_str(&db1)]);
+    assert!(
+        !stdout(&o).contains("central database") && stdout(&o).contains("present on"),
+        "{}",
+        stdout(&o)
+    );
+    // `sync` with no station id refuses rather than publish as `unknown-station`.
+    let o = empathic(&[
+        "sync",
+        "--db",
+        path_str(&db1),
+        "--broker",
+        &format!("mqtt://127.0.0.1:{}", broker.port),
+        "--until-synced",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no station id"), "{}", stderr(&o));
     let evaluate = |target: &str| {
         let o = empathic(&["evaluate", "--db", target, "--json"]);
         assert!(o.status.success(), "{target}: {}", stderr(&o));
@@ -137,6 +196,7 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
         // event log, the transcript and the per-frame features this study does not sync
         // (what `show` counts of them).
         v["source_path"] = serde_json::Value::Null;
+        v["synced_content"] = serde_json::Value::Null;
         v["events"] = serde_json::Value::Null;
         v["utterances"] = serde_json::Value::Null;
         for m in v["modalities"].as_array_mut().unwrap() {

@@ -94,6 +94,15 @@ pub fn push(
             o.collectors
         },
     };
+    if opts.station == crate::config::DEFAULT_STATION_ID {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "no station id: records would be published as `{}`, mixed with every other unnamed station's; set [station] id in the config or give --station",
+                crate::config::DEFAULT_STATION_ID
+            ),
+        ));
+    }
     for (what, v) in [("study", &opts.study), ("station", &opts.station)] {
         if v.is_empty() || v.contains(['/', '+', '#']) {
             return Err((

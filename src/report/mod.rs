@@ -274,9 +274,28 @@ pub fn render_session_list(sessions: &[crate::store::SessionSummary]) -> String 
     if sessions.is_empty() {
         return "no sessions stored\n".into();
     }
+    // Columns as wide as their longest value (a live id is 29 characters).
+    let width = |f: &dyn Fn(&crate::store::SessionSummary) -> usize, header: &str| {
+        sessions.iter().map(f).max().unwrap_or(0).max(header.len())
+    };
+    let wi = width(&|x| x.id.chars().count(), "id");
+    let ws = width(&|x| x.station_id.chars().count(), "station");
+    let wp = width(
+        &|x| x.participant_id.as_deref().map_or(1, |p| p.chars().count()),
+        "participant",
+    );
     let mut s = format!(
-        "{:<28} {:<10} {:>7} {:>7} {:>9} {:>8} {:>8}  {}\n",
-        "id", "status", "frames", "windows", "duration", "clip %", "silence", "created"
+        "{:<wi$} {:<ws$} {:<wp$} {:<10} {:>7} {:>7} {:>9} {:>8} {:>8}  {}\n",
+        "id",
+        "station",
+        "participant",
+        "status",
+        "frames",
+        "windows",
+        "duration",
+        "clip %",
+        "silence",
+        "created"
     );
     for x in sessions {
         let figure = |name: &str| {
@@ -288,8 +307,10 @@ pub fn render_session_list(sessions: &[crate::store::SessionSummary]) -> String 
         let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}", v * 100.0));
         let _ = writeln!(
             s,
-            "{:<28} {:<10} {:>7} {:>7} {:>8.1}s {:>8} {:>8}  {}",
+            "{:<wi$} {:<ws$} {:<wp$} {:<10} {:>7} {:>7} {:>8.1}s {:>8} {:>8}  {}",
             x.id,
+            x.station_id,
+            x.participant_id.as_deref().unwrap_or("-"),
             x.status,
             x.frames,
             x.windows,
@@ -300,6 +321,30 @@ pub fn render_session_list(sessions: &[crate::store::SessionSummary]) -> String 
         );
     }
     s
+}
+
+/// One line on what a central database holds of a session: what its record carried and
+/// what never leaves the station.
+pub fn synced_summary(c: &crate::store::sql::outbox::SyncContent) -> String {
+    let mut carried =
+        vec!["session, phases, stories, ratings, surveys, windows, predictions".to_string()];
+    let mut not = vec!["the raw event log".to_string()];
+    for (on, what, switch) in [
+        (c.window_features, "window features", "window_features"),
+        (c.transcripts, "utterances", "transcripts"),
+        (c.frame_features, "per-frame features", "frame_features"),
+    ] {
+        if on {
+            carried.push(what.into());
+        } else {
+            not.push(format!("{what} (`[sync] {switch} = false` on the station)"));
+        }
+    }
+    format!(
+        "a central database: the station's record carried {}; not synced here: {}; raw media never leave the station",
+        carried.join(", "),
+        not.join(", ")
+    )
 }
 
 /// The text form of `empathic sessions show`.
@@ -332,16 +377,39 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
         "created      {} (updated {})",
         x.created_at, x.updated_at
     );
-    let _ = writeln!(
-        s,
-        "content      {} frames, {} windows, {:.2} s, {} events, {} utterances",
-        x.frames, x.windows, x.duration_secs, d.events, d.utterances
-    );
+    match &d.synced_content {
+        None => {
+            let _ = writeln!(
+                s,
+                "content      {} frames, {} windows, {:.2} s, {} events, {} utterances",
+                x.frames, x.windows, x.duration_secs, d.events, d.utterances
+            );
+        }
+        Some(c) => {
+            let _ = writeln!(s, "synced       {}", synced_summary(c));
+            let _ = writeln!(
+                s,
+                "content      {} frames, {} windows, {:.2} s, events not synced here, {}",
+                x.frames,
+                x.windows,
+                x.duration_secs,
+                if c.transcripts {
+                    format!("{} utterances", d.utterances)
+                } else {
+                    "utterances not synced here".into()
+                }
+            );
+        }
+    }
     for m in &d.modalities {
+        let presence = match &d.synced_content {
+            Some(c) if !c.frame_features => "per-frame values not synced here".to_string(),
+            _ => format!("present on {} of {} frames", m.present_frames, x.frames),
+        };
         let _ = writeln!(
             s,
-            "modality     {} ({}, {} dims): present on {} of {} frames",
-            m.name, m.stream, m.dims, m.present_frames, x.frames
+            "modality     {} ({}, {} dims): {presence}",
+            m.name, m.stream, m.dims
         );
     }
     for p in &d.phases {

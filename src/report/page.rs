@@ -110,7 +110,12 @@ struct Frames {
     values: Vec<Vec<(f64, f64)>>,
     /// Per frame, present or not (for presence plots).
     present: Vec<(f64, f64)>,
+    /// Drawn from the stored window means (per-frame values are not in this database).
+    from_windows: bool,
 }
+
+/// The caption under plots drawn from window means.
+const FROM_WINDOWS: &str = "Drawn from the stored window means, one point per 8-s window: per-frame values are not synced to this database.";
 
 /// Where a page reads per-frame vectors: the session, its modalities (read once per page)
 /// and its frame rate.
@@ -180,12 +185,14 @@ fn read_frames(
                 columns: picked.into_iter().map(|(_, c)| c).collect(),
                 values,
                 present,
+                from_windows: true,
             }));
         }
     }
     Ok(Some(Frames {
         columns: picked.into_iter().map(|(_, c)| c).collect(),
         values,
+        from_windows: false,
         present: seen
             .iter()
             .enumerate()
@@ -269,6 +276,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             .unwrap_or_default(),
         esc(&s.source),
     );
+    if let Some(c) = &d.synced_content {
+        note(&mut out, &format!("This is {}.", super::synced_summary(c)));
+    }
     out.push_str("<h3>What produced each modality</h3>\n<table><tr><th>modality</th><th>values a frame</th><th>producer</th><th>layout version</th><th>present on</th></tr>\n");
     for m in &modalities {
         let present = d
@@ -276,15 +286,17 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             .iter()
             .find(|r| r.name == m.name)
             .map_or(0, |r| r.present_frames);
+        let present = match &d.synced_content {
+            Some(c) if !c.frame_features => "not synced here".to_string(),
+            _ => format!("{present} of {} frames", s.frames),
+        };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} of {} frames</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{present}</td></tr>",
             esc(&m.name),
             m.dims,
             esc(m.producer.as_deref().unwrap_or("(not recorded)")),
             m.layout_version.map_or("-".into(), |v| v.to_string()),
-            present,
-            s.frames
         );
     }
     out.push_str("</table>\n");
@@ -314,8 +326,13 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             .filter(|u| u.speaker == speaker)
             .map(|u| (u.start_secs, u.end_secs, String::new(), color))
             .collect();
+        let transcripts_synced = d.synced_content.as_ref().is_none_or(|c| c.transcripts);
         lanes.push(Lane {
-            label: format!("{speaker} speaks"),
+            label: if transcripts_synced {
+                format!("{speaker} speaks")
+            } else {
+                format!("{speaker} speaks (not synced)")
+            },
             spans,
         });
     }
@@ -456,6 +473,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     match read_frames(&frame_source, "face", &is_face_col)? {
         None => note(&mut out, "The facial stage did not run for this session (`[face] enabled = false`, or the session stopped before it stored anything)."),
         Some(face) => {
+            if face.from_windows {
+                note(&mut out, FROM_WINDOWS);
+            }
             let aus: Vec<(String, Vec<(f64, f64)>)> = face
                 .columns
                 .iter()
@@ -538,6 +558,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     let level = read_frames(&frame_source, "audio_signal", &|c: &str| {
         matches!(c, "level_dbfs" | "voice_activity")
     })?;
+    if acoustic.iter().chain(level.iter()).any(|f| f.from_windows) {
+        note(&mut out, FROM_WINDOWS);
+    }
     if acoustic.is_none() && level.is_none() {
         note(
             &mut out,
@@ -667,7 +690,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         .iter()
         .filter(|u| u.speaker == "participant")
         .collect();
-    if !opts.transcript {
+    if d.synced_content.as_ref().is_some_and(|c| !c.transcripts) {
+        note(&mut out, "The participant's utterances are not synced to this database (`[sync] transcripts = false` on the station).");
+    } else if !opts.transcript {
         let _ = writeln!(
             out,
             "<p class=\"note\">Not shown: {} participant utterance(s) stored. Set <code>[report] transcript = true</code> to include them.</p>",

@@ -470,6 +470,13 @@ fn handle<'scope>(
 /// session goes to the study's broker while the station runs (exactly once, see `sync`).
 fn publish_loop(service: &Service<'_>) {
     let config = service.config;
+    if config.station.id == crate::config::DEFAULT_STATION_ID {
+        service.set_error(format!(
+            "sync: not publishing: [station] id is not set (records would go out as `{}`, mixed with every other unnamed station's)",
+            crate::config::DEFAULT_STATION_ID
+        ));
+        return;
+    }
     let opts = match crate::sync::parse_broker(&config.sync.broker) {
         Ok(address) => crate::sync::SyncOptions {
             auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),

@@ -252,8 +252,7 @@ pub(super) fn prepare_session(
 /// decoded now, so an undecodable file fails before any thread starts.
 fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, RunError> {
     let m = &session.manifest;
-    if m
-        .recording
+    if m.recording
         .as_ref()
         .is_some_and(|r| r.state == RecordingState::Recording)
     {

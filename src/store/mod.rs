@@ -285,6 +285,10 @@ pub struct SessionDetail {
     pub stories: Vec<StoryExposureRow>,
     pub modalities: Vec<ModalityRow>,
     pub predictions: Vec<StoryPrediction>,
+    /// In a central database: which optional tables the session's record carried (the
+    /// rest, and the raw event log, were never synced here). `None` on a station's own
+    /// database, which holds everything it stored.
+    pub synced_content: Option<sql::outbox::SyncContent>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -796,7 +800,35 @@ impl Store {
             stories,
             modalities,
             predictions: self.session_predictions(id)?,
+            synced_content: self.synced_content(id)?,
         })
+    }
+
+    /// In a central database, which optional tables session `id`'s record carried; `None`
+    /// on a station's database (or one from before the table existed, read read-only).
+    pub fn synced_content(&self, id: &str) -> Result<Option<sql::outbox::SyncContent>, StoreError> {
+        let has_table: bool = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'session_sync'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(sql("reading what was synced"))?;
+        if !has_table {
+            return Ok(None);
+        }
+        let text: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT content FROM session_sync WHERE session_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql("reading what was synced"))?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
     }
 
     /// The reads of `export windows` (see `sql::export`), on this store's connection.

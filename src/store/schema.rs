@@ -13,7 +13,19 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "sync outbox", V4),
     (5, "sync settings", V5),
     (6, "per-collector receipts", V6),
+    (7, "what a central database's session records carried", V7),
 ];
+
+/// Version 7: in a central database (the collector's, or the snapshot of a PostgreSQL one),
+/// which optional tables each session's applied record carried (`sql::outbox::SyncContent`
+/// as JSON), so readers say "not synced to this database" instead of showing nothing as
+/// zero. A station's own database leaves it empty: it holds everything it stored.
+const V7: &str = r#"
+CREATE TABLE session_sync (
+    session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+    content    TEXT NOT NULL
+) WITHOUT ROWID;
+"#;
 
 /// Version 6: which collectors (a client id, or the share group of collectors that split
 /// the load) confirmed each outbox message. A station configured with `[sync] collectors`

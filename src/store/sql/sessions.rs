@@ -34,6 +34,26 @@ pub fn delete(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Records which optional tables session `id`'s applied record carried (a central
+/// database's readers show the rest as "not synced").
+pub fn set_synced_content(
+    tx: &Transaction<'_>,
+    id: &str,
+    content: &super::outbox::SyncContent,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(content).map_err(|e| StoreError::Encode {
+        what: "the synced content",
+        message: e.to_string(),
+    })?;
+    tx.execute(
+        "INSERT INTO session_sync (session_id, content) VALUES (?1, ?2)
+         ON CONFLICT (session_id) DO UPDATE SET content = excluded.content",
+        [id, &text],
+    )
+    .map_err(ctx("recording what a session record carried"))?;
+    Ok(())
+}
+
 /// What suffix marks the row of a replacement being written beside the complete session
 /// it will replace. Session ids cannot contain `~` (see `session::valid_id`), so a staged
 /// id never names a real session.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use rusqlite::{types::Value, Transaction};
 
-use crate::store::sql::outbox::RECORD_TABLES;
+use crate::store::sql::outbox::{SyncContent, RECORD_TABLES};
 
 /// What a session record is about.
 #[derive(Debug, Clone, PartialEq)]
@@ -273,7 +273,16 @@ pub fn apply_record(
     seq: Option<i64>,
 ) -> Result<RecordHeader, String> {
     let head = header(payload)?;
-    for t in tables(payload)? {
+    let tables = tables(payload)?;
+    // What the record carried of the optional tables, for readers of this database (they
+    // say "not synced" rather than show an absent table as zero rows).
+    let carried = |name: &str| tables.iter().any(|t| t.name == name);
+    let content = SyncContent {
+        window_features: carried("window_features"),
+        transcripts: carried("utterances"),
+        frame_features: carried("frames") && carried("frame_features"),
+    };
+    for t in tables {
         let schema = schema_of(tx, &t.name)?;
         for c in &t.columns {
             if !schema.contains_key(c) {
@@ -354,6 +363,8 @@ pub fn apply_record(
                 .map_err(|e| format!("cannot apply {} row {i}: {e}", t.name))?;
         }
     }
+    crate::store::sql::sessions::set_synced_content(tx, &head.session_id, &content)
+        .map_err(|e| format!("cannot record what the record carried: {e}"))?;
     Ok(head)
 }
 

@@ -369,6 +369,14 @@ impl Central {
             });
         }
         tx.commit()?;
+        tracing::info!(
+            station = %env.station,
+            seq = env.seq,
+            bytes = whole.len(),
+            "collect: stored {} {}",
+            env.kind,
+            env.subject
+        );
         Ok(Stored::Record {
             receipt_topic: env.receipt_topic(),
             message_id: env.id,
