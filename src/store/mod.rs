@@ -965,14 +965,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 6);
+        assert_eq!(store.schema_version().unwrap(), 7);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 6, "one row per migration, each applied once");
+        assert_eq!(n, 7, "one row per migration, each applied once");
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -1012,7 +1012,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 6);
+        assert_eq!(store.schema_version().unwrap(), 7);
         let n: i64 = store
             .connection()
             .query_row(
@@ -1042,7 +1042,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 6);
+        assert_eq!(store.schema_version().unwrap(), 7);
         // v4: the outbox exists and announces nothing retroactively.
         let queued: i64 = store
             .connection()
