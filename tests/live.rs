@@ -600,6 +600,25 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
         "SELECT count(*) FROM frame_features WHERE modality = 'acoustic_compare' AND present = 1",
     );
     assert_eq!(voiced, 0, "acoustic features present with no microphone");
+    // The report says no audio was captured, rather than "silence 100 % bad" beside a
+    // perfect audio-video offset.
+    let page = dir.path().join("no-audio.html");
+    let o = empathic(&[
+        "report",
+        &id,
+        "--db",
+        path_str(&station.db),
+        "--out",
+        path_str(&page),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("video only: no audio (the microphone delivered nothing)"),
+        "no media-captured row"
+    );
+    assert!(html.contains("<td>silence</td><td>not measured (no audio)</td>"));
+    assert!(html.contains("<td>audio-video offset</td><td>not measured (no audio)</td>"));
     assert!(count(&conn, "SELECT count(*) FROM frames") > 0);
     // The recording replays, with the audio stored missing on every frame as it was live.
     let db = replay_recording(dir.path(), &folder);

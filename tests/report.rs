@@ -137,6 +137,44 @@ fn the_session_page_and_the_participant_view_open_in_a_browser_with_every_sectio
         html.matches("<svg").count()
     );
     assert!(html.contains("text-zero-shot") && html.contains("The bus driver who waited"));
+    // The answer at a glance, before the details: the quality verdict and, per story
+    // shown, its title, the self-rating and what each predictor said (marked uncalibrated).
+    let glance =
+        &html[html.find("id=\"at-a-glance\"").unwrap()..html.find("id=\"session\"").unwrap()];
+    assert!(
+        glance.contains("Data quality: <b class=\"good\">good</b>"),
+        "{glance}"
+    );
+    for (title, rating) in [
+        ("The bus driver who waited", 4),
+        ("My brother&#39;s first apartment", 3),
+        ("Telling my father", 5),
+    ] {
+        let title = title.replace("&#39;", "'");
+        assert!(
+            glance.contains(&format!("<tr><td>{title}</td><td>{rating}</td><td>")),
+            "{title} not in the summary: {glance}"
+        );
+    }
+    assert!(glance.contains("predicted by text-zero-shot") && glance.contains("[uncalibrated]"));
+    // Self-ratings drawn dashed in the prediction plot; shown and retrieved stories apart;
+    // legends under plots, not over data.
+    assert!(html.contains("Telling my father: rated 5"));
+    assert!(html.contains("&#8211; &#8211;</span> Telling my father: rated 5"));
+    assert!(
+        html.contains("Stories shown")
+            && html.contains("Stories retrieved while the participant shared")
+    );
+    assert!(html.contains("class=\"legend\""));
+    // Action units by name, with the strip's colour scale; no word broken anywhere.
+    assert!(html.contains("AU12 lip corner puller") && html.contains("class=\"scale\""));
+    assert!(!html.contains("overflow-wrap:anywhere") && !html.contains("word-break:break-all}td"));
+    // Producers and their sha256 at the end.
+    let appendix = html
+        .find("id=\"appendix:-what-produced-these-figures\"")
+        .unwrap();
+    assert!(html[appendix..].contains("all-MiniLM-L6-v2") && html[appendix..].contains("sha256:"));
+    assert!(!html[..appendix].contains("sha256:"));
     // The transcript is off by default: the participant's words are not in the page.
     assert!(!html.contains("mister john dashwood"));
     assert_opens_with(&page, &SESSION_SECTIONS);

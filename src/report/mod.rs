@@ -226,19 +226,26 @@ impl ReplaySummary {
             q.video.repeated_frames
         );
         let _ = writeln!(s, "windows   {}", self.windows);
-        let _ = writeln!(
-            s,
-            "a/v       offset {:+.1} ms, audio minus video duration {:+.1} ms",
-            q.av_offset_ms, q.av_duration_mismatch_ms
-        );
-        let _ = writeln!(
-            s,
-            "audio     {:.2} s, clipping {:.4} %, silence {:.1} %, {} discontinuities",
-            q.audio_duration_secs,
-            q.audio_clipping_ratio * 100.0,
-            q.silence_ratio * 100.0,
-            q.audio.discontinuities
-        );
+        if q.audio_duration_secs > 0.0 {
+            let _ = writeln!(
+                s,
+                "a/v       offset {:+.1} ms, audio minus video duration {:+.1} ms",
+                q.av_offset_ms, q.av_duration_mismatch_ms
+            );
+            let _ = writeln!(
+                s,
+                "audio     {:.2} s, clipping {:.4} %, silence {:.1} %, {} discontinuities",
+                q.audio_duration_secs,
+                q.audio_clipping_ratio * 100.0,
+                q.silence_ratio * 100.0,
+                q.audio.discontinuities
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "audio     none captured (no audio stored for this session)"
+            );
+        }
         let _ = writeln!(
             s,
             "video     brightness {:.2}, sharpness {:.1}",
@@ -435,6 +442,27 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
     render_predictions(&mut s, &d.predictions);
     if let Some(q) = &x.quality {
         if let Ok(q) = serde_json::from_value::<QualityReport>(q.clone()) {
+            let rows = verdict::quality_rows(&q);
+            let worst = rows
+                .iter()
+                .map(|r| r.verdict)
+                .max()
+                .unwrap_or(verdict::Verdict::Good);
+            let flagged: Vec<String> = rows
+                .iter()
+                .filter(|r| r.verdict != verdict::Verdict::Good)
+                .map(|r| format!("{} {} ({})", r.measure, r.value, r.verdict.class()))
+                .collect();
+            let _ = writeln!(
+                s,
+                "verdict      {}{}",
+                worst.class(),
+                if flagged.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", flagged.join("; "))
+                }
+            );
             let _ = writeln!(
                 s,
                 "quality      missing {} / duplicated {} / repeated {} frames; a/v offset {:+.1} ms, mismatch {:+.1} ms; clipping {:.4} %, silence {:.1} %",

@@ -13,13 +13,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::plots::{self, Lane, Marker, Series, PALETTE};
+use super::plots::{self, Backdrop, Lane, Marker, Series, PALETTE};
 use super::verdict::{self, Verdict};
 use crate::store::sql::export::ExportModality;
 use crate::store::{SessionDetail, Store, StoreError};
 
 /// The section headings of a session page, in order.
-pub const SESSION_SECTIONS: [&str; 7] = [
+pub const SESSION_SECTIONS: [&str; 9] = [
+    "At a glance",
     "Session",
     "Timeline",
     "Predicted empathy",
@@ -27,6 +28,7 @@ pub const SESSION_SECTIONS: [&str; 7] = [
     "Voice",
     "Data quality",
     "Transcript",
+    "Appendix: what produced these figures",
 ];
 
 /// The section headings of a participant page, in order.
@@ -70,7 +72,11 @@ const CSS: &str = "
 body{font-family:sans-serif;margin:0 auto;max-width:960px;padding:12px;color:#222;line-height:1.4}
 h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;border-bottom:2px solid #0072b2;margin-top:1.6em}
 h3{font-size:1em;margin:1em 0 .3em}
-table{border-collapse:collapse;margin:.4em 0;font-size:.92em;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:.4em 0;font-size:.92em;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+.scroll{overflow-x:auto}.hash{font-family:monospace;font-size:.85em;word-break:break-all}
+.legend{font-size:.88em;margin:.1em 0 .8em}.key{white-space:nowrap;margin-right:1em}
+.scale{display:inline-block;width:160px;height:.9em;border:1px solid #999;vertical-align:middle}.swatch{display:inline-block;width:1em;height:.9em;border:1px solid #999;vertical-align:middle}
+.glance{border:1px solid #ccc;background:#fafafa;padding:4px 10px}
 th{background:#f2f2f2}svg{max-width:100%;height:auto;display:block}
 .good{background:#d8f0d8}.check{background:#fff0c0}.bad{background:#f8d0d0}
 .note{color:#555;font-size:.92em}.banner{padding:8px;border:2px solid #d55e00;background:#fde8dc;margin:.6em 0}
@@ -246,8 +252,31 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         );
     }
 
+    let quality = s
+        .quality
+        .clone()
+        .and_then(|q| serde_json::from_value::<super::QualityReport>(q).ok());
+    glance(&mut out, &d, quality.as_ref());
+    let phase_bands: Vec<(f64, f64, String, plotters::style::RGBColor)> = d
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            (
+                p.start_secs,
+                p.end_secs.unwrap_or(duration),
+                p.phase.clone(),
+                phase_color(i),
+            )
+        })
+        .collect();
+    let behind = Backdrop {
+        phases: &phase_bands,
+        markers: &[],
+    };
+
     // Session
-    section(&mut out, SESSION_SECTIONS[0]);
+    section(&mut out, SESSION_SECTIONS[1]);
     let modalities = store.export_reads().modalities(id)?;
     let frame_source = FrameSource {
         store,
@@ -279,30 +308,13 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     if let Some(c) = &d.synced_content {
         note(&mut out, &format!("This is {}.", super::synced_summary(c)));
     }
-    out.push_str("<h3>What produced each modality</h3>\n<table><tr><th>modality</th><th>values a frame</th><th>producer</th><th>layout version</th><th>present on</th></tr>\n");
-    for m in &modalities {
-        let present = d
-            .modalities
-            .iter()
-            .find(|r| r.name == m.name)
-            .map_or(0, |r| r.present_frames);
-        let present = match &d.synced_content {
-            Some(c) if !c.frame_features => "not synced here".to_string(),
-            _ => format!("{present} of {} frames", s.frames),
-        };
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{present}</td></tr>",
-            esc(&m.name),
-            m.dims,
-            esc(m.producer.as_deref().unwrap_or("(not recorded)")),
-            m.layout_version.map_or("-".into(), |v| v.to_string()),
-        );
-    }
-    out.push_str("</table>\n");
+    note(
+        &mut out,
+        "What produced each modality, with its version and presence, is in the appendix at the end.",
+    );
 
     // Timeline
-    section(&mut out, SESSION_SECTIONS[1]);
+    section(&mut out, SESSION_SECTIONS[2]);
     let utterances = store.utterances(id)?;
     let mut lanes = vec![Lane {
         label: "phase".into(),
@@ -371,7 +383,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     }
 
     // Predicted empathy
-    section(&mut out, SESSION_SECTIONS[2]);
+    section(&mut out, SESSION_SECTIONS[3]);
     let series = store.prediction_series(id)?;
     if series.is_empty() {
         note(&mut out, "No predictions were stored for this session (prediction off, no story in play in a predicted phase, or the session stopped before).");
@@ -405,37 +417,71 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                     .or_default()
                     .push((p.end_secs, p.score));
             }
-            let lines: Vec<Series> = stories
-                .iter()
-                .enumerate()
-                .map(|(i, ((retrieved, story), pts))| {
-                    let rating = d
-                        .stories
-                        .iter()
-                        .find(|st| st.story_id == *story)
-                        .and_then(|st| st.rating);
-                    Series {
-                        label: format!(
-                            "{story}{}{}",
-                            if *retrieved { " (retrieved)" } else { "" },
-                            rating.map(|r| format!(", rated {r}")).unwrap_or_default()
-                        ),
-                        points: pts.clone(),
-                        color: PALETTE[i % PALETTE.len()],
-                        dots: pts.len() < 3,
-                    }
-                })
-                .collect();
-            plot(
-                &mut out,
-                plots::line_chart(
-                    "predicted empathy (1-5), window end",
-                    (1.0, 5.0),
-                    duration,
-                    &lines,
-                    &story_markers,
+            let title = |story: &str| {
+                d.stories
+                    .iter()
+                    .find(|st| st.story_id == story)
+                    .map(|st| st.title.clone())
+                    .or_else(|| {
+                        d.predictions
+                            .iter()
+                            .find(|p| p.story_id == story)
+                            .and_then(|p| p.title.clone())
+                    })
+                    .unwrap_or_else(|| story.to_string())
+            };
+            // Shown stories: each its colour, its self-rating a dashed line in that colour
+            // from when it was shown. Retrieved ones (while sharing) in a plot of their own.
+            for (retrieved, heading) in [
+                (
+                    false,
+                    "Stories shown (dashed: the participant's self-rating)",
                 ),
-            )?;
+                (true, "Stories retrieved while the participant shared"),
+            ] {
+                let mut lines = Vec::new();
+                for (i, ((_, story), pts)) in stories
+                    .iter()
+                    .filter(|((r, _), _)| *r == retrieved)
+                    .enumerate()
+                {
+                    let color = PALETTE[i % PALETTE.len()];
+                    let mut line = Series::new(title(story), pts.clone(), color);
+                    line.dots = pts.len() < 3;
+                    lines.push(line);
+                    let shown = d.stories.iter().find(|st| st.story_id == *story);
+                    if let (false, Some(st)) = (retrieved, shown) {
+                        if let Some(r) = st.rating {
+                            let r = f64::from(r);
+                            let mut rated = Series::new(
+                                format!("{}: rated {r}", st.title),
+                                vec![(st.shown_secs, r), (duration, r)],
+                                color,
+                            );
+                            rated.dashed = true;
+                            lines.push(rated);
+                        }
+                    }
+                }
+                if lines.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(out, "<h4>{heading}</h4>");
+                plot(
+                    &mut out,
+                    plots::line_chart(
+                        "predicted empathy (1-5), window end",
+                        (1.0, 5.0),
+                        duration,
+                        &lines,
+                        &Backdrop {
+                            phases: &phase_bands,
+                            markers: &story_markers,
+                        },
+                    ),
+                )?;
+                out.push_str(&plots::legend_html(&lines));
+            }
         }
         out.push_str("<table><tr><th>predictor</th><th>story</th><th>in play</th><th>windows</th><th>mean predicted (1-5)</th><th>self-rating</th></tr>\n");
         for p in &d.predictions {
@@ -462,7 +508,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     }
 
     // Facial behaviour
-    section(&mut out, SESSION_SECTIONS[3]);
+    section(&mut out, SESSION_SECTIONS[4]);
     let is_face_col = |c: &str| {
         (c.starts_with("AU") && c.ends_with("_r"))
             || matches!(
@@ -481,10 +527,14 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 .iter()
                 .zip(&face.values)
                 .filter(|(c, _)| c.starts_with("AU"))
-                .map(|(c, v)| (c.trim_end_matches("_r").to_string(), v.clone()))
+                .map(|(c, v)| (au_label(c.trim_end_matches("_r")), v.clone()))
                 .collect();
             out.push_str("<h3>Action unit intensity (0-5; grey: no face)</h3>\n");
-            plot(&mut out, plots::heat_strip(&aus, duration, 5.0))?;
+            plot(
+                &mut out,
+                plots::heat_strip(&aus, &phase_bands, duration, 5.0),
+            )?;
+            out.push_str(&plots::heat_scale_html(5.0, "intensity"));
             let deg = |v: &Vec<(f64, f64)>| -> Vec<(f64, f64)> {
                 v.iter().map(|(t, x)| (*t, x.to_degrees())).collect()
             };
@@ -498,32 +548,29 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                             points: deg(v),
                             color: PALETTE[i],
                             dots: false,
+                            dashed: false,
                         })
                     })
                     .collect()
             };
             out.push_str("<h3>Head pose</h3>\n");
+            let pose = lines(&[
+                ("pose_Rx", "pitch (Rx)"),
+                ("pose_Ry", "yaw (Ry)"),
+                ("pose_Rz", "roll (Rz)"),
+            ]);
             plot(
                 &mut out,
-                plots::line_chart(
-                    "rotation (degrees)",
-                    (-60.0, 60.0),
-                    duration,
-                    &lines(&[("pose_Rx", "pitch (Rx)"), ("pose_Ry", "yaw (Ry)"), ("pose_Rz", "roll (Rz)")]),
-                    &[],
-                ),
+                plots::line_chart("rotation (degrees)", (-60.0, 60.0), duration, &pose, &behind),
             )?;
+            out.push_str(&plots::legend_html(&pose));
             out.push_str("<h3>Eye gaze</h3>\n");
+            let gaze = lines(&[("gaze_angle_x", "left-right"), ("gaze_angle_y", "up-down")]);
             plot(
                 &mut out,
-                plots::line_chart(
-                    "gaze angle (degrees)",
-                    (-45.0, 45.0),
-                    duration,
-                    &lines(&[("gaze_angle_x", "left-right"), ("gaze_angle_y", "up-down")]),
-                    &[],
-                ),
+                plots::line_chart("gaze angle (degrees)", (-45.0, 45.0), duration, &gaze, &behind),
             )?;
+            out.push_str(&plots::legend_html(&gaze));
             out.push_str("<h3>Face presence</h3>\n");
             plot(
                 &mut out,
@@ -536,15 +583,16 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                         points: face.present.clone(),
                         color: PALETTE[2],
                         dots: false,
+                        dashed: false,
                     }],
-                    &[],
+                    &behind,
                 ),
             )?;
         }
     }
 
     // Voice
-    section(&mut out, SESSION_SECTIONS[4]);
+    section(&mut out, SESSION_SECTIONS[5]);
     let voice_cols = |c: &str| {
         matches!(
             c,
@@ -586,8 +634,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                         points: voiced,
                         color: PALETTE[0],
                         dots: false,
+                        dashed: false,
                     }],
-                    &[],
+                    &behind,
                 ),
             )?;
         }
@@ -606,8 +655,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                         points: db.clone(),
                         color: PALETTE[5],
                         dots: false,
+                        dashed: false,
                     }],
-                    &[],
+                    &behind,
                 ),
             )?;
         }
@@ -622,6 +672,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             points: v.clone(),
             color: PALETTE[2],
             dots: false,
+            dashed: false,
         });
     }
     if let Some(v) = level.as_ref().and_then(|l| l.column("voice_activity")) {
@@ -630,6 +681,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             points: v.clone(),
             color: PALETTE[4],
             dots: false,
+            dashed: false,
         });
     }
     if !voicing.is_empty() {
@@ -638,12 +690,13 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         );
         plot(
             &mut out,
-            plots::line_chart("share (0-1)", (0.0, 1.05), duration, &voicing, &[]),
+            plots::line_chart("share (0-1)", (0.0, 1.05), duration, &voicing, &behind),
         )?;
+        out.push_str(&plots::legend_html(&voicing));
     }
 
     // Data quality
-    section(&mut out, SESSION_SECTIONS[5]);
+    section(&mut out, SESSION_SECTIONS[6]);
     match s
         .quality
         .clone()
@@ -685,7 +738,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     }
 
     // Transcript
-    section(&mut out, SESSION_SECTIONS[6]);
+    section(&mut out, SESSION_SECTIONS[7]);
     let said: Vec<_> = utterances
         .iter()
         .filter(|u| u.speaker == "participant")
@@ -715,8 +768,190 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         }
         out.push_str("</table>\n");
     }
+
+    // Appendix
+    section(&mut out, SESSION_SECTIONS[8]);
+    out.push_str("<h3>Modalities</h3>\n<div class=\"scroll\"><table><tr><th>modality</th><th>values a frame</th><th>producer</th><th>layout version</th><th>present on</th></tr>\n");
+    for m in &modalities {
+        let present = d
+            .modalities
+            .iter()
+            .find(|r| r.name == m.name)
+            .map_or(0, |r| r.present_frames);
+        let present = match &d.synced_content {
+            Some(c) if !c.frame_features => "not synced here".to_string(),
+            _ => format!("{present} of {} frames", s.frames),
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{present}</td></tr>",
+            esc(&m.name),
+            m.dims,
+            producer_html(m.producer.as_deref()),
+            m.layout_version.map_or("-".into(), |v| v.to_string()),
+        );
+    }
+    out.push_str("</table></div>\n");
+    predictors_appendix(&mut out, &d);
     out.push_str("</body></html>\n");
     Ok(out)
+}
+
+/// An action unit's code with its FACS name (Ekman and Friesen's), e.g. `AU12 lip corner
+/// puller`; an unknown code as it is.
+fn au_label(code: &str) -> String {
+    let name = match code.trim_start_matches("AU").trim_start_matches('0') {
+        "1" => "inner brow raiser",
+        "2" => "outer brow raiser",
+        "4" => "brow lowerer",
+        "5" => "upper lid raiser",
+        "6" => "cheek raiser",
+        "7" => "lid tightener",
+        "9" => "nose wrinkler",
+        "10" => "upper lip raiser",
+        "12" => "lip corner puller",
+        "14" => "dimpler",
+        "15" => "lip corner depressor",
+        "17" => "chin raiser",
+        "20" => "lip stretcher",
+        "23" => "lip tightener",
+        "25" => "lips part",
+        "26" => "jaw drop",
+        "28" => "lip suck",
+        "45" => "blink",
+        _ => return code.to_string(),
+    };
+    format!("{code} {name}")
+}
+
+/// A producer string with its sha256 set apart (a hash may break anywhere, words not).
+fn producer_html(producer: Option<&str>) -> String {
+    let Some(p) = producer else {
+        return "(not recorded)".into();
+    };
+    p.split(' ')
+        .map(|w| {
+            let hex = w.rsplit([':', '=']).next().unwrap_or(w);
+            if hex.len() >= 32 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                format!("<span class=\"hash\">{}</span>", esc(w))
+            } else {
+                esc(w)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The predictors behind the session's predictions: synthetic or not, how calibrated.
+fn predictors_appendix(out: &mut String, d: &SessionDetail) {
+    let mut seen: BTreeMap<&str, (bool, &str)> = BTreeMap::new();
+    for p in &d.predictions {
+        seen.entry(&p.predictor)
+            .or_insert((p.synthetic, &p.calibration));
+    }
+    if seen.is_empty() {
+        return;
+    }
+    out.push_str("<h3>Predictors</h3>\n<div class=\"scroll\"><table><tr><th>predictor (model id)</th><th>kind</th><th>calibration</th></tr>\n");
+    for (id, (synthetic, calibration)) in seen {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            producer_html(Some(id)),
+            if synthetic {
+                "synthetic (trained on generated data: not an empathy model)"
+            } else if crate::fusion::BUILTIN.contains(&id) {
+                "built in (cosine of what was said to the story; trained on no ratings)"
+            } else {
+                "trained fusion model"
+            },
+            esc(calibration)
+        );
+    }
+    out.push_str("</table></div>\n");
+    note(out, "The model files' sha256s are in the models folder's manifest (`empathic models verify` checks them).");
+}
+
+/// The top of the page: the quality verdict and, per story shown, what was predicted
+/// against what the participant rated.
+fn glance(out: &mut String, d: &SessionDetail, quality: Option<&super::QualityReport>) {
+    section(out, SESSION_SECTIONS[0]);
+    out.push_str("<div class=\"glance\">\n");
+    match quality {
+        None => note(out, "Data quality: not known (the session did not finish, so no quality report was stored)."),
+        Some(q) => {
+            let rows = verdict::quality_rows(q);
+            let worst = rows.iter().map(|r| r.verdict).max().unwrap_or(Verdict::Good);
+            let flagged: Vec<String> = rows
+                .iter()
+                .filter(|r| r.verdict == worst && worst != Verdict::Good)
+                .map(|r| format!("{} {}", r.measure, r.value))
+                .collect();
+            let _ = writeln!(
+                out,
+                "<p>Data quality: <b class=\"{}\">{}</b>{}</p>",
+                worst.class(),
+                worst.class(),
+                if flagged.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", esc(&flagged.join("; ")))
+                }
+            );
+        }
+    }
+    let shown: Vec<_> = d.stories.iter().collect();
+    if shown.is_empty() {
+        note(out, "No story was shown in this session.");
+    } else {
+        let mut predictors: Vec<(&str, bool, bool)> = Vec::new();
+        for p in d.predictions.iter().filter(|p| !p.retrieved) {
+            if !predictors.iter().any(|(id, _, _)| *id == p.predictor) {
+                predictors.push((
+                    &p.predictor,
+                    p.synthetic,
+                    crate::fusion::uncalibrated(&p.predictor, &p.calibration),
+                ));
+            }
+        }
+        out.push_str(
+            "<div class=\"scroll\"><table><tr><th>story shown</th><th>self-rating (1-5)</th>",
+        );
+        for (id, synthetic, uncalibrated) in &predictors {
+            let _ = write!(
+                out,
+                "<th>predicted by {}{}</th>",
+                esc(id),
+                if *synthetic {
+                    " <span class=\"synthetic\">[synthetic]</span>"
+                } else if *uncalibrated {
+                    " <span class=\"synthetic\">[uncalibrated]</span>"
+                } else {
+                    " (calibrated)"
+                }
+            );
+        }
+        out.push_str("</tr>\n");
+        for st in shown {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td>",
+                esc(&st.title),
+                st.rating.map_or("not rated".into(), |r| r.to_string())
+            );
+            for (id, _, _) in &predictors {
+                let score = d
+                    .predictions
+                    .iter()
+                    .find(|p| !p.retrieved && p.predictor == *id && p.story_id == st.story_id)
+                    .map_or("-".into(), |p| format!("{:.2}", p.score));
+                let _ = write!(out, "<td>{score}</td>");
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</table></div>\n");
+    }
+    out.push_str("</div>\n");
 }
 
 /// The longitudinal page of `participant`: one row or point per session, oldest first.
@@ -792,6 +1027,7 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
                     points: rated,
                     color: PALETTE[0],
                     dots: true,
+                    dashed: false,
                 }],
             ),
         )?;
@@ -861,6 +1097,7 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
                 points: pts.clone(),
                 color: PALETTE[i % PALETTE.len()],
                 dots: true,
+                dashed: false,
             })
             .collect();
         plot(

@@ -2,7 +2,9 @@
 //!
 //! Contract: every plot is a self-contained `<svg>` string with a `viewBox` (so it scales
 //! to a phone's width and prints on A4), time on the x axis in session `mm:ss`, units in
-//! the axis labels, and a legend when it has more than one series. Long sessions are
+//! the axis labels, the session's phases shaded behind the data. Legends are not drawn
+//! inside a plot (they hide data): the page writes them under it ([`legend_html`]). Long
+//! sessions are
 //! downsampled to at most [`MAX_POINTS`] points a series (bucket means, gaps kept), which is
 //! more than a screen's width shows, so a one-hour session draws as fast as a short one.
 
@@ -74,6 +76,98 @@ pub struct Series {
     pub color: RGBColor,
     /// Drawn as dots rather than a line (sparse points, e.g. one per window).
     pub dots: bool,
+    /// Drawn dashed (a reference level, e.g. a self-rating), not a measurement.
+    pub dashed: bool,
+}
+
+impl Series {
+    /// A solid line (or dots when `dots`).
+    pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>, color: RGBColor) -> Self {
+        Self {
+            label: label.into(),
+            points,
+            color,
+            dots: false,
+            dashed: false,
+        }
+    }
+}
+
+/// What is drawn behind a time plot's data: phases as shaded bands (with their names at
+/// the top), markers as thin vertical lines.
+#[derive(Default, Clone, Copy)]
+pub struct Backdrop<'a> {
+    /// (start s, end s, phase name, colour).
+    pub phases: &'a [(f64, f64, String, RGBColor)],
+    pub markers: &'a [Marker],
+}
+
+/// The legend of a plot's series as HTML, written under the plot: a swatch in each
+/// series' colour (a dash for dashed ones) and its label.
+pub fn legend_html(series: &[Series]) -> String {
+    let items: Vec<String> = series
+        .iter()
+        .map(|s| {
+            let RGBColor(r, g, b) = s.color;
+            let mark = if s.dashed {
+                "&#8211; &#8211;"
+            } else if s.dots {
+                "&#9679;"
+            } else {
+                "&#9644;"
+            };
+            format!(
+                "<span class=\"key\"><span style=\"color:#{r:02x}{g:02x}{b:02x}\">{mark}</span> {}</span>",
+                super::page::esc(&s.label)
+            )
+        })
+        .collect();
+    format!("<p class=\"legend\">{}</p>\n", items.join(" "))
+}
+
+/// Shades `phases` over the y range, names at the top.
+fn draw_backdrop<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    backdrop: &Backdrop<'_>,
+    y: (f64, f64),
+) -> Result<(), String> {
+    for (start, end, name, color) in backdrop.phases {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(*start, y.0), (*end, y.1)],
+                color.mix(0.10).filled(),
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                name.replace('_', " "),
+                (*start, y.0 + (y.1 - y.0) * 0.02),
+                ("sans-serif", 10)
+                    .into_font()
+                    .color(&RGBColor(110, 110, 110)),
+            )))
+            .map_err(err)?;
+    }
+    for m in backdrop.markers {
+        chart
+            .draw_series(LineSeries::new(
+                [(m.secs, y.0), (m.secs, y.1)],
+                RGBColor(150, 150, 150).stroke_width(1),
+            ))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                m.label.clone(),
+                (m.secs, y.1),
+                ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
+            )))
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// A vertical marker (a story shown, say).
@@ -135,13 +229,14 @@ macro_rules! draw_svg {
     }};
 }
 
-/// A line chart over session time.
+/// A line chart over session time, phases and markers behind the data (legend: see
+/// [`legend_html`]).
 pub fn line_chart(
     y_desc: &str,
     y_range: (f64, f64),
     duration: f64,
     series: &[Series],
-    markers: &[Marker],
+    backdrop: &Backdrop<'_>,
 ) -> Result<String, String> {
     let height = 230;
     let x_max = duration.max(1.0);
@@ -167,21 +262,7 @@ pub fn line_chart(
                 .axis_desc_style(("sans-serif", 13))
                 .draw()
                 .map_err(err)?;
-            for m in markers {
-                chart
-                    .draw_series(LineSeries::new(
-                        [(m.secs, y_range.0), (m.secs, y_range.1)],
-                        RGBColor(150, 150, 150).stroke_width(1),
-                    ))
-                    .map_err(err)?;
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        m.label.clone(),
-                        (m.secs, y_range.1),
-                        ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
-                    )))
-                    .map_err(err)?;
-            }
+            draw_backdrop(&mut chart, backdrop, y_range)?;
             for s in series {
                 let color = s.color;
                 let points = downsample(&s.points, x_max, MAX_POINTS);
@@ -193,9 +274,7 @@ pub fn line_chart(
                                 .filter_map(|(t, v)| v.filter(|v| v.is_finite()).map(|v| (*t, v)))
                                 .map(|p| Circle::new(p, 3, color.filled())),
                         )
-                        .map_err(err)?
-                        .label(s.label.clone())
-                        .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+                        .map_err(err)?;
                 } else {
                     // Split at gaps so a missing stretch is not bridged by a line.
                     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
@@ -205,55 +284,76 @@ pub fn line_chart(
                             None => runs.push(Vec::new()),
                         }
                     }
-                    let mut first = true;
                     for run in runs.into_iter().filter(|r| !r.is_empty()) {
-                        let drawn = chart
-                            .draw_series(LineSeries::new(run, color.stroke_width(2)))
-                            .map_err(err)?;
-                        if first {
-                            drawn.label(s.label.clone()).legend(move |(x, y)| {
-                                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                            });
-                            first = false;
+                        if s.dashed {
+                            chart
+                                .draw_series(DashedLineSeries::new(
+                                    run,
+                                    8,
+                                    5,
+                                    color.stroke_width(2),
+                                ))
+                                .map_err(err)?;
+                        } else {
+                            chart
+                                .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                                .map_err(err)?;
                         }
                     }
                 }
-            }
-            if series.len() > 1 || series.iter().any(|s| s.dots) {
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperRight)
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(RGBColor(180, 180, 180))
-                    .label_font(("sans-serif", 12))
-                    .draw()
-                    .map_err(err)?;
             }
             Ok(())
         },
     )
 }
 
+/// The colour of `v` on the heat strip's scale (white = 0, dark blue = `max`).
+fn heat_color(v: f64, max: f64) -> RGBColor {
+    let a = (v / max).clamp(0.0, 1.0);
+    RGBColor(
+        (255.0 - a * 247.0) as u8,
+        (255.0 - a * 207.0) as u8,
+        (255.0 - a * 148.0) as u8,
+    )
+}
+
+/// The heat strip's colour scale as HTML (written under the strip): 0 to `max` in `unit`,
+/// and the grey of no measurement.
+pub fn heat_scale_html(max: f64, unit: &str) -> String {
+    let stops: Vec<String> = (0..=4)
+        .map(|i| {
+            let RGBColor(r, g, b) = heat_color(max * f64::from(i) / 4.0, max);
+            format!("#{r:02x}{g:02x}{b:02x}")
+        })
+        .collect();
+    format!(
+        "<p class=\"legend\">{unit}: 0 <span class=\"scale\" style=\"background:linear-gradient(to right,{})\"></span> {max} <span class=\"key\"><span class=\"swatch\" style=\"background:#e1e1e1\"></span> no face</span></p>\n",
+        stops.join(",")
+    )
+}
+
 /// Rows of intensities over time as a heat strip (one row per name; white = 0, dark blue
-/// = `max`; grey = no measurement).
+/// = `max`, see [`heat_scale_html`]; grey = no measurement), under a row of the phases.
 pub fn heat_strip(
     rows: &[(String, Vec<(f64, f64)>)],
+    phases: &[(f64, f64, String, RGBColor)],
     duration: f64,
     max: f64,
 ) -> Result<String, String> {
     let row_h = 16u32;
-    let height = 44 + row_h * rows.len() as u32;
+    let lanes = rows.len() + 1;
+    let height = 44 + row_h * lanes as u32;
     let buckets = 300usize;
     let x_max = duration.max(1.0);
     draw_svg!(
         height,
         Frame {
             x_labels: 30,
-            y_labels: 56,
+            y_labels: 170,
             top: 8
         },
         0f64..x_max,
-        0f64..rows.len() as f64,
+        0f64..lanes as f64,
         |chart| {
             chart
                 .configure_mesh()
@@ -262,12 +362,23 @@ pub fn heat_strip(
                 .x_desc("session time (mm:ss)")
                 .x_label_formatter(&|x| mmss(*x))
                 .x_labels(10)
-                .y_labels(rows.len() * 2 + 1)
-                .y_label_formatter(&|y| lane_label(*y, rows.len(), |i| &rows[i].0))
+                .y_labels(lanes * 2 + 1)
+                .y_label_formatter(&|y| {
+                    lane_label(*y, lanes, |i| if i == 0 { "phase" } else { &rows[i - 1].0 })
+                })
                 .label_style(("sans-serif", 11))
                 .axis_desc_style(("sans-serif", 13))
                 .draw()
                 .map_err(err)?;
+            let top = (lanes - 1) as f64;
+            for (start, end, _, color) in phases {
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(*start, top + 0.15), (*end, top + 0.85)],
+                        color.mix(0.6).filled(),
+                    )))
+                    .map_err(err)?;
+            }
             let width = x_max / buckets as f64;
             for (k, (_, points)) in rows.iter().enumerate() {
                 let y = (rows.len() - 1 - k) as f64;
@@ -281,14 +392,7 @@ pub fn heat_strip(
                             (*t, t + width.max(1.0 / 15.0))
                         };
                         let color = match v {
-                            Some(v) if v.is_finite() => {
-                                let a = (v / max).clamp(0.0, 1.0);
-                                RGBColor(
-                                    (255.0 - a * 247.0) as u8,
-                                    (255.0 - a * 207.0) as u8,
-                                    (255.0 - a * 148.0) as u8,
-                                )
-                            }
+                            Some(v) if v.is_finite() => heat_color(*v, max),
                             _ => RGBColor(225, 225, 225),
                         };
                         Rectangle::new([(x0, y), (x1, y + 1.0)], color.filled())
@@ -485,12 +589,12 @@ pub fn scatter(x_desc: &str, y_desc: &str, series: &[Series]) -> Result<String, 
 
 /// The label of a lane chart's tick at `y`: lanes are drawn top to bottom, lane `i` (of
 /// `n`) centred at `n - 1 - i + 0.5`; ticks between lanes are unlabelled.
-fn lane_label<'a>(y: f64, n: usize, label: impl Fn(usize) -> &'a String) -> String {
+fn lane_label<'a>(y: f64, n: usize, label: impl Fn(usize) -> &'a str) -> String {
     let k = (y - 0.5).round();
     if (y - 0.5 - k).abs() > 1e-6 || k < 0.0 || k as usize >= n {
         return String::new();
     }
-    label(n - 1 - k as usize).clone()
+    label(n - 1 - k as usize).to_string()
 }
 
 #[cfg(test)]
@@ -520,16 +624,18 @@ mod tests {
             "score (1-5)",
             (1.0, 5.0),
             60.0,
-            &[Series {
-                label: "text-zero-shot".into(),
-                points: vec![(10.0, 2.0), (20.0, 3.0)],
-                color: PALETTE[0],
-                dots: false,
-            }],
-            &[Marker {
-                secs: 15.0,
-                label: "story 1".into(),
-            }],
+            &[Series::new(
+                "text-zero-shot",
+                vec![(10.0, 2.0), (20.0, 3.0)],
+                PALETTE[0],
+            )],
+            &Backdrop {
+                phases: &[(0.0, 12.0, "story_share".into(), PALETTE[1])],
+                markers: &[Marker {
+                    secs: 15.0,
+                    label: "story 1".into(),
+                }],
+            },
         )
         .unwrap();
         assert!(
@@ -538,5 +644,6 @@ mod tests {
             &svg[..80]
         );
         assert!(svg.contains("00:30") && svg.contains("score (1-5)") && svg.contains("story 1"));
+        assert!(svg.contains("story share"), "phases are named");
     }
 }

@@ -41,7 +41,8 @@ pub struct Row {
 }
 
 /// The measures, in the order of [`quality_rows`].
-pub const MEASURES: [&str; 9] = [
+pub const MEASURES: [&str; 10] = [
+    "media captured",
     "missing frames",
     "duplicated frames",
     "dropped frames (live queue)",
@@ -96,51 +97,71 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
     } else {
         Verdict::Bad
     };
+    // A device that delivered nothing all session: its measures are not measured (a
+    // silent 100 % beside a perfect offset would say the microphone worked).
+    let has_video = q.video.frames_used > 0;
+    let has_audio = q.audio_duration_secs > 0.0;
+    let captured = Row {
+        measure: MEASURES[0],
+        value: match (has_video, has_audio) {
+            (true, true) => "video and audio".into(),
+            (true, false) => "video only: no audio (the microphone delivered nothing)".into(),
+            (false, true) => "audio only: no video (the camera delivered nothing)".into(),
+            (false, false) => "nothing (neither camera nor microphone delivered)".into(),
+        },
+        verdict: if has_video && has_audio {
+            Verdict::Good
+        } else {
+            Verdict::Bad
+        },
+        threshold: "both / -",
+    };
     let mut rows = vec![
+        captured,
         Row {
-            measure: MEASURES[0],
+            measure: MEASURES[1],
             value: format!("{} ({})", q.video.missing_frames, pct(missing)),
             verdict: at_most(missing, 0.01, 0.05),
             threshold: "<= 1 % / <= 5 % of frame slots",
         },
         Row {
-            measure: MEASURES[1],
+            measure: MEASURES[2],
             value: format!("{} ({})", q.video.duplicated_frames, pct(duplicated)),
             verdict: at_most(duplicated, 0.01, 0.05),
             threshold: "<= 1 % / <= 5 % of frame slots",
         },
         Row {
-            measure: MEASURES[2],
+            measure: MEASURES[3],
             value: format!("{} ({})", q.video_queue_drops, pct(dropped)),
             verdict: at_most(dropped, 0.01, 0.05),
             threshold: "<= 1 % / <= 5 % of frame slots",
         },
         Row {
-            measure: MEASURES[3],
+            measure: MEASURES[4],
             value: format!("{:+.0} ms", q.av_offset_ms),
             verdict: at_most(q.av_offset_ms.abs(), 67.0, 133.0),
             threshold: "|offset| <= 67 ms (one frame) / <= 133 ms (two)",
         },
         Row {
-            measure: MEASURES[4],
+            measure: MEASURES[5],
             value: pct(q.audio_clipping_ratio),
             verdict: at_most(q.audio_clipping_ratio, 0.0001, 0.01),
             threshold: "<= 0.01 % / <= 1 % of samples",
         },
         Row {
-            measure: MEASURES[5],
+            measure: MEASURES[6],
             value: pct(q.silence_ratio),
             verdict: at_most(q.silence_ratio, 0.8, 0.95),
             threshold: "<= 80 % / <= 95 % of 10 ms rows without voice",
         },
         Row {
-            measure: MEASURES[6],
+            measure: MEASURES[7],
             value: format!("{:.2}", q.mean_brightness),
             verdict: brightness,
             threshold: "0.25-0.80 / 0.15-0.90 (mean luma, 0-1)",
         },
         Row {
-            measure: MEASURES[7],
+            measure: MEASURES[8],
             value: format!("{:.1}", q.mean_sharpness),
             verdict: at_least(q.mean_sharpness, 40.0, 15.0),
             threshold: ">= 40 / >= 15 (variance of the Laplacian)",
@@ -148,17 +169,39 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
     ];
     rows.push(match face {
         Some(f) => Row {
-            measure: MEASURES[8],
+            measure: MEASURES[9],
             value: pct(f),
             verdict: at_least(f, 0.9, 0.6),
             threshold: ">= 90 % / >= 60 % of decoded frames",
         },
         None => Row {
-            measure: MEASURES[8],
+            measure: MEASURES[9],
             value: "not measured (facial stage off)".into(),
             verdict: Verdict::Check,
             threshold: ">= 90 % / >= 60 % of decoded frames",
         },
     });
+    let not_measured = |row: &mut Row, why: &str| {
+        row.value = format!("not measured ({why})");
+        row.verdict = Verdict::Check;
+    };
+    for row in rows.iter_mut() {
+        let needs_audio = [MEASURES[4], MEASURES[5], MEASURES[6]].contains(&row.measure);
+        let needs_video = [
+            MEASURES[1],
+            MEASURES[2],
+            MEASURES[3],
+            MEASURES[4],
+            MEASURES[7],
+            MEASURES[8],
+            MEASURES[9],
+        ]
+        .contains(&row.measure);
+        if needs_audio && !has_audio {
+            not_measured(row, "no audio");
+        } else if needs_video && !has_video {
+            not_measured(row, "no video");
+        }
+    }
     rows
 }
