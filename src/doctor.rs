@@ -69,7 +69,8 @@ fn check_store(db: &Path) -> Check {
         (
             false,
             format!(
-                "folder {} does not exist: create it or pass --db",
+                "folder {} does not exist, and neither the service nor the commands create it: \
+                 `make install` makes /var/lib/empathic; otherwise create it or pass --db",
                 dir.display()
             ),
         )
@@ -217,33 +218,65 @@ fn check_microphone(config: &Config) -> Check {
     }
 }
 
-/// The control socket's folder must take a socket, and the recordings folder a file.
+/// A folder the service creates at start when missing (`create_dir_all`): ready when it
+/// exists and `probe` succeeds in it, or when it does not exist yet and its nearest existing
+/// ancestor is writable. The detail says which, so doctor never calls a missing folder
+/// writable.
+fn creatable(dir: &Path, probe: impl Fn(&Path) -> std::io::Result<()>) -> Result<String, String> {
+    if dir.is_dir() {
+        return probe(dir)
+            .map(|()| format!("{} is writable", dir.display()))
+            .map_err(|e| format!("cannot write in {}: {e}", dir.display()));
+    }
+    let existing = dir
+        .ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .unwrap_or(Path::new("."));
+    let file = existing.join(format!(".empathic-doctor-{}", std::process::id()));
+    match std::fs::write(&file, b"") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&file);
+            Ok(format!(
+                "{} does not exist yet: the service creates it at start ({} is writable)",
+                dir.display(),
+                existing.display()
+            ))
+        }
+        Err(e) => Err(format!(
+            "{} does not exist and cannot be created: {e} in {}",
+            dir.display(),
+            existing.display()
+        )),
+    }
+}
+
+/// The control socket's folder must take a socket, and the recordings folder a file; the
+/// service creates either folder when missing.
 fn check_live_paths(config: &Config) -> Vec<Check> {
     let socket = &config.live.socket;
     let dir = socket.parent().unwrap_or(Path::new("."));
-    let probe = dir.join(format!(".empathic-doctor-{}.sock", std::process::id()));
-    let socket_ok = std::os::unix::net::UnixListener::bind(&probe).map(|_| ());
-    let _ = std::fs::remove_file(&probe);
-    // The service creates the recordings folder: its nearest existing folder must be writable.
+    let socket_ok = creatable(dir, |d| {
+        let probe = d.join(format!(".empathic-doctor-{}.sock", std::process::id()));
+        let bound = std::os::unix::net::UnixListener::bind(&probe).map(|_| ());
+        let _ = std::fs::remove_file(&probe);
+        bound
+    });
     let rec = &config.recording.dir;
-    let existing = rec
-        .ancestors()
-        .find(|a| a.is_dir())
-        .unwrap_or(Path::new("."));
-    let rec_probe = existing.join(format!(".empathic-doctor-{}", std::process::id()));
-    let rec_ok = std::fs::write(&rec_probe, b"");
-    let _ = std::fs::remove_file(&rec_probe);
+    let rec_ok = creatable(rec, |d| {
+        let probe = d.join(format!(".empathic-doctor-{}", std::process::id()));
+        let written = std::fs::write(&probe, b"");
+        let _ = std::fs::remove_file(&probe);
+        written
+    });
     vec![
         Check {
             name: "control socket",
             need: Need::Live,
             ok: socket_ok.is_ok(),
             detail: match socket_ok {
-                Ok(()) => format!("{} can be created", socket.display()),
-                Err(e) => format!(
-                    "cannot create a socket in {}: {e} (live.socket)",
-                    dir.display()
-                ),
+                Ok(d) => format!("{} can be created: {d}", socket.display()),
+                Err(e) => format!("{e} (live.socket)"),
             },
         },
         Check {
@@ -251,14 +284,15 @@ fn check_live_paths(config: &Config) -> Vec<Check> {
             need: Need::Live,
             ok: rec_ok.is_ok() || !config.recording.enabled,
             detail: match rec_ok {
-                Ok(()) => format!(
-                    "{} is writable{}",
-                    rec.display(),
-                    crate::session::record::free_bytes(rec)
-                        .map(|f| format!(", {} MiB free", f >> 20))
-                        .unwrap_or_default()
+                Ok(d) => format!(
+                    "{d}{}",
+                    crate::session::record::free_bytes(
+                        rec.ancestors().find(|a| a.is_dir()).unwrap_or(rec)
+                    )
+                    .map(|f| format!(", {} MiB free", f >> 20))
+                    .unwrap_or_default()
                 ),
-                Err(e) => format!("cannot write in {}: {e} (recording.dir)", rec.display()),
+                Err(e) => format!("{e} (recording.dir)"),
             },
         },
     ]
