@@ -638,6 +638,81 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
 }
 
 #[test]
+fn session_ids_and_starts_are_checked_before_anything_is_written() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    consent(&config, "P-LIVE");
+    consent(&config, "P-OTHER");
+    let station = Station::start(dir.path(), &config, &runtime);
+    let first = station.ok(
+        json!({"type": "start_session", "participant_id": "P-LIVE", "session_id": "crashed-1"}),
+    );
+    assert_eq!(first["session_id"], "crashed-1");
+    sleep_s(1.0);
+    station.ok(json!({"type": "stop_session"}));
+    station.wait_session_end("crashed-1");
+    let conn = Connection::open(&station.db).unwrap();
+    let snapshot = |conn: &Connection| {
+        (
+            table_lines(conn, "sessions", "id", "crashed-1"),
+            count(conn, "SELECT count(*) FROM sessions"),
+            count(conn, "SELECT count(*) FROM outbox"),
+            count(conn, "SELECT count(*) FROM frames"),
+        )
+    };
+    let before = snapshot(&conn);
+    // The probe's example: another participant's start with a stored session's id.
+    let a = station.ask(
+        json!({"type": "start_session", "participant_id": "P-OTHER", "session_id": "crashed-1"}),
+    );
+    assert!(
+        a["error"].as_str().unwrap_or("").contains("already stored"),
+        "{a}"
+    );
+    assert_eq!(snapshot(&conn), before, "a refused start wrote something");
+    assert!(station.ok(json!({"type": "status"}))["session"].is_null());
+
+    // Two starts at the same moment: one session, the other refused.
+    let station_ref = &station;
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = ["P-LIVE", "P-OTHER"]
+            .into_iter()
+            .map(|p| {
+                s.spawn(move || {
+                    station_ref.ask(json!({"type": "start_session", "participant_id": p}))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let started: Vec<&Value> = answers.iter().filter(|a| a["ok"] == true).collect();
+    assert_eq!(started.len(), 1, "{answers:?}");
+    let refused = answers.iter().find(|a| a["ok"] != true).unwrap();
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("already running"),
+        "{refused}"
+    );
+    let id = started[0]["session_id"].as_str().unwrap().to_string();
+    let status = station.ok(json!({"type": "status"}));
+    assert_eq!(status["session"]["session_id"], id.as_str(), "{status}");
+    station.ok(json!({"type": "stop_session"}));
+    station.wait_session_end(&id);
+    assert_eq!(
+        count(
+            &conn,
+            "SELECT count(*) FROM sessions WHERE status = 'running'"
+        ),
+        0
+    );
+}
+
+#[test]
 fn camera_unplugged_mid_session_leaves_the_same_gap_in_the_store_and_the_recording() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -136,6 +136,9 @@ struct Running {
 struct State {
     status: ServiceStatus,
     running: Option<Running>,
+    /// A `start_session` is between its checks and `running`: a second one is refused
+    /// (two at the same moment would both pass the `running` check).
+    starting: bool,
 }
 
 /// What the service's threads share.
@@ -193,6 +196,7 @@ pub fn serve(
                 ..ServiceStatus::default()
             },
             running: None,
+            starting: false,
         }),
         clients: AtomicU64::new(0),
         store: Mutex::new(store),
@@ -570,10 +574,26 @@ fn start_session<'scope>(
     participant: String,
     session_id: Option<String>,
 ) -> Result<serde_json::Value, String> {
-    let config = service.config;
-    if service.state().running.is_some() {
-        return Err("a session is already running: stop it first".into());
+    {
+        let mut state = service.state();
+        if state.running.is_some() || state.starting {
+            return Err("a session is already running: stop it first".into());
+        }
+        state.starting = true;
     }
+    let started = start_session_checked(scope, service, participant, session_id);
+    service.state().starting = false;
+    started
+}
+
+/// [`start_session`] once it holds the start: checks everything, then writes.
+fn start_session_checked<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    participant: String,
+    session_id: Option<String>,
+) -> Result<serde_json::Value, String> {
+    let config = service.config;
     {
         let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
         match store.participant_consent(&participant).map_err(|e| e.to_string())? {
@@ -601,6 +621,23 @@ fn start_session<'scope>(
                 .replace('.', "")
         )
     });
+    // A live session is new: an id already stored (a crashed session's, say) or already
+    // recorded is refused before anything is written.
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = store.session_status(&id).map_err(|e| e.to_string())? {
+            return Err(format!(
+                "session id `{id}` is already stored ({status}): a live session needs a new id (leave session_id out to get one)"
+            ));
+        }
+    }
+    let folder = config.recording.dir.join(&id);
+    if config.recording.enabled && folder.exists() {
+        return Err(format!(
+            "session id `{id}` already has a recording at {}: a live session needs a new id",
+            folder.display()
+        ));
+    }
     let camera = intrinsics(config);
     let mut stages =
         Stages::load(config, config.video.nominal_fps, camera).map_err(|e| e.to_string())?;
@@ -644,8 +681,17 @@ fn start_session<'scope>(
             camera,
             sample_rate_hz: config.audio.sample_rate_hz,
             min_free_bytes: config.recording.min_free_mib << 20,
-        })
-        .map_err(|e| e.to_string())?;
+        });
+        let rec = match rec {
+            Ok(rec) => rec,
+            Err(e) => {
+                // The row was begun: it is closed with the reason, not left `running`.
+                let reason = format!("the recording could not be created: {e}");
+                let _ = writer.fail(&id, &config.station.id, SessionSource::Live, &reason);
+                let _ = writer_thread.close();
+                return Err(reason);
+            }
+        };
         run_hook(&config.recording.on_start, &id, "recording.on_start");
         Some(Arc::new(Mutex::new(rec)))
     } else {

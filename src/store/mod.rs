@@ -51,6 +51,13 @@ pub enum StoreError {
     AlreadyStored { id: String, path: PathBuf },
     #[error("no session `{id}` in {path}")]
     NoSuchSession { id: String, path: PathBuf },
+    #[error("session `{id}` is being written by process {pid} on {host} right now; one process owns a session at a time: wait for it to end, or give this run another session id: {path}")]
+    Busy {
+        id: String,
+        pid: u32,
+        host: String,
+        path: PathBuf,
+    },
     #[error("the session store writer stopped: {0}")]
     WriterGone(String),
     #[error("cannot encode {what} for the session database: {message}")]
@@ -65,6 +72,7 @@ impl Classify for StoreError {
     fn exit_kind(&self) -> ExitKind {
         match self {
             StoreError::AlreadyStored { .. }
+            | StoreError::Busy { .. }
             | StoreError::NoSuchSession { .. }
             | StoreError::Invalid { .. } => ExitKind::BadInput,
             _ => ExitKind::Runtime,
@@ -221,7 +229,7 @@ impl Owner {
     }
 
     /// Whether the process that owned a session could still be running.
-    fn is_alive(&self, current: &Owner) -> bool {
+    pub(crate) fn is_alive(&self, current: &Owner) -> bool {
         if !self.host.is_empty() && self.host != current.host {
             // Another machine's session (a copied file): this machine cannot tell.
             return true;
@@ -802,6 +810,16 @@ impl Store {
             predictions: self.session_predictions(id)?,
             synced_content: self.synced_content(id)?,
         })
+    }
+
+    /// The stored status of session `id`, if it is stored.
+    pub fn session_status(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(sql("looking up the session"))
     }
 
     /// In a central database, which optional tables session `id`'s record carried; `None`

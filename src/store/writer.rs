@@ -244,7 +244,9 @@ impl WriterActor {
             // report; any other failure stops the writer, which keeps what was committed.
             let refusal = matches!(
                 e,
-                StoreError::AlreadyStored { .. } | StoreError::Poisoned { .. }
+                StoreError::AlreadyStored { .. }
+                    | StoreError::Busy { .. }
+                    | StoreError::Poisoned { .. }
             );
             if !refusal {
                 tracing::error!(path = %self.path.display(), "session store write failed: {e}");

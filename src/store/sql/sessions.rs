@@ -16,6 +16,47 @@ pub fn status(tx: &Transaction<'_>, id: &str) -> Result<Option<String>, StoreErr
     .map_err(ctx("looking up the session"))
 }
 
+/// The stored status of session `id` and the process that wrote (or writes) it.
+fn status_and_owner(tx: &Transaction<'_>, id: &str) -> Result<Option<(String, Owner)>, StoreError> {
+    tx.query_row(
+        "SELECT status, owner_host, owner_boot_id, owner_pid FROM sessions WHERE id = ?1",
+        [id],
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                Owner {
+                    host: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    boot_id: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    pid: r.get::<_, Option<u32>>(3)?.unwrap_or(0),
+                },
+            ))
+        },
+    )
+    .optional()
+    .map_err(ctx("looking up the session"))
+}
+
+/// Refuses when another live process is writing row `id` (`running`, its owner alive).
+fn check_not_busy(
+    tx: &Transaction<'_>,
+    id: &str,
+    shown_id: &str,
+    owner: &Owner,
+    path: &std::path::Path,
+) -> Result<(), StoreError> {
+    if let Some((status, other)) = status_and_owner(tx, id)? {
+        if status == "running" && other != *owner && other.is_alive(owner) {
+            return Err(StoreError::Busy {
+                id: shown_id.to_string(),
+                pid: other.pid,
+                host: other.host,
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn record_station(tx: &Transaction<'_>, station_id: &str) -> Result<(), StoreError> {
     tx.execute(
         &format!("INSERT OR IGNORE INTO stations (id, first_seen_at) VALUES (?1, {NOW})"),
@@ -74,20 +115,37 @@ pub struct Begun {
     pub replaces: Option<String>,
 }
 
-/// Writes the session row `running` and its modalities. A session already stored under
-/// the id is replaced at once when it is not complete. A complete one is kept untouched
-/// until the new run completes when `start.replace` says so (the new rows are staged, see
-/// [`Begun`]); otherwise that is [`StoreError::AlreadyStored`] (with `path` for the
-/// message).
+/// Writes the session row `running` and its modalities, after checking everything and
+/// writing nothing when refused:
+/// - another live process writing the session (or a replacement of it) is
+///   [`StoreError::Busy`]: one process owns a session at a time;
+/// - a complete session is kept untouched until the new run completes when `start.replace`
+///   says so (the new rows are staged, see [`Begun`]), otherwise that is
+///   [`StoreError::AlreadyStored`] (with `path` for the message);
+/// - an incomplete one (or one whose writer died before it was marked so) holds kept work:
+///   the rerun is staged the same way, without `--replace`, and displaces it only when it
+///   completes;
+/// - a failed one holds nothing but its reason and is replaced at once.
 pub fn begin(
     tx: &Transaction<'_>,
     s: &SessionStart,
     owner: &Owner,
     path: &std::path::Path,
 ) -> Result<Begun, StoreError> {
+    let staged = staging_id(&s.id);
+    check_not_busy(tx, &s.id, &s.id, owner, path)?;
+    check_not_busy(tx, &staged, &s.id, owner, path)?;
     let mut begun = Begun {
         row_id: s.id.clone(),
         replaces: None,
+    };
+    let stage = |begun: &mut Begun| -> Result<(), StoreError> {
+        *begun = Begun {
+            row_id: staged.clone(),
+            replaces: Some(s.id.clone()),
+        };
+        // A replacement abandoned by a crash (its writer is gone: checked above).
+        delete(tx, &staged)
     };
     match status(tx, &s.id)?.as_deref() {
         Some("complete") if !s.replace => {
@@ -96,16 +154,10 @@ pub fn begin(
                 path: path.to_path_buf(),
             });
         }
-        Some("complete") => {
-            begun = Begun {
-                row_id: staging_id(&s.id),
-                replaces: Some(s.id.clone()),
-            };
-            // A replacement abandoned by a crash.
-            delete(tx, &begun.row_id)?;
-        }
+        Some("complete" | "incomplete" | "running") => stage(&mut begun)?,
         Some(_) => {
-            // An earlier failed or incomplete run, announced when it ended: void it.
+            // An earlier failed run (no rows but its reason), announced when it ended:
+            // void it.
             super::outbox::tombstone(tx, &s.id, "rerun")?;
             delete(tx, &s.id)?
         }
@@ -391,6 +443,32 @@ pub struct Failure {
 /// features, predictions); creates the session row when the run failed before writing
 /// it; never touches a session stored complete.
 pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), StoreError> {
+    match status_and_owner(tx, &f.id)? {
+        Some((status, other))
+            if status == "running" && other != *owner && other.is_alive(owner) =>
+        {
+            // Another process's session (this run was refused for it): not ours to touch.
+            tracing::warn!(
+                session = f.id,
+                "not marking session failed: process {} on {} is writing it: {}",
+                other.pid,
+                other.host,
+                f.reason
+            );
+            return Ok(());
+        }
+        Some((status, _)) if status == "incomplete" => {
+            // Kept work of an earlier run: a run that failed before staging its rerun
+            // leaves it as it was.
+            tracing::warn!(
+                session = f.id,
+                "the rerun failed; the incomplete session is kept unchanged: {}",
+                f.reason
+            );
+            return Ok(());
+        }
+        _ => {}
+    }
     match status(tx, &f.id)?.as_deref() {
         Some("complete") => {
             tracing::warn!(
