@@ -40,7 +40,13 @@ fn model_modalities() -> &'static [String] {
 /// Tables whose rows hold model outputs or figures derived from them.
 const MODEL_TABLES: &[&str] = &["sessions", "predictions"];
 
+/// The CPU class the binary runs on: this machine's, or `EMPATHIC_TEST_CPU_CLASS` when
+/// `EMPATHIC_TEST_RUNNER` runs it on an emulated one (e.g. `avx2,fma` for
+/// `qemu-x86_64 -cpu Haswell`).
 fn cpu_class() -> String {
+    if let Ok(class) = std::env::var("EMPATHIC_TEST_CPU_CLASS") {
+        return class;
+    }
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags = info
         .lines()

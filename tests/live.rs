@@ -712,6 +712,103 @@ fn session_ids_and_starts_are_checked_before_anything_is_written() {
     );
 }
 
+/// Every file under `dir` (recursively) holding `needle`, as raw bytes.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            found.extend(files_holding(&p, needle));
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                found.push(p);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_purge_during_the_participants_live_session_stops_it_and_leaves_no_byte_of_theirs() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    consent(&config, "P-GONE");
+    consent(&config, "P-STAYS");
+    let station = Station::start(dir.path(), &config, &runtime);
+    // Words only the withdrawing participant said, and words of one who stays.
+    let said = |participant: &str, words: &str| {
+        let id = station.ok(json!({"type": "start_session", "participant_id": participant}))
+            ["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        station.ok(json!({"type": "phase", "phase": "warm_up"}));
+        station.ok(json!({"type": "phase", "phase": "story_share"}));
+        sleep_s(1.5);
+        let now = station.now_ms();
+        station.ok(json!({"type": "utterance", "speaker": "participant", "start_ms": now - 1000, "end_ms": now, "text": words}));
+        station.ok(json!({"type": "survey", "instrument": "SSE", "item": "q1", "value": 3.0, "time_point": "pre_study"}));
+        sleep_s(1.0);
+        id
+    };
+    let stays = said("P-STAYS", "the harbour lights quoll-parsnip-2210 at dusk");
+    station.ok(json!({"type": "stop_session"}));
+    station.wait_session_end(&stays);
+    let ended = said("P-GONE", "my sister zebra-marmalade-7731 moved away");
+    station.ok(json!({"type": "stop_session"}));
+    station.wait_session_end(&ended);
+    // A second session of theirs, still running when they withdraw.
+    let running = said("P-GONE", "the night zebra-marmalade-7731 called me");
+    let o = empathic(&[
+        "participant",
+        "purge",
+        "P-GONE",
+        "--config",
+        path_str(&config),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("2 session(s) and 2 recording(s) removed"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(station.ok(json!({"type": "status"}))["session"].is_null());
+    let conn = Connection::open(&station.db).unwrap();
+    for id in [&ended, &running] {
+        assert_eq!(
+            count(
+                &conn,
+                &format!("SELECT count(*) FROM sessions WHERE id = '{id}'")
+            ),
+            0
+        );
+    }
+    drop(conn);
+    // Not in any table, nor in the files' free pages, the log, or the recordings.
+    let needle = b"zebra-marmalade-7731";
+    assert_eq!(files_holding(dir.path(), needle), Vec::<PathBuf>::new());
+    // The participant who stays keeps everything.
+    let kept = files_holding(dir.path(), b"quoll-parsnip-2210");
+    assert!(kept.iter().any(|p| p.ends_with("events.jsonl")), "{kept:?}");
+    assert!(
+        kept.iter()
+            .any(|p| p.to_string_lossy().contains("station.db")),
+        "{kept:?}"
+    );
+    // Their consent went with them: no new session starts for them.
+    let a = station.ask(json!({"type": "start_session", "participant_id": "P-GONE"}));
+    assert!(
+        a["error"].as_str().unwrap().contains("unknown participant"),
+        "{a}"
+    );
+}
+
 #[test]
 fn camera_unplugged_mid_session_leaves_the_same_gap_in_the_store_and_the_recording() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());

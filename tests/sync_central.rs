@@ -282,6 +282,25 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
         "--replace",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A record of theirs whose last chunk never came: its first chunk holds their words.
+    for target in [path_str(&central), pg_url.as_str()] {
+        let data = "{\"tables\":{\"utterances\":\"zebra-marmalade-7731";
+        let envelope = serde_json::json!({"v": 1, "message_id": "stray-1", "seq": 99,
+            "kind": "session", "study": "test-study", "station": "station-2",
+            "subject": "other-0001", "chunk": 0, "chunks": 2,
+            "sha256": "0".repeat(64), "data": data});
+        let mut c = empathic::sync::central::Central::open(target).unwrap();
+        let stored = c
+            .store_publish(
+                "empathic/v1/test-study/station-2/session",
+                envelope.to_string().as_bytes(),
+            )
+            .unwrap();
+        assert!(
+            matches!(stored, empathic::sync::central::Stored::Chunk),
+            "{target}"
+        );
+    }
     let o = empathic(&["participant", "purge", "P-OTHER", "--db", path_str(&db2)]);
     assert!(o.status.success(), "{}", stderr(&o));
     sync_ok(&db1, broker.port, "station-1");
@@ -307,7 +326,47 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
         ),
         1
     );
+    // No byte of theirs in the central files: not their words (synced with transcripts
+    // on), not the stray chunk, neither in live pages nor free ones nor the log.
+    assert_eq!(
+        common::store::count(&lite, "SELECT count(*) FROM collect_chunks"),
+        0
+    );
+    drop(lite);
+    for needle in [&b"zebra-marmalade-7731"[..], &b"prudently in his power"[..]] {
+        for file in ["central.db", "central.db-wal", "central.db-shm"] {
+            let bytes = std::fs::read(tmp.path().join(file)).unwrap_or_default();
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{file} still holds `{}`",
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+    // PostgreSQL: the collector tables' files hold none either (the server's own
+    // write-ahead log recycles on its schedule, see README).
+    let needle = b"zebra-marmalade-7731";
+    let mut stack = vec![pg.data_dir().join("base")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "{} still holds the purged chunk",
+                    p.display()
+                );
+            }
+        }
+    }
     let mut pgc = ::postgres::Client::connect(&pg_url, ::postgres::NoTls).unwrap();
+    let chunks: i64 = pgc
+        .query_one("SELECT count(*) FROM collect_chunks", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(chunks, 0);
     let left: i64 = pgc
         .query_one(
             "SELECT count(*) FROM collect_records WHERE participant = 'P-OTHER' AND kind = 'session'",
@@ -331,6 +390,7 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     let mut want: Vec<String> = station_ids(&db1);
     want.extend(station_ids(&db2));
     want.sort();
+    let lite = rusqlite::Connection::open(&central).unwrap();
     let mut lite_ids: Vec<String> =
         common::store::column(&lite, "SELECT message_id FROM collect_records");
     lite_ids.sort();

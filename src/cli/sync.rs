@@ -213,9 +213,14 @@ pub fn collect(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `empathic participant purge ID`.
+/// `empathic participant purge ID`: a withdrawal leaves no byte of the participant's data
+/// that this station wrote. A live session of theirs is stopped first (the service is asked
+/// over its control socket); then their rows go (one transaction, with the purge message
+/// for the collector), their recordings (video, audio, events) are deleted, and the
+/// database is rebuilt without the deleted content.
 pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
+    stop_live_session_of(id, &config)?;
     let store = open_existing_store(&db_path(db, &config))?;
     let tx = store
         .connection()
@@ -229,9 +234,64 @@ pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<Exi
     };
     tx.commit()
         .map_err(|e| (ExitKind::Runtime, format!("cannot purge: {e}")))?;
-    outln!(
-        "purged participant {id}: {} session(s) removed; the collector removes theirs at the next sync",
-        sessions.len()
+    let recordings = crate::session::record::delete_recordings_of(&config.recording.dir, id)
+        .map_err(|e| {
+            (
+                ExitKind::Runtime,
+                format!("the participant's rows are purged, but not all their recordings: {e}"),
+            )
+        })?;
+    eprintln!(
+        "purge: rebuilding {} without the deleted content",
+        store.path().display()
     );
+    let emptied = store.erase_deleted().map_err(fail)?;
+    outln!(
+        "purged participant {id}: {} session(s) and {} recording(s) removed; the collector removes theirs at the next sync",
+        sessions.len(),
+        recordings.len()
+    );
+    if !emptied {
+        eprintln!(
+            "purge: another process (the service?) holds {} open: its write-ahead log keeps older page versions until that process's next checkpoint",
+            store.path().display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// When the station's service runs a session of participant `id`, stops it and waits until
+/// it has ended (its rows are then complete and closed, ready to be purged).
+fn stop_live_session_of(id: &str, config: &crate::config::Config) -> Result<(), Failure> {
+    use crate::runtime::live::request;
+    let socket = &config.live.socket;
+    let running_for =
+        |status: &serde_json::Value| status["session"]["participant_id"].as_str() == Some(id);
+    let Ok(status) = request(socket, &serde_json::json!({"type": "status"})) else {
+        return Ok(()); // No service on this station's socket: nothing is running.
+    };
+    if !running_for(&status) {
+        return Ok(());
+    }
+    eprintln!("purge: stopping the running session of {id} first");
+    request(socket, &serde_json::json!({"type": "stop_session"})).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("participant {id} has a session running and it could not be stopped: {e}"),
+        )
+    })?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        match request(socket, &serde_json::json!({"type": "status"})) {
+            Ok(s) if !s["session"].is_object() => return Ok(()),
+            Err(_) => return Ok(()),
+            Ok(_) if std::time::Instant::now() > deadline => {
+                return Err((
+                    ExitKind::Runtime,
+                    format!("participant {id}'s session did not end within 120 s of stop_session; nothing was purged"),
+                ))
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
 }

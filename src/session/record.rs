@@ -306,6 +306,38 @@ pub fn event_line(event: &Event) -> Result<String, serde_json::Error> {
     serde_json::to_string(&v)
 }
 
+/// Deletes every recording folder under `root` whose `session.json` names participant
+/// `participant` (a withdrawal): video, audio, events and manifest. Returns the folders
+/// deleted; the first folder that cannot be deleted is the error (the others are still
+/// tried first).
+pub fn delete_recordings_of(root: &Path, participant: &str) -> Result<Vec<PathBuf>, RecordError> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(Vec::new());
+    };
+    let mut deleted = Vec::new();
+    let mut first_error = None;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let theirs = std::fs::read_to_string(dir.join("session.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v["participant_id"].as_str() == Some(participant));
+        if !theirs {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => deleted.push(dir),
+            Err(e) => {
+                first_error.get_or_insert(io(&dir, "delete the recording", e));
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(deleted),
+    }
+}
+
 /// Free bytes on the file system holding `path` (for an unprivileged user).
 pub fn free_bytes(path: &Path) -> Option<u64> {
     let st = rustix::fs::statvfs(path).ok()?;

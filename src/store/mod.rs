@@ -179,6 +179,11 @@ pub(crate) fn connect(path: &Path, options: ConnectOptions) -> Result<Connection
         .map_err(open)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open)?;
+    // Deleted content is overwritten with zeros, so a withdrawal, a replaced session or a
+    // removed record leaves none of its bytes in the file's free pages (deletes are rare:
+    // the cost is a write of each freed page).
+    conn.pragma_update(None, "secure_delete", "ON")
+        .map_err(open)?;
     if options.max_db_mib > 0 {
         let page_size: u64 = conn
             .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
@@ -810,6 +815,25 @@ impl Store {
             predictions: self.session_predictions(id)?,
             synced_content: self.synced_content(id)?,
         })
+    }
+
+    /// Leaves no deleted byte in the database's files: rebuilds the file from its live
+    /// content (`VACUUM`: free pages of deletes made before `secure_delete`, or by another
+    /// build, go too), then copies the write-ahead log into it and truncates the log to
+    /// nothing (older versions of changed pages live there until then). Returns `false` when
+    /// another process holds the database open so the log could not be emptied (its pages
+    /// are reused, and emptied at that process's next checkpoint).
+    pub fn erase_deleted(&self) -> Result<bool, StoreError> {
+        self.conn
+            .execute_batch("VACUUM")
+            .map_err(sql("rebuilding the database without deleted content"))?;
+        let (busy, _, _): (i64, i64, i64) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(sql("emptying the write-ahead log"))?;
+        Ok(busy == 0)
     }
 
     /// The stored status of session `id`, if it is stored.

@@ -64,10 +64,21 @@ pub fn later_demo_session(dest: &Path) -> PathBuf {
     dir
 }
 
-/// Runs the `empathic` binary.
+/// Runs the `empathic` binary. `EMPATHIC_TEST_RUNNER` (development only) prefixes it with a
+/// command, e.g. `qemu-x86_64 -cpu Haswell` to run it on another CPU class (see
+/// `tests/golden.rs`).
 pub fn empathic(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args(args)
+    let runner = std::env::var("EMPATHIC_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(env!("CARGO_BIN_EXE_empathic"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_empathic")),
+    };
+    cmd.args(args)
         .env("EMPATHIC_LOG", "error")
         .output()
         .expect("run empathic")

@@ -47,6 +47,11 @@ fn server_bin() -> PathBuf {
 }
 
 impl Postgres {
+    /// The cluster's data folder (to look at its raw files).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
     /// Makes and starts a cluster (about 3 s).
     pub fn start() -> Postgres {
         let bin = server_bin();

@@ -261,6 +261,23 @@ impl Central {
         }
     }
 
+    /// After a purge: no deleted byte stays in the database's files. SQLite is rebuilt
+    /// from its live content and its log emptied; PostgreSQL's collector tables are
+    /// rewritten (`VACUUM FULL`: the old table files, with the dead rows, are unlinked; the
+    /// server's own write-ahead log recycles its segments on its schedule). The purge is
+    /// committed already: a failure here is logged, not undone.
+    fn erase_deleted(&mut self) {
+        let erased = match self {
+            Central::Sqlite(store) => store.erase_deleted().map(|_| ()).map_err(|e| e.to_string()),
+            Central::Postgres(client, _) => client
+                .batch_execute("VACUUM FULL collect_records, collect_chunks, collect_quarantine")
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(e) = erased {
+            tracing::warn!("collect: purge stored, but the deleted rows' bytes may stay in the database files until the next purge: {e}");
+        }
+    }
+
     /// Puts a message in quarantine (its own transaction).
     fn quarantine(
         &mut self,
@@ -314,13 +331,15 @@ impl Central {
             });
         }
         tx.exec(
-            "INSERT INTO collect_chunks (message_id, chunk, chunks, data) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO collect_chunks (message_id, chunk, chunks, data, station, subject)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
             &[
                 Val::text(&env.id),
                 Val::Int(Some(env.chunk)),
                 Val::Int(Some(env.chunks)),
                 Val::text(&env.data),
+                Val::text(&env.station),
+                Val::text(&env.subject),
             ],
         )?;
         let parts = tx.rows(
@@ -369,6 +388,9 @@ impl Central {
             });
         }
         tx.commit()?;
+        if env.kind == "purge" {
+            self.erase_deleted();
+        }
         tracing::info!(
             station = %env.station,
             seq = env.seq,
@@ -589,6 +611,38 @@ fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome
         &subject_params(env),
     )?;
     tx.remove_participant(&env.subject)?;
+    // Whatever else holds their sessions: chunks of records whose last chunk never came,
+    // and quarantined messages about them.
+    let purged: Vec<String> = serde_json::from_str::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| {
+            v["sessions"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    for session in victims
+        .iter()
+        .filter_map(|v| match v.first() {
+            Some(Val::Text(Some(s))) => Some(s.clone()),
+            _ => None,
+        })
+        .chain(purged)
+    {
+        tx.exec(
+            "DELETE FROM collect_chunks WHERE station = ?1 AND subject = ?2",
+            &[Val::text(&env.station), Val::text(&session)],
+        )?;
+        tx.exec(
+            "DELETE FROM collect_quarantine WHERE topic LIKE ?1 AND payload LIKE ?2",
+            &[
+                Val::text(&format!("%/{}/%", env.station)),
+                Val::text(&format!("%{session}%")),
+            ],
+        )?;
+    }
     tx.exec(
         "INSERT INTO collect_purges (study, station, participant_id, records, seq, purged_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

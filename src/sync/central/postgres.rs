@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS collect_chunks (
     data       TEXT NOT NULL,
     PRIMARY KEY (message_id, chunk)
 );
+ALTER TABLE collect_chunks ADD COLUMN IF NOT EXISTS station TEXT;
+ALTER TABLE collect_chunks ADD COLUMN IF NOT EXISTS subject TEXT;
 CREATE TABLE IF NOT EXISTS collect_purges (
     study          TEXT NOT NULL,
     station        TEXT NOT NULL,

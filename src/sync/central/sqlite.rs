@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS collect_chunks (
     chunk      INTEGER NOT NULL,
     chunks     INTEGER NOT NULL,
     data       TEXT NOT NULL,
+    station    TEXT,
+    subject    TEXT,
     PRIMARY KEY (message_id, chunk)
 );
 CREATE TABLE IF NOT EXISTS collect_purges (
@@ -62,6 +64,8 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("collect_records", "applied", "INTEGER NOT NULL DEFAULT 0"),
     ("collect_purges", "seq", "INTEGER"),
     ("collect_quarantine", "message_id", "TEXT"),
+    ("collect_chunks", "station", "TEXT"),
+    ("collect_chunks", "subject", "TEXT"),
 ];
 
 const INDEXES: &str = "
