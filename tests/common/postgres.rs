@@ -48,6 +48,7 @@ fn server_bin() -> PathBuf {
 
 impl Postgres {
     /// The cluster's data folder (to look at its raw files).
+    #[allow(dead_code)] // the tests use it; the benchmarks that share this module do not
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
