@@ -493,7 +493,7 @@ fn a_withdrawal_purges_the_participant_on_the_station_and_at_the_collector() {
     let o = empathic(&["participant", "purge", "P-DEMO", "--db", path_str(&db)]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("2 session(s) removed"),
+        stdout(&o).contains("2 session(s) and 0 recording(s) removed"),
         "{}",
         stdout(&o)
     );

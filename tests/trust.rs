@@ -147,3 +147,266 @@ fn an_incomplete_session_is_kept_until_a_rerun_completes() {
     assert_eq!((status.as_str(), frames, rows), ("complete", 420, 420));
     assert_eq!(count(&db, "SELECT count(*) FROM sessions"), 1);
 }
+
+/// A genuine station's session record, and a way to send a changed copy of it to a
+/// central SQLite database as that station would (a client the broker lets in).
+struct Forger {
+    pending: empathic::store::sql::outbox::Pending,
+    opts: empathic::sync::SyncOptions,
+    next: i64,
+}
+
+impl Forger {
+    fn new(db: &Path) -> Self {
+        let conn = Connection::open(db).unwrap();
+        let pending = empathic::store::sql::outbox::pending(&conn, 100, "9999")
+            .unwrap()
+            .into_iter()
+            .find(|m| m.kind == "session")
+            .unwrap();
+        Forger {
+            pending,
+            opts: empathic::sync::SyncOptions {
+                host: "unused".into(),
+                port: 0,
+                study: "test-study".into(),
+                station: "station-1".into(),
+                auth: Default::default(),
+                collectors: Vec::new(),
+            },
+            next: 100,
+        }
+    }
+
+    fn record(&self) -> serde_json::Value {
+        serde_json::from_str(&self.pending.payload).unwrap()
+    }
+
+    fn send(
+        &mut self,
+        central: &mut empathic::sync::central::Central,
+        record: &serde_json::Value,
+    ) -> empathic::sync::central::Stored {
+        use sha2::Digest;
+        let mut m = self.pending.clone();
+        m.payload = record.to_string();
+        m.sha256 = format!("{:x}", sha2::Sha256::digest(m.payload.as_bytes()));
+        m.seq = self.next;
+        m.message_id = format!("forged-{}", self.next);
+        self.next += 1;
+        let mut last = None;
+        for e in empathic::sync::envelopes(&m, &self.opts) {
+            last = Some(
+                central
+                    .store_publish("empathic/v1/test-study/station-1/session", e.as_bytes())
+                    .unwrap(),
+            );
+        }
+        last.unwrap()
+    }
+}
+
+/// Appends `row` (column name -> value) to `table` of a version 2 record.
+fn add_row(record: &mut serde_json::Value, table: &str, row: &[(&str, serde_json::Value)]) {
+    let t = &mut record["tables"][table];
+    let columns: Vec<String> = t["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    let template = t["rows"][0].clone();
+    let mut values = template.as_array().unwrap().clone();
+    for (name, v) in row {
+        let i = columns.iter().position(|c| c == name).unwrap();
+        values[i] = v.clone();
+    }
+    t["rows"].as_array_mut().unwrap().push(values.into());
+}
+
+fn central_rows(central: &Path) -> Vec<String> {
+    let conn = Connection::open(central).unwrap();
+    let mut lines = Vec::new();
+    for table in [
+        "sessions",
+        "participants",
+        "stations",
+        "stories",
+        "phases",
+        "survey_responses",
+        "self_ratings",
+    ] {
+        let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
+        let n = st.column_count();
+        let rows: Vec<String> = st
+            .query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| match r.get_ref(i).unwrap() {
+                        rusqlite::types::ValueRef::Text(t) => {
+                            String::from_utf8_lossy(t).into_owned()
+                        }
+                        other => format!("{other:?}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "))
+            })
+            .unwrap()
+            .map(|r| format!("{table}: {}", r.unwrap()))
+            .collect();
+        lines.extend(rows);
+    }
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_record_writes_only_its_own_session_and_what_that_session_owns() {
+    use empathic::sync::central::{Central, Stored};
+    use serde_json::json;
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("station.db");
+    let fast = config_without_vision_models(tmp.path());
+    let bank = root().join("demo/stories/stories.jsonl");
+    assert!(
+        empathic(&["stories", "import", path_str(&bank), "--db", path_str(&db)])
+            .status
+            .success()
+    );
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let central_path = tmp.path().join("central.db");
+    let mut central = Central::open(path_str(&central_path)).unwrap();
+    let mut forger = Forger::new(&db);
+    // Another station's session already stored centrally.
+    let mut other = forger.record();
+    let rename = |v: &mut serde_json::Value, from: &str, to: &str| {
+        *v = serde_json::from_str(&v.to_string().replace(from, to)).unwrap();
+    };
+    rename(&mut other, "demo-0001", "theirs-0001");
+    rename(&mut other, "P-DEMO", "P-THEIRS");
+    let mut theirs_opts = forger.opts.clone();
+    theirs_opts.station = "station-2".into();
+    {
+        use sha2::Digest;
+        let mut m = forger.pending.clone();
+        m.subject = "theirs-0001".into();
+        m.payload = other.to_string();
+        m.sha256 = format!("{:x}", sha2::Sha256::digest(m.payload.as_bytes()));
+        let mut last = None;
+        for e in empathic::sync::envelopes(&m, &theirs_opts) {
+            last = Some(
+                central
+                    .store_publish("empathic/v1/test-study/station-2/session", e.as_bytes())
+                    .unwrap(),
+            );
+        }
+        assert!(matches!(last, Some(Stored::Record { .. })), "{last:?}");
+    }
+    // The genuine record goes in.
+    let genuine = forger.record();
+    assert!(matches!(
+        forger.send(&mut central, &genuine),
+        Stored::Record { .. }
+    ));
+    let before = central_rows(&central_path);
+    assert!(before.iter().any(|l| l.contains("theirs-0001")));
+
+    // The probe's examples: rows for another station's session, its ratings, another
+    // participant's consent, a story nobody was shown here, a second session row, a
+    // survey answer of someone else.
+    let story = genuine["tables"]["story_exposures"]["rows"][0][1].clone();
+    let cases: Vec<(&str, serde_json::Value)> = vec![
+        ("phases", {
+            let mut r = genuine.clone();
+            add_row(
+                &mut r,
+                "phases",
+                &[("session_id", json!("theirs-0001")), ("seq", json!(99))],
+            );
+            r
+        }),
+        ("self_ratings", {
+            let mut r = genuine.clone();
+            add_row(
+                &mut r,
+                "self_ratings",
+                &[("session_id", json!("theirs-0001")), ("value", json!(1))],
+            );
+            r
+        }),
+        ("participants", {
+            let mut r = genuine.clone();
+            add_row(
+                &mut r,
+                "participants",
+                &[("id", json!("P-THEIRS")), ("consent", json!("withdrawn"))],
+            );
+            r
+        }),
+        ("stories", {
+            let mut r = genuine.clone();
+            add_row(
+                &mut r,
+                "stories",
+                &[("id", json!("demo-story-40")), ("text", json!("rewritten"))],
+            );
+            r
+        }),
+        ("sessions", {
+            let mut r = genuine.clone();
+            add_row(
+                &mut r,
+                "sessions",
+                &[("id", json!("theirs-0001")), ("status", json!("failed"))],
+            );
+            r
+        }),
+        ("survey_responses", {
+            let mut r = genuine.clone();
+            add_row(
+                &mut r,
+                "survey_responses",
+                &[("participant_id", json!("P-THEIRS"))],
+            );
+            r
+        }),
+    ];
+    for (table, record) in cases {
+        if record["tables"][table]["rows"]
+            .as_array()
+            .is_none_or(|r| r.is_empty())
+        {
+            continue;
+        }
+        match forger.send(&mut central, &record) {
+            Stored::Quarantined { reason, .. } => {
+                assert!(reason.contains(table), "{table}: {reason}")
+            }
+            other => panic!("{table}: a record writing outside its session was stored: {other:?}"),
+        }
+        assert_eq!(
+            central_rows(&central_path),
+            before,
+            "{table} changed the central rows"
+        );
+    }
+    // Its own story's text cannot be rewritten either: the first text stored stays.
+    let mut rewrite = genuine.clone();
+    let rows = rewrite["tables"]["stories"]["rows"].as_array_mut().unwrap();
+    let i = rows.iter().position(|r| r[0] == story).unwrap();
+    rows[i][2] = json!("a text nobody was shown");
+    assert!(matches!(
+        forger.send(&mut central, &rewrite),
+        Stored::Record { .. }
+    ));
+    let text: String = Connection::open(&central_path)
+        .unwrap()
+        .query_row(
+            "SELECT text FROM stories WHERE id = ?1",
+            [story.as_str().unwrap()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_ne!(text, "a text nobody was shown");
+}

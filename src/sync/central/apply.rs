@@ -56,6 +56,97 @@ pub fn header(payload: &str) -> Result<RecordHeader, String> {
     })
 }
 
+/// Checks that a record writes only its own session and what that session owns, for the
+/// station that sent it: one `sessions` row; every session-owned row of that session; the
+/// `stations` row of `station` or of the session's own station alone; the `participants` row of the session's participant alone; survey answers of that
+/// participant in that session; `stories` only those the record's rows refer to (and a
+/// story already stored is never rewritten, see [`apply_record`]). Anything else names the
+/// table and row, and the record is quarantined with it. (Broker ACLs cannot stop this: the
+/// rows are inside the payload.)
+pub fn check_belongs(payload: &str, station: &str) -> Result<(), String> {
+    let head = header(payload)?;
+    let tables = tables(payload)?;
+    let mut referenced_stories = std::collections::BTreeSet::new();
+    let text = |row: &[serde_json::Value], columns: &[String], name: &str| {
+        columns
+            .iter()
+            .position(|c| c == name)
+            .and_then(|i| row.get(i))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let session_rows = tables
+        .iter()
+        .find(|t| t.name == "sessions")
+        .map_or(0, |t| t.rows.len());
+    if session_rows != 1 {
+        return Err(format!(
+            "sessions: the record carries {session_rows} rows; a record is of one session"
+        ));
+    }
+    let session_station = tables.iter().find(|t| t.name == "sessions").and_then(|t| {
+        t.rows
+            .first()
+            .and_then(|r| text(r, &t.columns, "station_id"))
+    });
+    for t in &tables {
+        for (i, row) in t.rows.iter().enumerate() {
+            let col = |name: &str| text(row, &t.columns, name);
+            let bad = |what: String| {
+                Err(format!("{} row {i}: {what}; a record of session {} from station {station} may not write it", t.name, head.session_id))
+            };
+            match t.name.as_str() {
+                // Where the session was recorded may differ from who publishes it (a
+                // recording replayed on another machine); its id is the envelope's (checked
+                // by the caller) and every row below hangs off it.
+                "sessions" => {}
+                "stations" => {
+                    let id = col("id");
+                    if id.as_deref() != Some(station) && id != session_station {
+                        return bad(format!("station `{}`", id.unwrap_or_default()));
+                    }
+                }
+                "participants" => {
+                    if col("id") != head.participant_id {
+                        return bad(format!("participant `{}`", col("id").unwrap_or_default()));
+                    }
+                }
+                "stories" => {}
+                _ => {
+                    if col("session_id").as_deref() != Some(head.session_id.as_str()) {
+                        return bad(format!(
+                            "session `{}`",
+                            col("session_id").unwrap_or_default()
+                        ));
+                    }
+                    if t.name == "survey_responses" && col("participant_id") != head.participant_id
+                    {
+                        return bad(format!(
+                            "participant `{}`",
+                            col("participant_id").unwrap_or_default()
+                        ));
+                    }
+                    if let Some(story) = col("story_id") {
+                        referenced_stories.insert(story);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(stories) = tables.iter().find(|t| t.name == "stories") {
+        for (i, row) in stories.rows.iter().enumerate() {
+            let id = text(row, &stories.columns, "id").unwrap_or_default();
+            if !referenced_stories.contains(&id) {
+                return Err(format!(
+                    "stories row {i}: story `{id}`, which none of the record's rows refer to; a record of session {} may not write it",
+                    head.session_id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The record's tables, in the order they are applied.
 fn tables(payload: &str) -> Result<Vec<Table>, String> {
     let v: serde_json::Value =
@@ -306,7 +397,9 @@ pub fn apply_record(
             .collect();
         let conflict = if keys.is_empty() || !keys.iter().all(|k| t.columns.contains(k)) {
             String::new()
-        } else if updates.is_empty() {
+        } else if updates.is_empty() || t.name == "stories" {
+            // A story is the study's, shared by every station: the first text stored stays
+            // (a record cannot rewrite what other sessions were shown).
             format!(
                 " ON CONFLICT ({}) DO NOTHING",
                 keys.iter()

@@ -465,6 +465,9 @@ fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outco
         }
         Err(e) => return Ok(Err(e)),
     };
+    if let Err(e) = apply::check_belongs(payload, &env.station) {
+        return Ok(Err(e));
+    }
     // A withdrawal already received (newer than this record): the data is not kept.
     let purged = tx.rows(
         "SELECT 1 FROM collect_purges WHERE study = ?1 AND station = ?2 AND participant_id = ?3
