@@ -810,6 +810,82 @@ fn a_purge_during_the_participants_live_session_stops_it_and_leaves_no_byte_of_t
 }
 
 #[test]
+fn the_control_socket_bounds_lines_connections_and_idle_time_and_always_answers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let config = station_config(dir.path(), &dir.path().join("no-camera.avi"));
+    let station = Station::start(dir.path(), &config, &runtime);
+    let answer = |stream: &mut UnixStream| {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(stream.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        serde_json::from_str::<Value>(&line).unwrap_or(Value::Null)
+    };
+    // Invalid UTF-8 gets an answer, and the connection stays usable.
+    let mut s = UnixStream::connect(&station.socket).unwrap();
+    s.write_all(b"{\"type\":\"st\xffatus\"}\n").unwrap();
+    assert!(answer(&mut s)["error"].as_str().unwrap().contains("UTF-8"));
+    // A refused request's words are not logged.
+    writeln!(s, "{}", json!({"type": "utterance", "speaker": "participant", "start_ms": 0, "end_ms": 10, "text": "my secret okapi-turnip-5521"})).unwrap();
+    assert_eq!(answer(&mut s)["ok"], false);
+    assert!(
+        !station.log_text().contains("okapi-turnip-5521"),
+        "{}",
+        station.log_text()
+    );
+    drop(s);
+    // A line past the bound without a newline: answered, connection closed, no growth.
+    let mut s = UnixStream::connect(&station.socket).unwrap();
+    let chunk = vec![b'x'; 64 * 1024];
+    for _ in 0..5 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let a = answer(&mut s);
+    assert!(a["error"].as_str().unwrap().contains("longer than"), "{a}");
+    drop(s);
+    // Every slot held by an idle connection: a new one is refused with an answer, and
+    // `status` fails rather than print a station with nothing in it.
+    let idle: Vec<UnixStream> = (0..16)
+        .map(|_| UnixStream::connect(&station.socket).unwrap())
+        .collect();
+    sleep_s(0.5);
+    let mut extra = UnixStream::connect(&station.socket).unwrap();
+    assert!(answer(&mut extra)["error"]
+        .as_str()
+        .unwrap()
+        .contains("too many"));
+    let o = empathic(&["status", "--config", path_str(&config)]);
+    assert!(
+        !o.status.success(),
+        "status exit 0 while refused: {}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("too many control connections"),
+        "{}",
+        stderr(&o)
+    );
+    // Idle connections are closed after the idle timeout, with a reason; the slots free.
+    let mut first = idle.into_iter().next().unwrap();
+    let a = answer(&mut first);
+    assert!(
+        a["error"].as_str().unwrap().contains("no request for 30 s"),
+        "{a}"
+    );
+    sleep_s(1.0);
+    let o = empathic(&["status", "--config", path_str(&config)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn camera_unplugged_mid_session_leaves_the_same_gap_in_the_store_and_the_recording() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@ use super::{fail, print_json, Failure};
 use crate::capture::camera::opener_for;
 use crate::clock::MonotonicClock;
 use crate::exit::ExitKind;
-use crate::runtime::live::{request, serve};
+use crate::runtime::live::{request, request_ok, serve};
 use crate::runtime::stop_flag;
 
 pub fn run(config: Option<&Path>) -> Result<ExitCode, Failure> {
@@ -68,7 +68,7 @@ pub fn status(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let socket = socket_of(socket, config)?;
-    let s = request(&socket, &serde_json::json!({"type": "status"}))
+    let s = request_ok(&socket, &serde_json::json!({"type": "status"}))
         .map_err(|e| (ExitKind::Runtime, e))?;
     if json {
         print_json(&s)?;

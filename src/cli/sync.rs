@@ -263,13 +263,19 @@ pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<Exi
 /// When the station's service runs a session of participant `id`, stops it and waits until
 /// it has ended (its rows are then complete and closed, ready to be purged).
 fn stop_live_session_of(id: &str, config: &crate::config::Config) -> Result<(), Failure> {
-    use crate::runtime::live::request;
+    use crate::runtime::live::request_ok as request;
     let socket = &config.live.socket;
     let running_for =
         |status: &serde_json::Value| status["session"]["participant_id"].as_str() == Some(id);
-    let Ok(status) = request(socket, &serde_json::json!({"type": "status"})) else {
+    if std::os::unix::net::UnixStream::connect(socket).is_err() {
         return Ok(()); // No service on this station's socket: nothing is running.
-    };
+    }
+    let status = request(socket, &serde_json::json!({"type": "status"})).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot ask the station's service whether {id} has a session running ({e}); nothing was purged"),
+        )
+    })?;
     if !running_for(&status) {
         return Ok(());
     }
@@ -284,14 +290,15 @@ fn stop_live_session_of(id: &str, config: &crate::config::Config) -> Result<(), 
     loop {
         match request(socket, &serde_json::json!({"type": "status"})) {
             Ok(s) if !s["session"].is_object() => return Ok(()),
-            Err(_) => return Ok(()),
-            Ok(_) if std::time::Instant::now() > deadline => {
+            // The service went away: its session ended with it.
+            Err(_) if std::os::unix::net::UnixStream::connect(socket).is_err() => return Ok(()),
+            _ if std::time::Instant::now() > deadline => {
                 return Err((
                     ExitKind::Runtime,
                     format!("participant {id}'s session did not end within 120 s of stop_session; nothing was purged"),
                 ))
             }
-            Ok(_) => std::thread::sleep(Duration::from_millis(200)),
+            _ => std::thread::sleep(Duration::from_millis(200)),
         }
     }
 }

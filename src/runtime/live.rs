@@ -65,6 +65,12 @@ const MIC_SILENT_AFTER: Duration = Duration::from_secs(1);
 const MIC_FIRST_SAMPLES_WITHIN: Duration = Duration::from_secs(5);
 /// Control connections served at once.
 const MAX_CLIENTS: usize = 16;
+/// A request line longer than this is refused and the connection closed (a story's text is
+/// a few KiB; without a bound, a line without a newline would grow without limit).
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
+/// A connection that sends no complete request for this long is closed (with an answer
+/// saying so), so idle connections cannot hold every slot.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Backoff between attempts to open a device.
 const BACKOFF_MIN_MS: u64 = 250;
 const BACKOFF_MAX_MS: u64 = 5_000;
@@ -374,7 +380,73 @@ fn error_reply(reason: &str) -> String {
     serde_json::json!({"ok": false, "error": reason}).to_string()
 }
 
-/// Answers one connection's requests, a line each, until it closes or the service stops.
+/// What a connection sent next.
+enum Incoming {
+    Line(String),
+    Closed,
+    Idle,
+    TooLong,
+    NotUtf8,
+}
+
+/// Reads the next request line (without its newline), at most [`MAX_REQUEST_BYTES`], giving
+/// up after [`IDLE_TIMEOUT`] without one or when the service stops.
+fn next_request(reader: &mut BufReader<UnixStream>, stop: &AtomicBool) -> Incoming {
+    use std::io::BufRead as _;
+    let mut bytes = Vec::new();
+    let idle_since = std::time::Instant::now();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Incoming::Closed;
+        }
+        let available = match reader.fill_buf() {
+            Ok([]) => return Incoming::Closed,
+            Ok(buf) => buf,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if idle_since.elapsed() >= IDLE_TIMEOUT {
+                    return Incoming::Idle;
+                }
+                continue;
+            }
+            Err(_) => return Incoming::Closed,
+        };
+        let (take, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        bytes.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if bytes.len() > MAX_REQUEST_BYTES + 1 {
+            return Incoming::TooLong;
+        }
+        if done {
+            bytes.pop();
+            return match String::from_utf8(bytes) {
+                Ok(line) => Incoming::Line(line),
+                Err(_) => Incoming::NotUtf8,
+            };
+        }
+    }
+}
+
+/// What a refused request is logged as: its type and size, never its content (an
+/// utterance carries the participant's words; a huge line would flood the journal).
+fn request_summary(line: &str) -> String {
+    let kind = serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v["type"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "unparsed".into());
+    format!("{kind} request, {} bytes", line.len())
+}
+
+/// Answers one connection's requests, a line each, until it closes, idles past
+/// [`IDLE_TIMEOUT`], sends a line past [`MAX_REQUEST_BYTES`], or the service stops. Every
+/// request line gets an answer, a refused one too.
 fn serve_client<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     service: &'scope Service<'scope>,
@@ -386,36 +458,56 @@ fn serve_client<'scope>(
         return;
     };
     let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    while !service.stop.load(Ordering::SeqCst) {
-        match reader.read_line(&mut line) {
-            Ok(0) => return,
-            Ok(_) => {
-                let reply = match parse_request(line.trim()) {
-                    Ok(request) => handle(scope, service, request),
-                    Err(reason) => Err(reason),
-                };
-                let text = match reply {
-                    Ok(mut v) => {
-                        v["ok"] = true.into();
-                        v.to_string()
-                    }
-                    Err(reason) => {
-                        tracing::warn!(request = %line.trim(), "refused: {reason}");
-                        error_reply(&reason)
-                    }
-                };
-                line.clear();
-                if writeln!(out, "{text}").is_err() {
+    loop {
+        let line = match next_request(&mut reader, service.stop) {
+            Incoming::Line(line) => line,
+            Incoming::Closed => return,
+            Incoming::Idle => {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    error_reply(&format!(
+                        "no request for {} s: connection closed",
+                        IDLE_TIMEOUT.as_secs()
+                    ))
+                );
+                return;
+            }
+            Incoming::TooLong => {
+                tracing::warn!("refused: a request line longer than {MAX_REQUEST_BYTES} bytes (connection closed)");
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    error_reply(&format!(
+                        "request longer than {MAX_REQUEST_BYTES} bytes: connection closed"
+                    ))
+                );
+                return;
+            }
+            Incoming::NotUtf8 => {
+                tracing::warn!("refused: a request line that is not UTF-8");
+                if writeln!(out, "{}", error_reply("request is not UTF-8 text")).is_err() {
                     return;
                 }
+                continue;
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return,
+        };
+        let reply = match parse_request(line.trim()) {
+            Ok(request) => handle(scope, service, request),
+            Err(reason) => Err(reason),
+        };
+        let text = match reply {
+            Ok(mut v) => {
+                v["ok"] = true.into();
+                v.to_string()
+            }
+            Err(reason) => {
+                tracing::warn!(request = %request_summary(line.trim()), "refused: {reason}");
+                error_reply(&reason)
+            }
+        };
+        if writeln!(out, "{text}").is_err() {
+            return;
         }
     }
 }
@@ -1314,5 +1406,26 @@ pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json:
     BufReader::new(stream)
         .read_line(&mut line)
         .map_err(|e| format!("no answer from {}: {e}", socket.display()))?;
+    if line.is_empty() {
+        return Err(format!(
+            "no answer from {}: the service closed the connection",
+            socket.display()
+        ));
+    }
     serde_json::from_str(&line).map_err(|e| format!("bad answer from {}: {e}", socket.display()))
+}
+
+/// [`request`] for a request that must be answered `ok`: a refusal (say, too many
+/// connections) is an error, not an answer to print.
+pub fn request_ok(socket: &Path, body: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let answer = request(socket, body)?;
+    if answer["ok"] == true {
+        Ok(answer)
+    } else {
+        Err(format!(
+            "the service at {} refused: {}",
+            socket.display(),
+            answer["error"].as_str().unwrap_or("no reason given")
+        ))
+    }
 }
