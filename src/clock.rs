@@ -140,9 +140,12 @@ impl Pacer {
 
 /// RFC 3339 UTC now, to the millisecond.
 pub fn utc_now() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    utc_at(std::time::SystemTime::now())
+}
+
+/// RFC 3339 UTC of `t`, to the millisecond (these strings sort as the times do).
+pub fn utc_at(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days as i64);

@@ -410,3 +410,112 @@ fn a_record_writes_only_its_own_session_and_what_that_session_owns() {
         .unwrap();
     assert_ne!(text, "a text nobody was shown");
 }
+
+#[test]
+fn one_oversized_message_never_stops_collection_and_incomplete_chunks_are_bounded() {
+    use common::broker::{free_port, start_broker, start_collector};
+    use common::central::{sync_ok, wait_subscribed};
+    use empathic::sync::central::{Central, Stored, CHUNK_BYTES_PER_STATION};
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let central = tmp.path().join("central.db");
+    let mut collector = start_collector(&central, broker.port);
+    wait_subscribed(broker.port, &[path_str(&central)], Duration::from_secs(20));
+    // The probe's example: a 2 MB publish on a station's topic.
+    {
+        use rumqttc::{Client, MqttOptions, QoS};
+        let mut opts = MqttOptions::new("flooder", "127.0.0.1", broker.port);
+        opts.set_max_packet_size(4 << 20, 4 << 20);
+        let (client, mut conn) = Client::new(opts, 4);
+        client
+            .publish(
+                "empathic/v1/test-study/station-1/session",
+                QoS::AtLeastOnce,
+                false,
+                vec![b'x'; 2 << 20],
+            )
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) =
+                conn.recv_timeout(Duration::from_millis(200))
+            {
+                break;
+            }
+        }
+    }
+    // Genuine syncs still go through, and the oversized one is in quarantine with why.
+    let db = tmp.path().join("station.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    sync_ok(&db, broker.port, "station-1");
+    let reasons: Vec<String> = Connection::open(&central)
+        .unwrap()
+        .prepare("SELECT reason FROM collect_quarantine")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        reasons.iter().any(|r| r.contains("over the")),
+        "{reasons:?}"
+    );
+    let _ = collector.kill();
+    let _ = collector.wait();
+
+    // Incomplete chunk sets: an old one expires, and one station's cannot grow past its
+    // bound (its oldest incomplete messages go, noted).
+    let mut c = Central::open(path_str(&tmp.path().join("chunks.db"))).unwrap();
+    let chunk = |id: &str, n: u64, data: &str| {
+        serde_json::json!({"v": 1, "message_id": id, "seq": 1, "kind": "session",
+            "study": "test-study", "station": "station-9", "subject": id, "chunk": n,
+            "chunks": 2, "sha256": "0".repeat(64), "data": data})
+        .to_string()
+    };
+    let topic = "empathic/v1/test-study/station-9/session";
+    let big = "y".repeat(900 * 1024);
+    let messages = (CHUNK_BYTES_PER_STATION / (900 * 1024)) + 3;
+    for i in 0..messages {
+        let stored = c
+            .store_publish(topic, chunk(&format!("m{i}"), 0, &big).as_bytes())
+            .unwrap();
+        assert!(matches!(stored, Stored::Chunk));
+    }
+    let conn = Connection::open(tmp.path().join("chunks.db")).unwrap();
+    let kept: i64 = conn
+        .query_row("SELECT sum(length(data)) FROM collect_chunks", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        kept <= CHUNK_BYTES_PER_STATION,
+        "{kept} bytes of chunks kept"
+    );
+    let dropped: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM collect_quarantine WHERE reason LIKE '%incomplete message m0 %'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(dropped, 1, "the oldest went first, noted");
+    conn.execute(
+        "UPDATE collect_chunks SET received_at = '2020-01-01T00:00:00.000Z' WHERE message_id = 'm10'",
+        [],
+    )
+    .unwrap();
+    c.store_publish(topic, chunk("fresh", 0, "z").as_bytes())
+        .unwrap();
+    let old: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM collect_chunks WHERE message_id = 'm10'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(old, 0, "a day-old incomplete chunk set expired");
+    drop(broker);
+}

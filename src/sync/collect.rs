@@ -20,6 +20,9 @@ use rumqttc::{Client, Event, MqttOptions, Packet, Publish, QoS};
 
 pub use super::central::{Central, Stored, MAX_ENVELOPE_BYTES};
 
+/// The largest packet MQTT can carry (its remaining-length field's maximum).
+const MQTT_MAX_PACKET_BYTES: usize = 268_435_455;
+
 /// Where and as whom a collector subscribes.
 #[derive(Debug, Clone)]
 pub struct CollectOptions {
@@ -53,7 +56,11 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
     opts.set_clean_session(false)
         .set_manual_acks(true)
         .set_keep_alive(Duration::from_secs(15))
-        .set_max_packet_size(MAX_ENVELOPE_BYTES + 4096, 4096);
+        // The protocol's largest packet: a message over the collector's own limit is
+        // received, quarantined and acknowledged. A smaller client limit would make the
+        // client drop the connection on it, and the broker deliver it again on every
+        // reconnect: collection would stop for one message.
+        .set_max_packet_size(MQTT_MAX_PACKET_BYTES, 4096);
     let (client, mut connection) = Client::new(opts, 64);
     // A shared subscription splits the study's messages among the collectors of a group
     // (each message goes to one of them); they may share one central file.

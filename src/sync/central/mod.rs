@@ -40,6 +40,12 @@ use crate::store::Store;
 
 /// Largest chunk envelope accepted (the publisher's chunks are far smaller).
 pub const MAX_ENVELOPE_BYTES: usize = 1 << 20;
+/// Chunks of a message whose other chunks did not come within this long are dropped (a
+/// station resends a message it has no receipt for, whole).
+pub const CHUNK_EXPIRY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// Bytes of incomplete messages kept per station at most; past it, that station's oldest
+/// incomplete messages are dropped (noted in quarantine).
+pub const CHUNK_BYTES_PER_STATION: i64 = 64 << 20;
 
 /// A value bound to or read from the central database (only integers and text are used,
 /// so both databases agree on every column's type).
@@ -331,8 +337,8 @@ impl Central {
             });
         }
         tx.exec(
-            "INSERT INTO collect_chunks (message_id, chunk, chunks, data, station, subject)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            "INSERT INTO collect_chunks (message_id, chunk, chunks, data, station, subject, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
             &[
                 Val::text(&env.id),
                 Val::Int(Some(env.chunk)),
@@ -340,8 +346,10 @@ impl Central {
                 Val::text(&env.data),
                 Val::text(&env.station),
                 Val::text(&env.subject),
+                Val::text(&crate::clock::utc_now()),
             ],
         )?;
+        bound_chunks(tx.as_mut(), &env.station, &env.id)?;
         let parts = tx.rows(
             "SELECT data FROM collect_chunks WHERE message_id = ?1 ORDER BY chunk",
             &[Val::text(&env.id)],
@@ -452,6 +460,61 @@ fn subject_params(env: &Envelope) -> [Val; 4] {
         Val::text(&env.subject),
         Val::Int(env.seq),
     ]
+}
+
+/// Keeps incomplete messages bounded: chunks older than [`CHUNK_EXPIRY`] go, and while
+/// `station`'s incomplete chunks pass [`CHUNK_BYTES_PER_STATION`], its oldest incomplete
+/// message (never `current`) goes, noted in quarantine.
+fn bound_chunks(tx: &mut dyn CentralTx, station: &str, current: &str) -> Result<(), String> {
+    let cutoff = crate::clock::utc_at(std::time::SystemTime::now() - CHUNK_EXPIRY);
+    tx.exec(
+        "DELETE FROM collect_chunks WHERE received_at IS NOT NULL AND received_at < ?1",
+        &[Val::text(&cutoff)],
+    )?;
+    loop {
+        let total = tx
+            .rows(
+                "SELECT CAST(coalesce(sum(length(data)), 0) AS BIGINT) FROM collect_chunks WHERE station = ?1",
+                &[Val::text(station)],
+            )?
+            .first()
+            .and_then(|r| r.first().and_then(Val::int))
+            .unwrap_or(0);
+        if total <= CHUNK_BYTES_PER_STATION {
+            return Ok(());
+        }
+        let oldest = tx
+            .rows(
+                "SELECT message_id FROM collect_chunks WHERE station = ?1 AND message_id <> ?2
+                 GROUP BY message_id ORDER BY min(received_at) LIMIT 1",
+                &[Val::text(station), Val::text(current)],
+            )?
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next().and_then(Val::into_text));
+        let Some(oldest) = oldest else {
+            return Ok(());
+        };
+        tx.exec(
+            "DELETE FROM collect_chunks WHERE message_id = ?1",
+            &[Val::text(&oldest)],
+        )?;
+        let reason = format!(
+            "incomplete message {oldest} of station {station} dropped: its incomplete messages passed {} MiB",
+            CHUNK_BYTES_PER_STATION >> 20
+        );
+        tracing::warn!("collect: {reason}");
+        tx.exec(
+            "INSERT INTO collect_quarantine (topic, reason, payload, message_id, received_at)
+             VALUES (?1, ?2, '', ?3, ?4)",
+            &[
+                Val::text(&format!("(chunks of station {station})")),
+                Val::text(&reason),
+                Val::text(&oldest),
+                Val::text(&crate::clock::utc_now()),
+            ],
+        )?;
+    }
 }
 
 fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {

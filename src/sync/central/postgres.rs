@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS collect_chunks (
 );
 ALTER TABLE collect_chunks ADD COLUMN IF NOT EXISTS station TEXT;
 ALTER TABLE collect_chunks ADD COLUMN IF NOT EXISTS subject TEXT;
+ALTER TABLE collect_chunks ADD COLUMN IF NOT EXISTS received_at TEXT;
 CREATE TABLE IF NOT EXISTS collect_purges (
     study          TEXT NOT NULL,
     station        TEXT NOT NULL,

@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS collect_chunks (
     data       TEXT NOT NULL,
     station    TEXT,
     subject    TEXT,
+    received_at TEXT,
     PRIMARY KEY (message_id, chunk)
 );
 CREATE TABLE IF NOT EXISTS collect_purges (
@@ -66,6 +67,7 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("collect_quarantine", "message_id", "TEXT"),
     ("collect_chunks", "station", "TEXT"),
     ("collect_chunks", "subject", "TEXT"),
+    ("collect_chunks", "received_at", "TEXT"),
 ];
 
 const INDEXES: &str = "
