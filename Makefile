@@ -78,4 +78,4 @@ install: build
 
 clean:
 	$(CARGO) clean
-	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm $(DEMO_REPORT)
+	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm $(DEMO_DB).reserve $(DEMO_REPORT)

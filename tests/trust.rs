@@ -519,3 +519,54 @@ fn one_oversized_message_never_stops_collection_and_incomplete_chunks_are_bounde
     assert_eq!(old, 0, "a day-old incomplete chunk set expired");
     drop(broker);
 }
+
+/// A real full disk: a 3 MiB tmpfs (needs the right to mount, as root in a container with
+/// CAP_SYS_ADMIN; where it cannot be mounted the test says so and checks nothing).
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn a_run_stopped_by_a_full_disk_is_stored_failed_with_its_reason() {
+    let mut reproduced = 0;
+    for size in ["3m", "5m"] {
+        let Some(disk) = SmallDisk::mount(size) else {
+            eprintln!("SKIPPED: cannot mount a tmpfs here (needs CAP_SYS_ADMIN); the full-disk case is not checked");
+            return;
+        };
+        let db = disk.0.path().join("e.db");
+        let o = replay_cli(&demo_session(), &db, None);
+        assert_eq!(o.status.code(), Some(1), "{size}: {}", stderr(&o));
+        assert!(stderr(&o).contains("full"), "{}", stderr(&o));
+        // Read where it is, without a write (the next start's recovery must not be what
+        // closes the row).
+        let conn =
+            Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let (status, reason): (String, String) = conn
+            .query_row("SELECT status, status_reason FROM sessions", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(status, "failed", "{size}: left {status}");
+        assert!(reason.contains("full"), "{reason}");
+        reproduced += 1;
+    }
+    assert_eq!(reproduced, 2);
+}

@@ -68,6 +68,18 @@ pub enum StoreError {
     Poisoned { reason: String },
 }
 
+impl StoreError {
+    /// Whether SQLite said the disk (or `store.max_db_mib`) is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite { source, .. } | StoreError::Open { source, .. } => {
+                source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+            }
+            _ => false,
+        }
+    }
+}
+
 impl Classify for StoreError {
     fn exit_kind(&self) -> ExitKind {
         match self {

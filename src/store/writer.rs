@@ -81,6 +81,8 @@ impl StoreWriter {
     ) -> Result<(Self, WriterActor), StoreError> {
         let conn = connect(path, options)?;
         let (tx, rx) = bounded(QUEUE_CAPACITY);
+        let reserve = reserve_path(path);
+        make_reserve(&reserve);
         let actor = WriterActor {
             conn,
             rx,
@@ -89,6 +91,7 @@ impl StoreWriter {
             session: None,
             poisoned: None,
             owner: Owner::current(),
+            reserve,
         };
         Ok((
             Self {
@@ -196,6 +199,34 @@ struct ActiveSession {
     events: EventCursor,
 }
 
+/// Bytes kept free beside the database (a file of zeros, `<db>.reserve`) so that a run
+/// stopped by a full disk can still record that it failed: released just before the
+/// failure is written, made again when the writer next opens.
+pub const RESERVE_BYTES: usize = 4 << 20;
+
+fn reserve_path(db: &Path) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(".reserve");
+    db.with_file_name(name)
+}
+
+/// Makes the reserve file (whole, synced) unless it is there; a disk already too full for
+/// it is logged, and the run goes on without one.
+fn make_reserve(path: &Path) {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() >= RESERVE_BYTES as u64) {
+        return;
+    }
+    let written = std::fs::File::create(path).and_then(|mut f| {
+        use std::io::Write as _;
+        f.write_all(&vec![0u8; RESERVE_BYTES])?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(path);
+        tracing::warn!(file = %path.display(), "no space reserved to record a failure on a full disk: {e}");
+    }
+}
+
 /// The writer's state: its connection and the session being written.
 pub struct WriterActor {
     conn: Connection,
@@ -205,6 +236,8 @@ pub struct WriterActor {
     session: Option<ActiveSession>,
     poisoned: Option<String>,
     owner: Owner,
+    /// See [`RESERVE_BYTES`].
+    reserve: PathBuf,
 }
 
 impl WriterActor {
@@ -232,7 +265,7 @@ impl WriterActor {
             // Marking the session failed is still tried on its own: a lock that timed out or
             // a refused row does not stop the reason from being stored.
             Some(_) if matches!(batch.last(), Some(Command::Fail(..))) => {
-                self.commit(&batch[batch.len() - 1..])
+                self.record_failure(&batch[batch.len() - 1..])
             }
             Some(reason) => Err(StoreError::Poisoned {
                 reason: reason.clone(),
@@ -257,6 +290,49 @@ impl WriterActor {
             // The requester may have gone away (stopped): nothing to tell then.
             let _ = ack.send(result);
         }
+    }
+
+    /// Commits a `Fail`; on a full disk, releases the reserve and tries again, and if the
+    /// whole failure (partial rows removed, record announced) still does not fit, writes
+    /// the least that keeps the promise: the session row `failed` with its reason (the
+    /// partial rows stay until the space is freed and the session is rerun).
+    fn record_failure(&mut self, fail: &[Command]) -> Result<(), StoreError> {
+        let first = self.commit(fail);
+        let Err(e) = first else {
+            return Ok(());
+        };
+        if !e.is_disk_full() {
+            return Err(e);
+        }
+        if std::fs::remove_file(&self.reserve).is_ok() {
+            tracing::warn!(file = %self.reserve.display(), "disk full: released the reserve to record the failure");
+        }
+        let second = self.commit(fail);
+        let Err(e) = second else {
+            return Ok(());
+        };
+        let Some(Command::Fail(f, _)) = fail.last() else {
+            return Err(e);
+        };
+        let reason = format!(
+            "{} (the disk was full: this run's partial rows are kept until space is freed and the session is rerun)",
+            f.reason
+        );
+        self.conn
+            .execute(
+                "UPDATE sessions SET status = 'failed', status_reason = ?2,
+                   updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                 WHERE id = ?1 AND status = 'running'",
+                rusqlite::params![
+                    self.session
+                        .as_ref()
+                        .map_or(f.id.as_str(), |s| s.id.as_str()),
+                    reason
+                ],
+            )
+            .map_err(super::sql("marking the session failed on a full disk"))?;
+        self.session = None;
+        Ok(())
     }
 
     fn commit(&mut self, batch: &[Command]) -> Result<(), StoreError> {
