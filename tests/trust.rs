@@ -570,3 +570,87 @@ fn a_run_stopped_by_a_full_disk_is_stored_failed_with_its_reason() {
     }
     assert_eq!(reproduced, 2);
 }
+
+#[test]
+fn sequence_numbers_and_receipts_are_not_taken_on_trust() {
+    use empathic::store::sql::outbox;
+    use empathic::sync::central::{Central, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("station.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let central_path = tmp.path().join("central.db");
+    let mut central = Central::open(path_str(&central_path)).unwrap();
+    let mut forger = Forger::new(&db);
+    let genuine = forger.record();
+    assert!(matches!(
+        forger.send(&mut central, &genuine),
+        Stored::Record { .. }
+    ));
+    // The probe's example: a tombstone with an absurd sequence number. It would void the
+    // session and make every later genuine record look older; it is quarantined instead.
+    let tombstone = serde_json::json!({"format": "empathic-tombstone", "version": 2,
+        "session_id": "demo-0001", "reason": "deleted"})
+    .to_string();
+    let envelope = serde_json::json!({"v": 1, "message_id": "absurd-1", "seq": 4_000_000_000_000_000_000i64,
+        "kind": "tombstone", "study": "test-study", "station": "station-1",
+        "subject": "demo-0001", "chunk": 0, "chunks": 1,
+        "sha256": format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(tombstone.as_bytes())),
+        "data": tombstone});
+    match central
+        .store_publish(
+            "empathic/v1/test-study/station-1/tombstone",
+            envelope.to_string().as_bytes(),
+        )
+        .unwrap()
+    {
+        Stored::Quarantined { reason, receipt } => {
+            assert!(reason.contains("sequence number"), "{reason}");
+            assert!(receipt.is_some(), "answered, so the sender stops resending");
+        }
+        other => panic!("an absurd sequence number was taken: {other:?}"),
+    }
+    let sessions: i64 = Connection::open(&central_path)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sessions WHERE id = 'demo-0001'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(sessions, 1, "the session was voided");
+    // A later genuine record is applied, not dropped as older.
+    assert!(matches!(
+        forger.send(&mut central, &genuine),
+        Stored::Record { .. }
+    ));
+
+    // Receipts: only for a message the station handed to the broker, naming its sha256.
+    let conn = Connection::open(&db).unwrap();
+    let m = outbox::pending(&conn, 1, "9999").unwrap().pop().unwrap();
+    let check = |sha: Option<&str>, in_flight: Option<&str>| {
+        outbox::receipt_matches(&conn, &m.message_id, sha, in_flight).unwrap()
+    };
+    assert!(
+        check(Some(&m.sha256), None).is_err(),
+        "a receipt for a message never sent"
+    );
+    assert!(
+        check(Some(&m.sha256), Some(&m.message_id)).is_ok(),
+        "in flight"
+    );
+    outbox::mark_sent(&conn, m.seq).unwrap();
+    assert!(check(None, None).is_err(), "a receipt naming no sha256");
+    assert!(
+        check(Some(&"0".repeat(64)), None).is_err(),
+        "a receipt naming another sha256"
+    );
+    assert!(check(Some(&m.sha256), None).is_ok());
+    assert!(
+        outbox::receipt_matches(&conn, "no-such-message", Some(&m.sha256), None)
+            .unwrap()
+            .is_err()
+    );
+}

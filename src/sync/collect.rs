@@ -77,7 +77,11 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
         while let Some(o) = outgoing.front() {
             let sent = match o {
                 Outgoing::Ack(p) => client.try_ack(p).is_ok(),
-                Outgoing::Receipt { topic, message_id } => client
+                Outgoing::Receipt {
+                    topic,
+                    message_id,
+                    sha256,
+                } => client
                     .try_publish(
                         topic.clone(),
                         QoS::AtLeastOnce,
@@ -86,6 +90,7 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
                         serde_json::to_string(&super::Receipt {
                             message_id: message_id.clone(),
                             collector: Some(name.to_string()),
+                            sha256: Some(sha256.clone()),
                         })
                         .unwrap_or_default(),
                     )
@@ -113,11 +118,12 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
                 let Some(stored) = store_until_stored(&mut central, &p, stop) else {
                     break;
                 };
-                if let Some((topic, message_id)) = stored.receipt() {
+                if let Some((topic, message_id, sha256)) = stored.receipt() {
                     // After the commit: the station may now call it synced.
                     outgoing.push_back(Outgoing::Receipt {
                         topic: topic.to_string(),
                         message_id: message_id.to_string(),
+                        sha256: sha256.to_string(),
                     });
                 }
                 if matches!(stored, Stored::Record { .. }) {
@@ -139,7 +145,11 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
 /// What the collector owes the broker after a commit.
 enum Outgoing {
     Ack(Publish),
-    Receipt { topic: String, message_id: String },
+    Receipt {
+        topic: String,
+        message_id: String,
+        sha256: String,
+    },
 }
 
 /// Stores `p`, retrying with backoff while the database fails (a PostgreSQL restart, a

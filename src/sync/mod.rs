@@ -65,6 +65,10 @@ pub struct Receipt {
     pub message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector: Option<String>,
+    /// The sha256 of the message the collector committed; the station counts the receipt
+    /// only when it is the one of what it sent (a buggy or replayed receipt is ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
@@ -471,8 +475,21 @@ fn connection_round(
                 match serde_json::from_slice::<Receipt>(&p.payload) {
                     Ok(r) => {
                         let by = r.collector.as_deref();
-                        if outbox::mark_synced(conn, &r.message_id, by, &opts.collectors)? {
-                            outcome.confirmed += 1;
+                        let in_flight = current.as_ref().map(|(m, _)| m.message_id.as_str());
+                        match outbox::receipt_matches(
+                            conn,
+                            &r.message_id,
+                            r.sha256.as_deref(),
+                            in_flight,
+                        )? {
+                            Ok(()) => {
+                                if outbox::mark_synced(conn, &r.message_id, by, &opts.collectors)? {
+                                    outcome.confirmed += 1;
+                                }
+                            }
+                            Err(why) => {
+                                tracing::warn!(message = %r.message_id, collector = ?by, "sync: a receipt ignored: {why}")
+                            }
                         }
                     }
                     Err(e) => {

@@ -509,6 +509,37 @@ pub fn mark_sent(conn: &Connection, seq: i64) -> Result<(), StoreError> {
 /// receipt when `required` is empty). A receipt that names no collector (`None`, an older
 /// collector) counts only when `required` is empty. Returns whether this receipt made a
 /// message of this outbox synced.
+/// Whether a receipt can be one for message `message_id` as this station sent it: the
+/// message exists, was handed to the broker (`sent`, already `synced` since a receipt may
+/// come again, or `in_flight`: published, its broker acknowledgement not yet read), and
+/// the receipt names its sha256. `Err` says why not.
+pub fn receipt_matches(
+    conn: &Connection,
+    message_id: &str,
+    sha256: Option<&str>,
+    in_flight: Option<&str>,
+) -> Result<Result<(), String>, StoreError> {
+    let row: Option<(String, String)> = conn
+        .query_row(
+            "SELECT state, sha256 FROM outbox WHERE message_id = ?1",
+            [message_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(ctx("reading the outbox for a receipt"))?;
+    Ok(match row {
+        None => Err("no such message in the outbox".into()),
+        Some((state, _)) if state == "pending" && in_flight != Some(message_id) => {
+            Err("the message was never handed to the broker".into())
+        }
+        Some((_, sent)) => match sha256 {
+            Some(h) if h == sent => Ok(()),
+            Some(h) => Err(format!("it names sha256 {h}, the message sent has {sent}")),
+            None => Err("it names no sha256 (a collector older than this station?)".into()),
+        },
+    })
+}
+
 pub fn mark_synced(
     conn: &Connection,
     message_id: &str,

@@ -108,36 +108,41 @@ pub enum Stored {
     Record {
         receipt_topic: String,
         message_id: String,
+        sha256: String,
     },
     /// Already handled: answered with a receipt again (the station may have missed it).
     Duplicate {
         receipt_topic: String,
         message_id: String,
+        sha256: String,
     },
-    /// Put in quarantine; `receipt` when the whole message was received and sending it
-    /// again cannot help (answered so the station stops resending).
+    /// Put in quarantine; `receipt` (topic, message id, sha256) when the whole message was
+    /// received and sending it again cannot help (answered so the station stops resending).
     Quarantined {
         reason: String,
-        receipt: Option<(String, String)>,
+        receipt: Option<(String, String, String)>,
     },
 }
 
 impl Stored {
-    /// Where the receipt goes and what it names, if the station is to get one.
-    pub fn receipt(&self) -> Option<(&str, &str)> {
+    /// Where the receipt goes, the message it names and that message's sha256 (which the
+    /// station checks against what it sent), if the station is to get one.
+    pub fn receipt(&self) -> Option<(&str, &str, &str)> {
         match self {
             Stored::Record {
                 receipt_topic,
                 message_id,
+                sha256,
             }
             | Stored::Duplicate {
                 receipt_topic,
                 message_id,
-            } => Some((receipt_topic, message_id)),
+                sha256,
+            } => Some((receipt_topic, message_id, sha256)),
             Stored::Quarantined {
-                receipt: Some((t, m)),
+                receipt: Some((t, m, h)),
                 ..
-            } => Some((t, m)),
+            } => Some((t, m, h)),
             _ => None,
         }
     }
@@ -334,6 +339,7 @@ impl Central {
             return Ok(Stored::Duplicate {
                 receipt_topic: env.receipt_topic(),
                 message_id: env.id,
+                sha256: env.sha,
             });
         }
         tx.exec(
@@ -382,17 +388,20 @@ impl Central {
                 receipt: None,
             });
         }
-        let outcome = match env.kind.as_str() {
-            "session" => store_session(tx.as_mut(), &env, &whole),
-            "tombstone" => store_tombstone(tx.as_mut(), &env, &whole),
-            _ => store_purge(tx.as_mut(), &env, &whole),
-        }?;
+        let outcome = match check_seq(tx.as_mut(), &env)? {
+            Err(reason) => Err(reason),
+            Ok(()) => match env.kind.as_str() {
+                "session" => store_session(tx.as_mut(), &env, &whole),
+                "tombstone" => store_tombstone(tx.as_mut(), &env, &whole),
+                _ => store_purge(tx.as_mut(), &env, &whole),
+            }?,
+        };
         if let Err(reason) = outcome {
             drop(tx);
             self.quarantine(topic, whole.as_bytes(), reason.clone(), Some(&env.id))?;
             return Ok(Stored::Quarantined {
                 reason,
-                receipt: Some((env.receipt_topic(), env.id)),
+                receipt: Some((env.receipt_topic(), env.id, env.sha)),
             });
         }
         tx.commit()?;
@@ -410,6 +419,7 @@ impl Central {
         Ok(Stored::Record {
             receipt_topic: env.receipt_topic(),
             message_id: env.id,
+            sha256: env.sha,
         })
     }
 }
@@ -460,6 +470,37 @@ fn subject_params(env: &Envelope) -> [Val; 4] {
         Val::text(&env.subject),
         Val::Int(env.seq),
     ]
+}
+
+/// How far past the highest sequence number a station has sent a message's number may be
+/// (its outbox numbers messages one by one; a month of sessions is a few hundred).
+pub const MAX_SEQ_GAP: i64 = 1_000_000;
+
+/// Refuses a sequence number no station's outbox could have given: not positive, or more
+/// than [`MAX_SEQ_GAP`] past the highest this station has sent. A tombstone or purge with
+/// an absurd number would otherwise void every later genuine record of its subject.
+fn check_seq(tx: &mut dyn CentralTx, env: &Envelope) -> Outcome {
+    let Some(seq) = env.seq else {
+        return Ok(Ok(()));
+    };
+    if seq < 1 {
+        return Ok(Err(format!("sequence number {seq} is not positive")));
+    }
+    let highest = tx
+        .rows(
+            "SELECT max(seq) FROM collect_records WHERE study = ?1 AND station = ?2",
+            &[Val::text(&env.study), Val::text(&env.station)],
+        )?
+        .first()
+        .and_then(|r| r.first().and_then(Val::int))
+        .unwrap_or(0);
+    if seq > highest.saturating_add(MAX_SEQ_GAP) {
+        return Ok(Err(format!(
+            "sequence number {seq} is more than {MAX_SEQ_GAP} past the highest station {} has sent ({highest})",
+            env.station
+        )));
+    }
+    Ok(Ok(()))
 }
 
 /// Keeps incomplete messages bounded: chunks older than [`CHUNK_EXPIRY`] go, and while
