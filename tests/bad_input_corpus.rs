@@ -63,6 +63,86 @@ fn cases() -> Vec<Case> {
         stored,
     };
     vec![
+        case(
+            "events.jsonl that is a FIFO (reading it would block for ever)",
+            |d| {
+                std::fs::remove_file(d.join("events.jsonl")).unwrap();
+                assert!(std::process::Command::new("mkfifo")
+                    .arg(d.join("events.jsonl"))
+                    .status()
+                    .unwrap()
+                    .success());
+            },
+            2,
+            "events.jsonl must be a regular file",
+            Some("failed"),
+        ),
+        case(
+            "a session.json of two MiB",
+            |d| {
+                let mut text = std::fs::read_to_string(d.join("session.json")).unwrap();
+                text.push_str(&" ".repeat(2 << 20));
+                std::fs::write(d.join("session.json"), text).unwrap();
+            },
+            2,
+            "session.json must be a regular file of at most 1048576 bytes",
+            Some("failed"),
+        ),
+        case(
+            "a phase going back (live refuses it)",
+            |d| {
+                append_event(
+                    d,
+                    r#"{"t_ms": 27000, "type": "phase", "phase": "story_share"}"#,
+                )
+            },
+            2,
+            "phase out of order",
+            Some("failed"),
+        ),
+        case(
+            "a t_ms near 2^64",
+            |d| {
+                append_event(
+                    d,
+                    r#"{"t_ms": 18446744073709551000, "type": "note", "text": "x"}"#,
+                )
+            },
+            2,
+            "past any session's length",
+            Some("failed"),
+        ),
+        case(
+            "an utterance ending 9e18 ms in",
+            |d| {
+                append_event(
+                    d,
+                    r#"{"t_ms": 100, "type": "utterance", "speaker": "participant", "start_ms": 100, "end_ms": 9000000000000000000, "text": "x"}"#,
+                )
+            },
+            2,
+            "past any session's length",
+            Some("failed"),
+        ),
+        case(
+            "a well-formed WAV with no samples",
+            |d| {
+                let w = hound::WavWriter::create(
+                    d.join("audio.wav"),
+                    hound::WavSpec {
+                        channels: 1,
+                        sample_rate: 16_000,
+                        bits_per_sample: 16,
+                        sample_format: hound::SampleFormat::Int,
+                    },
+                )
+                .unwrap();
+                w.finalize().unwrap();
+            },
+            2,
+            "holds no samples",
+            Some("failed"),
+        ),
         Case {
             replace_base: true,
             ..case(

@@ -81,6 +81,15 @@ impl WavAudioSource {
             )
         };
         let input_frames = u64::from(reader.duration());
+        if input_frames == 0 {
+            // A header and nothing else: no audio was captured. A session with no
+            // microphone is a station recording without `audio.wav` (see `session`).
+            return Err(CaptureError::Open {
+                what: "audio",
+                path: path.to_path_buf(),
+                message: "the file holds no samples".into(),
+            });
+        }
         let output_samples = match &resampler {
             Some(r) => r.output_len_for(input_frames),
             None => input_frames,

@@ -145,6 +145,12 @@ pub fn parse_events(text: &str, path: &Path) -> Result<Vec<Event>, SessionError>
             })?,
             None => return Err(err("missing `t_ms`".into())),
         };
+        if t_ms > super::MAX_SESSION_MS {
+            return Err(err(format!(
+                "`t_ms` {t_ms} is past any session's length (at most {} ms, 24 h)",
+                super::MAX_SESSION_MS
+            )));
+        }
         let kind: EventKind = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| err(e.to_string()))?;
         check_kind(&kind).map_err(err)?;
@@ -161,10 +167,7 @@ pub fn parse_events(text: &str, path: &Path) -> Result<Vec<Event>, SessionError>
 
 /// Reads and parses `events.jsonl` from a file.
 pub fn read_events(path: &Path) -> Result<Vec<Event>, SessionError> {
-    let bytes = std::fs::read(path).map_err(|source| SessionError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = super::read_bounded(path, "events.jsonl", super::MAX_EVENTS_BYTES)?;
     let text = String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
@@ -193,6 +196,12 @@ fn check_kind(kind: &EventKind) -> Result<(), String> {
         } => {
             if speaker.trim().is_empty() {
                 return Err("utterance `speaker` must not be empty".into());
+            }
+            if *end_ms > super::MAX_SESSION_MS {
+                return Err(format!(
+                    "utterance `end_ms` {end_ms} is past any session's length (at most {} ms, 24 h)",
+                    super::MAX_SESSION_MS
+                ));
             }
             if end_ms < start_ms {
                 return Err(format!(
@@ -225,6 +234,30 @@ fn check_cross_references(events: &[Event], path: &Path) -> Result<(), SessionEr
     };
     let mut shown: Vec<(&str, usize)> = Vec::new();
     let mut rated: Vec<(&str, usize)> = Vec::new();
+    // Phases in time order go forward, as the live control socket requires (one rule for
+    // both sources: a replay must not store what a live session could not).
+    let mut by_time: Vec<&Event> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Phase { .. }))
+        .collect();
+    by_time.sort_by_key(|e| (e.t_ns, e.line));
+    for pair in by_time.windows(2) {
+        if let (EventKind::Phase { phase: a }, EventKind::Phase { phase: b }) =
+            (&pair[0].kind, &pair[1].kind)
+        {
+            if b <= a {
+                return Err(err(
+                    pair[1].line,
+                    format!(
+                        "phase out of order: `{}` after `{}` (line {}); phases go warm_up, story_share, story_receive, reflection, cool_down",
+                        b.as_str(),
+                        a.as_str(),
+                        pair[0].line
+                    ),
+                ));
+            }
+        }
+    }
     for e in events {
         match &e.kind {
             EventKind::StoryShown { story_id, .. } => {

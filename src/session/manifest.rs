@@ -137,9 +137,10 @@ impl SessionManifest {
         let path = dir.join("session.json");
         let folder_name = super::RecordedSession::folder_id(dir);
         let file = if path.exists() {
-            let text = std::fs::read_to_string(&path).map_err(|source| SessionError::Io {
+            let bytes = super::read_bounded(&path, "session.json", super::MAX_MANIFEST_BYTES)?;
+            let text = String::from_utf8(bytes).map_err(|_| SessionError::Manifest {
                 path: path.clone(),
-                source,
+                message: "not UTF-8 text".into(),
             })?;
             // Look at the version first, so a newer file is reported as such rather than as
             // an unknown field.

@@ -39,6 +39,13 @@ pub enum SessionError {
     UnsupportedVersion { path: PathBuf, found: String },
     #[error("invalid session.json: {message}: {path}")]
     Manifest { path: PathBuf, message: String },
+    #[error("{what} must be a regular file of at most {max} bytes; this is {found}: {path}")]
+    NotBounded {
+        what: &'static str,
+        path: PathBuf,
+        found: String,
+        max: u64,
+    },
     #[error("invalid event on line {line}: {message}: {path}")]
     Events {
         path: PathBuf,
@@ -51,6 +58,44 @@ impl Classify for SessionError {
     fn exit_kind(&self) -> ExitKind {
         ExitKind::BadInput
     }
+}
+
+/// `session.json` at most this size (a few hundred bytes in practice).
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+/// `events.jsonl` at most this size (a session's events are tens of KiB).
+pub const MAX_EVENTS_BYTES: u64 = 64 << 20;
+/// No time on a session's timeline lies past this (a session lasts hours, not days).
+pub const MAX_SESSION_MS: u64 = 24 * 3600 * 1000;
+
+/// Reads one of a session's small files: a regular file (not a FIFO, device or folder,
+/// which would block or never end) of at most `max` bytes.
+pub fn read_bounded(path: &Path, what: &'static str, max: u64) -> Result<Vec<u8>, SessionError> {
+    use std::io::Read as _;
+    let io = |source| SessionError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let bounded = |found: String| SessionError::NotBounded {
+        what,
+        path: path.to_path_buf(),
+        found,
+        max,
+    };
+    if !meta.is_file() {
+        return Err(bounded("not a regular file".into()));
+    }
+    if meta.len() > max {
+        return Err(bounded(format!("{} bytes", meta.len())));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(bounded("growing past the bound while read".into()));
+    }
+    Ok(bytes)
 }
 
 /// A recorded session whose small files have been read and checked.
