@@ -136,14 +136,37 @@ fn check_models(dir: &Path) -> Check {
     match crate::models::manifest::Manifest::load(dir) {
         Ok(m) => {
             let present = m.models.iter().filter(|e| e.path(dir).is_file()).count();
+            // Name what is absent, and say whether it matters (a shipped model does; an
+            // optional one, built by a tool, does not).
+            let absent: Vec<String> = m
+                .models
+                .iter()
+                .filter(|e| !e.path(dir).is_file())
+                .map(|e| {
+                    format!(
+                        "{} ({})",
+                        e.name,
+                        if e.shipped {
+                            "shipped: missing"
+                        } else {
+                            "optional, not installed"
+                        }
+                    )
+                })
+                .collect();
             Check {
                 name: "models",
                 need: Need::Replay,
                 ok: m.models.iter().filter(|e| e.shipped).all(|e| e.path(dir).is_file()),
                 detail: format!(
-                    "{}: {} models in the manifest, {present} present (run `empathic models verify` for checksums and known answers)",
+                    "{}: {} models in the manifest, {present} present{} (run `empathic models verify` for checksums and known answers)",
                     dir.display(),
-                    m.models.len()
+                    m.models.len(),
+                    if absent.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; absent: {}", absent.join(", "))
+                    }
                 ),
             }
         }
