@@ -318,19 +318,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     let utterances = store.utterances(id)?;
     let mut lanes = vec![Lane {
         label: "phase".into(),
-        spans: d
-            .phases
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                (
-                    p.start_secs,
-                    p.end_secs.unwrap_or(duration),
-                    p.phase.clone(),
-                    phase_color(i),
-                )
-            })
-            .collect(),
+        spans: phase_bands.clone(),
     }];
     for (speaker, color) in [("participant", PALETTE[2]), ("robot", PALETTE[1])] {
         let spans: Vec<_> = utterances
@@ -697,15 +685,11 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
 
     // Data quality
     section(&mut out, SESSION_SECTIONS[6]);
-    match s
-        .quality
-        .clone()
-        .and_then(|q| serde_json::from_value::<super::QualityReport>(q).ok())
-    {
+    match &quality {
         None => note(&mut out, "No quality report was stored: the session did not finish (the report is computed at the end of a run)."),
         Some(q) => {
             out.push_str("<table><tr><th>measure</th><th>value</th><th>verdict</th><th>threshold (good / check; beyond: bad)</th></tr>\n");
-            let rows = verdict::quality_rows(&q);
+            let rows = verdict::quality_rows(q);
             for row in &rows {
                 let _ = writeln!(
                     out,

@@ -245,6 +245,16 @@ impl Owner {
         }
     }
 
+    /// The owner in columns `host, boot_id, pid` of `row`, from index `first` (unset
+    /// columns read as empty: no owner recorded).
+    pub(crate) fn from_row(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Self> {
+        Ok(Owner {
+            host: row.get::<_, Option<String>>(first)?.unwrap_or_default(),
+            boot_id: row.get::<_, Option<String>>(first + 1)?.unwrap_or_default(),
+            pid: row.get::<_, Option<u32>>(first + 2)?.unwrap_or(0),
+        })
+    }
+
     /// Whether the process that owned a session could still be running.
     pub(crate) fn is_alive(&self, current: &Owner) -> bool {
         if !self.host.is_empty() && self.host != current.host {
@@ -465,16 +475,7 @@ impl Store {
             )
             .map_err(sql("looking for abandoned sessions"))?;
         let running: Vec<(String, Owner)> = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    Owner {
-                        host: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                        boot_id: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                        pid: r.get::<_, Option<u32>>(3)?.unwrap_or(0),
-                    },
-                ))
-            })
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, Owner::from_row(r, 1)?)))
             .and_then(|rows| rows.collect())
             .map_err(sql("looking for abandoned sessions"))?;
         let mut recovered = 0;
@@ -850,12 +851,7 @@ impl Store {
 
     /// The stored status of session `id`, if it is stored.
     pub fn session_status(&self, id: &str) -> Result<Option<String>, StoreError> {
-        self.conn
-            .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(sql("looking up the session"))
+        sql::sessions::status(&self.conn, id)
     }
 
     /// In a central database, which optional tables session `id`'s record carried; `None`

@@ -8,7 +8,7 @@ use crate::store::rows::{SessionEnd, SessionSource, SessionStart};
 use crate::store::{Owner, StoreError};
 
 /// The stored status of session `id`, if it exists.
-pub fn status(tx: &Transaction<'_>, id: &str) -> Result<Option<String>, StoreError> {
+pub fn status(tx: &rusqlite::Connection, id: &str) -> Result<Option<String>, StoreError> {
     tx.query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
         r.get(0)
     })
@@ -21,16 +21,7 @@ fn status_and_owner(tx: &Transaction<'_>, id: &str) -> Result<Option<(String, Ow
     tx.query_row(
         "SELECT status, owner_host, owner_boot_id, owner_pid FROM sessions WHERE id = ?1",
         [id],
-        |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                Owner {
-                    host: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                    boot_id: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    pid: r.get::<_, Option<u32>>(3)?.unwrap_or(0),
-                },
-            ))
-        },
+        |r| Ok((r.get::<_, String>(0)?, Owner::from_row(r, 1)?)),
     )
     .optional()
     .map_err(ctx("looking up the session"))
