@@ -342,9 +342,10 @@ enum ParticipantCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Withdrawal: delete the participant's sessions, answers and pending records here, and
-    /// tell the study's collector to delete theirs (at the next `sync`); only an audit line
-    /// that a purge happened stays.
+    /// Withdrawal: stop their running live session (if the service runs one), delete their
+    /// sessions, answers, pending records and the station's recordings of them, rebuild the
+    /// database without the deleted bytes, and tell the study's collector to delete theirs
+    /// (at the next `sync`); only an audit line that a purge happened stays.
     Purge {
         /// The participant's pseudonym.
         id: String,
