@@ -38,6 +38,27 @@ pub struct WavAudioSource {
 }
 
 impl WavAudioSource {
+    /// Opens `path` as a session's microphone track. Unlike [`Self::open`] (which
+    /// `extract audio` uses, where an empty file is an empty CSV), a session's WAV with a
+    /// header and no samples is refused: no audio was captured, and a session without a
+    /// microphone is a recording without `audio.wav` (see `session`), not an empty one.
+    pub fn open_session_track(
+        path: &Path,
+        sample_rate_hz: u32,
+        block_ms: u32,
+        audio_offset_ms: i64,
+    ) -> Result<Self, CaptureError> {
+        let source = Self::open(path, sample_rate_hz, block_ms, audio_offset_ms)?;
+        if source.reader.duration() == 0 {
+            return Err(CaptureError::Open {
+                what: "audio",
+                path: path.to_path_buf(),
+                message: "the file holds no samples".into(),
+            });
+        }
+        Ok(source)
+    }
+
     /// Opens `path`. `audio_offset_ms` places the first sample on the session timeline
     /// (negative: the audio started before session time 0 and that part is skipped).
     pub fn open(
@@ -81,15 +102,6 @@ impl WavAudioSource {
             )
         };
         let input_frames = u64::from(reader.duration());
-        if input_frames == 0 {
-            // A header and nothing else: no audio was captured. A session with no
-            // microphone is a station recording without `audio.wav` (see `session`).
-            return Err(CaptureError::Open {
-                what: "audio",
-                path: path.to_path_buf(),
-                message: "the file holds no samples".into(),
-            });
-        }
         let output_samples = match &resampler {
             Some(r) => r.output_len_for(input_frames),
             None => input_frames,

@@ -290,7 +290,7 @@ fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, R
             })?;
     }
     let audio: Box<dyn AudioSource> = match &session.audio_path {
-        Some(path) => Box::new(WavAudioSource::open(
+        Some(path) => Box::new(WavAudioSource::open_session_track(
             path,
             config.audio.sample_rate_hz,
             config.audio.block_ms,
