@@ -158,6 +158,74 @@ pub fn utc_at(t: std::time::SystemTime) -> String {
     )
 }
 
+/// Checks that `s` is an RFC 3339 date-time that exists on the calendar:
+/// `YYYY-MM-DDTHH:MM:SS`, an optional fraction, then `Z` or `+HH:MM`/`-HH:MM`.
+/// Shape alone is not enough: 2026-02-30 or 25:00 would be stored and then sort
+/// among real sessions (stories seen before, calibration pairs) where they do not belong.
+/// The error says which part is wrong.
+pub fn check_rfc3339(s: &str) -> Result<(), String> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        let part = b.get(r)?;
+        if part.iter().all(u8::is_ascii_digit) {
+            std::str::from_utf8(part).ok()?.parse().ok()
+        } else {
+            None
+        }
+    };
+    let sep = |i: usize, allowed: &[u8]| b.get(i).is_some_and(|c| allowed.contains(c));
+    let shape = "the shape is YYYY-MM-DDTHH:MM:SS then Z or +HH:MM";
+    let (Some(year), Some(month), Some(day)) = (num(0..4), num(5..7), num(8..10)) else {
+        return Err(shape.into());
+    };
+    let (Some(hour), Some(minute), Some(second)) = (num(11..13), num(14..16), num(17..19)) else {
+        return Err(shape.into());
+    };
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return Err(shape.into());
+    }
+    if !(1..=12).contains(&month) {
+        return Err(format!("month {month:02} does not exist"));
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if day == 0 || day > days {
+        return Err(format!("{year:04}-{month:02} has no day {day:02}"));
+    }
+    // RFC 3339 allows second 60 (a leap second).
+    if hour > 23 || minute > 59 || second > 60 {
+        return Err(format!(
+            "{hour:02}:{minute:02}:{second:02} is not a time of day"
+        ));
+    }
+    let mut i = 19;
+    if sep(i, b".") {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return Err("a `.` must be followed by the fraction's digits".into());
+        }
+    }
+    match b.get(i) {
+        Some(b'Z' | b'z') if i + 1 == b.len() => Ok(()),
+        Some(b'+' | b'-') if i + 6 == b.len() && sep(i + 3, b":") => {
+            match (num(i + 1..i + 3), num(i + 4..i + 6)) {
+                (Some(h), Some(m)) if h <= 23 && m <= 59 => Ok(()),
+                _ => Err(format!("the zone `{}` is not an offset", &s[i..])),
+            }
+        }
+        _ => Err("the time must end in Z or an offset like +01:00".into()),
+    }
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -174,6 +242,35 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rfc3339_dates_must_exist() {
+        for good in [
+            "2026-11-01T18:30:00Z",
+            "2024-02-29T00:00:00.123+01:00",
+            "2026-12-31t23:59:60z",
+            "2026-01-01 00:00:00-05:30",
+        ] {
+            assert_eq!(super::check_rfc3339(good), Ok(()), "{good}");
+        }
+        for (bad, says) in [
+            ("2026-02-30T10:00:00Z", "no day 30"),
+            ("2025-02-29T10:00:00Z", "no day 29"),
+            ("2026-13-01T10:00:00Z", "month 13"),
+            ("2026-11-01T24:00:00Z", "not a time of day"),
+            ("2026-11-01T10:61:00Z", "not a time of day"),
+            ("2026-11-01T10:00:00", "end in Z"),
+            ("2026-11-01T10:00:00Zjunk", "end in Z"),
+            ("2026-11-01T10:00:00+25:00", "not an offset"),
+            ("2026-11-01T10:00:00.Z", "fraction"),
+            ("2026-1-01T10:00:00Z", "shape"),
+            ("", "shape"),
+            ("2026-11-01T10:00:00+01", "end in Z"),
+        ] {
+            let err = super::check_rfc3339(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
     #[test]
     fn civil_dates() {
         assert_eq!(super::civil_from_days(0), (1970, 1, 1));

@@ -309,6 +309,30 @@ fn cases() -> Vec<Case> {
             Some("failed"),
         ),
         case(
+            "an impossible start date (30 February)",
+            |d| {
+                write_manifest(
+                    d,
+                    set("start_time", serde_json::json!("2026-02-30T10:00:00Z")),
+                )
+            },
+            2,
+            "2026-02 has no day 30",
+            Some("failed"),
+        ),
+        case(
+            "a start time at hour 25",
+            |d| {
+                write_manifest(
+                    d,
+                    set("start_time", serde_json::json!("2026-11-01T25:00:00+01:00")),
+                )
+            },
+            2,
+            "is not a time of day",
+            Some("failed"),
+        ),
+        case(
             "an unknown session.json field",
             |d| write_manifest(d, set("colour", serde_json::json!("blue"))),
             2,

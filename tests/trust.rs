@@ -654,3 +654,116 @@ fn sequence_numbers_and_receipts_are_not_taken_on_trust() {
             .is_err()
     );
 }
+
+#[test]
+fn an_exposure_keeps_the_words_the_participant_saw() {
+    // Probe: a `story_shown` whose text differed from the stored story of that id was stored
+    // as the stored story: what the participant actually read was lost.
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("shown.db");
+    let config = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&config));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let later = later_demo_session(&tmp.path().join("later"));
+    let events = later.join("events.jsonl");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let edited = text.replace(
+        "\"title\": \"The bus driver who waited\", \"text\": \"I missed",
+        "\"title\": \"The driver who waited\", \"text\": \"Shortened: I missed",
+    );
+    assert_ne!(edited, text, "the demo's first story_shown changed");
+    std::fs::write(&events, edited).unwrap();
+    let o = replay_cli(&later, &db, Some(&config));
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let conn = Connection::open(&db).unwrap();
+    let shown = |session: &str, story: &str| -> (Option<String>, Option<String>) {
+        conn.query_row(
+            "SELECT shown_title, shown_text FROM story_exposures
+             WHERE session_id = ?1 AND story_id = ?2",
+            [session, story],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    // The first session showed the stored story itself: nothing extra kept.
+    assert_eq!(shown("demo-0001", "demo-story-03"), (None, None));
+    // The later one showed other words: they are on its exposure, the bank is unchanged.
+    let (title, text) = shown("demo-0002", "demo-story-03");
+    assert_eq!(title.as_deref(), Some("The driver who waited"));
+    assert!(text.unwrap().starts_with("Shortened: I missed"));
+    assert_eq!(shown("demo-0002", "demo-story-11"), (None, None));
+    let bank: String = conn
+        .query_row(
+            "SELECT title FROM stories WHERE id = 'demo-story-03'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(bank, "The bus driver who waited");
+
+    // The report names the title shown and says the words differ.
+    let page = tmp.path().join("later.html");
+    let o = empathic(&[
+        "report",
+        "demo-0002",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&page),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("The driver who waited"));
+    assert!(html.contains("the words shown differ from the stored story"));
+}
+
+#[test]
+fn reading_commands_read_a_database_in_a_folder_nobody_may_write() {
+    // Probe: on a read-only folder (a mounted backup) `sessions list` failed with "attempt to
+    // write a readonly database": SQLite could not create the -shm file a WAL file needs.
+    let Some(disk) = SmallDisk::mount("64m") else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs CAP_SYS_ADMIN); the read-only folder case is not checked");
+        return;
+    };
+    let db = disk.0.path().join("backup.db");
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&config));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let remount = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(disk.0.path())
+        .status()
+        .unwrap();
+    assert!(remount.success());
+    let o = empathic(&["sessions", "list", "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("demo-0001"));
+    let o = empathic(&["sessions", "show", "demo-0001", "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = tmp.path().join("r.html");
+    let o = empathic(&[
+        "report",
+        "demo-0001",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&page),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&page)
+        .unwrap()
+        .contains("demo-0001"));
+    // Nothing was created beside it.
+    let names: Vec<String> = std::fs::read_dir(disk.0.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.ends_with("-shm") && !n.ends_with("-wal")),
+        "{names:?}"
+    );
+}

@@ -359,10 +359,15 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         for st in &d.stories {
             let _ = writeln!(
                 out,
-                "<tr><td>S{}</td><td>{} <span class=\"note\">{}</span></td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>S{}</td><td>{} <span class=\"note\">{}{}</span></td><td>{}</td><td>{}</td></tr>",
                 st.position,
                 esc(&st.title),
                 esc(&st.story_id),
+                if st.differs_from_bank {
+                    " (the words shown differ from the stored story of this id; the exposure keeps what was shown)"
+                } else {
+                    ""
+                },
                 plots::mmss(st.shown_secs),
                 st.rating.map_or("not rated".into(), |r| r.to_string())
             );

@@ -243,9 +243,9 @@ impl SessionManifest {
             )));
         }
         if let Some(t) = &self.start_time {
-            if !looks_like_rfc3339(t) {
+            if let Err(why) = crate::clock::check_rfc3339(t) {
                 return Err(bad(format!(
-                    "start_time must be RFC 3339 like 2026-11-01T18:30:00Z, got `{t}`"
+                    "start_time must be an RFC 3339 time that exists, like 2026-11-01T18:30:00Z, got `{t}`: {why}"
                 )));
             }
         }
@@ -276,27 +276,6 @@ pub fn check_id(field: &str, id: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A shape check of `YYYY-MM-DDTHH:MM:SS` followed by a fraction and/or zone.
-fn looks_like_rfc3339(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.len() < 20 {
-        return false;
-    }
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && (b[10] == b'T' || b[10] == b't' || b[10] == b' ')
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19)
-        && matches!(b[19], b'Z' | b'z' | b'+' | b'-' | b'.')
 }
 
 #[cfg(test)]

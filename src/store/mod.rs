@@ -213,14 +213,69 @@ pub(crate) fn connect(path: &Path, options: ConnectOptions) -> Result<Connection
 /// backup).
 pub(crate) fn connect_read_only(path: &Path) -> Result<Connection, StoreError> {
     let open = |source| open_error(path, source);
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(open)?;
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(open)?;
     conn.busy_timeout(ConnectOptions::default().busy_timeout)
         .map_err(open)?;
-    Ok(conn)
+    // A WAL database needs its -shm file even to be read; in a folder nobody may write to
+    // (a mounted backup, a copy owned by someone else) SQLite cannot create it, and the first
+    // read fails. Such a file cannot change under us, so it is read as immutable, unless a
+    // -wal file beside it holds commits that immutable reading would leave out.
+    match conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(())) {
+        Ok(()) => Ok(conn),
+        Err(e)
+            if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+            ) =>
+        {
+            drop(conn);
+            let wal = sidecar(path, "-wal");
+            if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    detail: format!(
+                        "{}: {e} (its folder cannot be written and {} holds commits not yet in the file: copy both into a folder you can write, or open it once where it was written)",
+                        path.display(),
+                        wal.display()
+                    ),
+                    source: e,
+                });
+            }
+            let conn = Connection::open_with_flags(
+                immutable_uri(path),
+                flags | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+            )
+            .map_err(open)?;
+            Ok(conn)
+        }
+        Err(e) => Err(open(e)),
+    }
+}
+
+/// `path` with `suffix` appended to its file name (SQLite's -wal and -shm files).
+fn sidecar(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    name.into()
+}
+
+/// A `file:` URI that opens `path` as immutable (no locks, no -shm), with the characters a
+/// URI gives meaning to percent-encoded.
+fn immutable_uri(path: &Path) -> String {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for b in absolute.as_os_str().as_encoded_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                uri.push(char::from(*b))
+            }
+            _ => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 /// Who owns a running session: host, boot and process.
@@ -340,6 +395,10 @@ pub struct StoryExposureRow {
     pub title: String,
     pub shown_secs: f64,
     pub rating: Option<u8>,
+    /// The participant saw another title or text than the stored story of this id (the
+    /// title above is the one shown; the text shown is on the exposure row).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub differs_from_bank: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -777,14 +836,20 @@ impl Store {
                 .map(|n| n.max(0) as u64)
                 .map_err(sql("counting session rows"))
         };
+        // A file older than version 8 (opened read-only, not migrated) has no shown words.
+        let shown = if self.schema_version()? >= 8 {
+            "coalesce(e.shown_title, s.title), e.shown_ns, r.value, e.shown_text IS NOT NULL"
+        } else {
+            "s.title, e.shown_ns, r.value, 0"
+        };
         let stories = self
             .conn
-            .prepare(
-                "SELECT e.position, e.story_id, s.title, e.shown_ns, r.value
+            .prepare(&format!(
+                "SELECT e.position, e.story_id, {shown}
                  FROM story_exposures e JOIN stories s ON s.id = e.story_id
                  LEFT JOIN self_ratings r ON r.session_id = e.session_id AND r.story_id = e.story_id
-                 WHERE e.session_id = ?1 ORDER BY e.position",
-            )
+                 WHERE e.session_id = ?1 ORDER BY e.position"
+            ))
             .and_then(|mut s| {
                 s.query_map([id], |r| {
                     Ok(StoryExposureRow {
@@ -793,6 +858,7 @@ impl Store {
                         title: r.get(2)?,
                         shown_secs: ns_to_secs(r.get(3)?),
                         rating: r.get(4)?,
+                        differs_from_bank: r.get(5)?,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()
@@ -1015,14 +1081,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 7);
+        assert_eq!(store.schema_version().unwrap(), 8);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 7, "one row per migration, each applied once");
+        assert_eq!(n, 8, "one row per migration, each applied once");
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -1062,7 +1128,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 7);
+        assert_eq!(store.schema_version().unwrap(), 8);
         let n: i64 = store
             .connection()
             .query_row(
@@ -1092,7 +1158,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 7);
+        assert_eq!(store.schema_version().unwrap(), 8);
         // v4: the outbox exists and announces nothing retroactively.
         let queued: i64 = store
             .connection()

@@ -14,7 +14,21 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "sync settings", V5),
     (6, "per-collector receipts", V6),
     (7, "what a central database's session records carried", V7),
+    (
+        8,
+        "what a story exposure showed, when it differs from the bank",
+        V8,
+    ),
 ];
+
+/// Version 8: a `story_shown` event whose title or text differs from the stored story of
+/// that id (an edited bank, a dialogue app that shortened the story) keeps what the
+/// participant actually saw on the exposure. Both columns are NULL when the event showed
+/// the stored story exactly, which is every exposure before this version.
+const V8: &str = r#"
+ALTER TABLE story_exposures ADD COLUMN shown_title TEXT;
+ALTER TABLE story_exposures ADD COLUMN shown_text TEXT;
+"#;
 
 /// Version 7: in a central database (the collector's, or the snapshot of a PostgreSQL one),
 /// which optional tables each session's applied record carried (`sql::outbox::SyncContent`

@@ -186,7 +186,7 @@ pub const RECORD_TABLES: &[RecordTable] = &[
     },
     RecordTable {
         name: "story_exposures",
-        columns: "session_id, story_id, position, shown_ns",
+        columns: "session_id, story_id, position, shown_ns, shown_title, shown_text",
         rows: "session_id = ?1 ORDER BY position",
         include: Include::Always,
     },

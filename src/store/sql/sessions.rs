@@ -291,11 +291,34 @@ pub fn write_events(
                     params![story_id, title, text],
                 )
                 .map_err(ctx("writing stories"))?;
+                // The id may already name a story with other words (the bank's, or an
+                // earlier session's): keep what this participant saw on the exposure.
+                let (stored_title, stored_text): (String, String) = tx
+                    .query_row(
+                        "SELECT title, text FROM stories WHERE id = ?1",
+                        [story_id],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(ctx("reading the story shown"))?;
+                let differs = stored_title != *title || stored_text != *text;
+                let (shown_title, shown_text) = if differs {
+                    (Some(title), Some(text))
+                } else {
+                    (None, None)
+                };
                 cursor.stories_shown += 1;
                 tx.execute(
-                    "INSERT INTO story_exposures (session_id, story_id, position, shown_ns)
-                     VALUES (?1, ?2, ?3, ?4)",
-                    params![id, story_id, cursor.stories_shown, t_ns],
+                    "INSERT INTO story_exposures
+                         (session_id, story_id, position, shown_ns, shown_title, shown_text)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![
+                        id,
+                        story_id,
+                        cursor.stories_shown,
+                        t_ns,
+                        shown_title,
+                        shown_text
+                    ],
                 )
                 .map_err(ctx("writing story exposures"))?;
             }
