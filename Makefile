@@ -64,6 +64,7 @@ install: build
 	install -D -m 0644 systemd/empathic.service $(DESTDIR)/lib/systemd/system/empathic.service
 	install -D -m 0644 systemd/70-empathic-devices.rules.example $(DESTDIR)$(PREFIX)/share/doc/empathic/70-empathic-devices.rules.example
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/empathic/README.md
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/empathic/docs docs/*.md
 	test -e $(DESTDIR)/etc/empathic/station.toml || install -D -m 0640 firmware-config/station.toml $(DESTDIR)/etc/empathic/station.toml
 	@# The state folder exists before the first start, so staff can record consent first
 	@# (systemd's StateDirectory= would make it only at the first start).

@@ -146,7 +146,7 @@ fn make_station(dir: &Path, k: u64, sessions: u64, seed: &(String, String)) -> P
     let db = dir.join(format!("station-{k:02}.db"));
     let store = empathic::store::Store::open(&db).expect("a station store");
     let tx = store
-        .connection()
+        .connection_for_tests()
         .unchecked_transaction()
         .expect("a transaction");
     for d in 0..sessions {

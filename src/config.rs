@@ -152,9 +152,32 @@ pub struct SyncConfig {
     pub collectors: Vec<String>,
 }
 
+/// Which optional tables a session record carries (`[sync]` `window_features`,
+/// `transcripts`, `frame_features`), as the station's config last said; kept in the store
+/// (`sync_settings`) so every writer of a record (the pipeline, recovery at open, a backfill)
+/// sees the same choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct SyncContent {
+    pub window_features: bool,
+    pub transcripts: bool,
+    pub frame_features: bool,
+}
+
+impl Default for SyncContent {
+    /// Window features yes (training needs them), transcripts no (a participant's words
+    /// are intimate), per-frame features no (hundreds of MB an hour).
+    fn default() -> Self {
+        Self {
+            window_features: true,
+            transcripts: false,
+            frame_features: false,
+        }
+    }
+}
+
 impl SyncConfig {
-    pub fn content(&self) -> crate::store::sql::outbox::SyncContent {
-        crate::store::sql::outbox::SyncContent {
+    pub fn content(&self) -> SyncContent {
+        SyncContent {
             window_features: self.window_features,
             transcripts: self.transcripts,
             frame_features: self.frame_features,
@@ -450,7 +473,7 @@ impl Default for ModelsConfig {
             dir: default_models_dir(),
             onnxruntime_library: None,
             sentence_encoder: "all-MiniLM-L6-v2".into(),
-            // 160x160: 0.54-0.60x the CPU of 224x224 (README, issue 18); "efficientnet-lite0" is
+            // 160x160: 0.54-0.60x the CPU of 224x224 (docs/performance.md, issue 18); "efficientnet-lite0" is
             // the same weights at 224.
             appearance_encoder: "efficientnet-lite0-160".into(),
             appearance_input: crate::features::appearance::AppearanceInput::Face,
@@ -631,7 +654,7 @@ impl Config {
             ("face.cy", self.face.cy),
         ] {
             if let Some(v) = v {
-                crate::features::face::pose::check_intrinsic(field, v)
+                crate::session::manifest::check_intrinsic(field, v)
                     .map_err(|m| invalid(field, m))?;
             }
         }

@@ -51,7 +51,7 @@ pub fn replay(
         config,
         speed,
         replace,
-        progress: progress.clone(),
+        progress: Arc::new(super::Bar(progress.clone())),
     };
     let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);
     progress.finish_and_clear();
@@ -234,7 +234,7 @@ impl Bank {
 
     fn load(config: &Config, store: &Store) -> Result<Self, Failure> {
         let model = config.models.sentence_encoder.clone();
-        let index = StoryIndex::load(store, &model).map_err(fail)?;
+        let index = stories::load_index(store, &model).map_err(fail)?;
         let encoder = ModelFiles::open(config)?.sentence_encoder(&model)?;
         Ok(Bank { index, encoder })
     }
@@ -458,7 +458,7 @@ pub fn evaluate(
             }
             if !calibrated {
                 warnings.push(
-                    "uncalibrated: a zero-shot map from cosine to the 1-5 scale, fitted to no ratings (README, \"Empathy prediction\")"
+                    "uncalibrated: a zero-shot map from cosine to the 1-5 scale, fitted to no ratings (docs/prediction.md, \"Empathy prediction\")"
                         .to_string(),
                 );
             }

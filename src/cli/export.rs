@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use super::{fail, Failure};
 use crate::exit::ExitKind;
-use crate::store::sql::export::ExportModality;
+use crate::store::ExportModality;
 use crate::store::Store;
 
 /// Format version of the export.
@@ -63,7 +63,7 @@ struct WindowLine<'a> {
     session_id: &'a str,
     participant_id: Option<&'a str>,
     #[serde(flatten)]
-    window: &'a crate::store::sql::export::ExportWindow,
+    window: &'a crate::store::ExportWindow,
 }
 
 /// What was exported.
@@ -247,7 +247,7 @@ pub fn export_windows(
                         )
                     })?
                     .remove(0);
-                embedded.push(crate::store::sql::stories::StoredEmbedding {
+                embedded.push(crate::store::StoredEmbedding {
                     story_id,
                     title,
                     dims: vec.len(),
@@ -295,7 +295,7 @@ fn write_npy(path: &Path, write: &dyn WriteNpy) -> Result<u64, Failure> {
 
 /// Writes `stories/<encoder>.npy` and `.jsonl`; returns the bytes written.
 fn write_story_bank(
-    stories: &[crate::store::sql::stories::StoredEmbedding],
+    stories: &[crate::store::StoredEmbedding],
     encoder: &str,
     dir: &Path,
 ) -> Result<u64, Failure> {

@@ -87,6 +87,21 @@ pub fn progress_bar(unit: &str) -> ProgressBar {
     bar
 }
 
+/// A run's progress drawn as a bar (hidden when stderr is no terminal).
+pub struct Bar(pub ProgressBar);
+
+impl crate::runtime::pipeline::Progress for Bar {
+    fn set_total(&self, frames: u64) {
+        self.0.set_length(frames);
+    }
+    fn advance(&self, frames: u64) {
+        self.0.inc(frames);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
 /// The session database a command uses: `--db`, else `store.db_path` from the config.
 pub fn db_path(db: Option<PathBuf>, config: &Config) -> PathBuf {
     db.unwrap_or_else(|| config.store.db_path.clone())

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::commands::load_config;
 use super::{db_path, fail, open_existing_store, print_json, Failure};
 use crate::exit::ExitKind;
-use crate::store::sql::outbox;
 use crate::sync::{parse_broker, publish, SyncError, SyncOptions};
 
 /// Flags over the config's `[sync]` and `[station]`.
@@ -58,19 +57,7 @@ pub fn push(
         store
             .set_sync_content(&config.sync.content())
             .map_err(fail)?;
-        let tx = store.connection().unchecked_transaction().map_err(|e| {
-            (
-                ExitKind::Runtime,
-                format!("cannot backfill the outbox: {e}"),
-            )
-        })?;
-        let n = outbox::backfill(&tx).map_err(fail)?;
-        tx.commit().map_err(|e| {
-            (
-                ExitKind::Runtime,
-                format!("cannot backfill the outbox: {e}"),
-            )
-        })?;
+        let n = store.outbox().backfill().map_err(fail)?;
         eprintln!("sync: {n} session(s) stored before the outbox enqueued");
     }
     drop(store);
@@ -137,7 +124,7 @@ pub fn push(
 pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let store = open_existing_store(&db_path(db, &config))?;
-    let s = outbox::status(store.connection()).map_err(fail)?;
+    let s = store.outbox().status().map_err(fail)?;
     if json {
         print_json(&s)?;
     } else {
@@ -222,18 +209,12 @@ pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<Exi
     let config = load_config(config)?;
     stop_live_session_of(id, &config)?;
     let store = open_existing_store(&db_path(db, &config))?;
-    let tx = store
-        .connection()
-        .unchecked_transaction()
-        .map_err(|e| (ExitKind::Runtime, format!("cannot purge: {e}")))?;
-    let Some(sessions) = outbox::purge_participant(&tx, id).map_err(fail)? else {
+    let Some(sessions) = store.purge_participant(id).map_err(fail)? else {
         return Err((
             ExitKind::BadInput,
             format!("no participant `{id}` in {}", store.path().display()),
         ));
     };
-    tx.commit()
-        .map_err(|e| (ExitKind::Runtime, format!("cannot purge: {e}")))?;
     let recordings = crate::session::record::delete_recordings_of(&config.recording.dir, id)
         .map_err(|e| {
             (

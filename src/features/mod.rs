@@ -15,6 +15,7 @@
 pub mod acoustic;
 pub mod appearance;
 pub mod face;
+pub mod retrieval;
 pub mod signal;
 pub mod text;
 

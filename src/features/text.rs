@@ -201,7 +201,7 @@ pub struct TextStage {
 
 /// Retrieval of stories from the bank for what the participant shares, while they share.
 struct Retrieval {
-    index: crate::stories::StoryIndex,
+    index: super::retrieval::StoryIndex,
     k: usize,
     /// Stories the participant saw in earlier sessions: never retrieved again.
     exclude: Vec<String>,
@@ -244,7 +244,7 @@ impl TextStage {
     /// after each such utterance.
     pub fn set_retrieval(
         &mut self,
-        index: crate::stories::StoryIndex,
+        index: super::retrieval::StoryIndex,
         k: usize,
         exclude: Vec<String>,
     ) {
@@ -315,7 +315,7 @@ impl TextStage {
                 text,
             } = &e.kind
             {
-                let input = crate::stories::presented_text(title, text);
+                let input = super::retrieval::presented_text(title, text);
                 let v = self
                     .encoder
                     .embed(&[input.as_str()])?

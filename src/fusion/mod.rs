@@ -22,7 +22,6 @@ pub mod zero_shot;
 use std::collections::BTreeMap;
 
 use crate::session::Phase;
-use crate::store::rows::PredictionRow;
 use crate::windows::{ModalityId, ModalityLayout, Window};
 
 /// Errors of a predictor.
@@ -125,6 +124,28 @@ pub struct Representation {
 }
 
 /// A fusion model or rule: window in, representation out.
+/// One prediction: a window's empathy toward one story in play, by one predictor. The
+/// runtime hands it to the store (`store::rows::PredictionRow` is its stored form).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    pub window_index: u64,
+    pub predictor: String,
+    pub story_id: String,
+    /// Retrieved from the bank while the participant shared (not yet shown), else shown.
+    pub retrieved: bool,
+    /// Cosine between the window's representation and the story's embedding.
+    pub raw_cosine: f64,
+    /// On the 1-5 rating scale, after `calibration`.
+    pub score: f64,
+    /// `population` (the predictor's map) or a per-participant map.
+    pub calibration: String,
+    /// The predictor's modality subset.
+    pub modalities: Vec<String>,
+    /// Per modality of the subset, the share of the window's frames present.
+    pub coverage: BTreeMap<String, f64>,
+    pub synthetic: bool,
+}
+
 pub trait Predictor: Send {
     /// Stored in `predictions.predictor`.
     fn id(&self) -> &str;
@@ -267,14 +288,14 @@ impl FusionStage {
     /// The rows for one window: per predictor whose phases include the window's, and per
     /// story in play, the cosine and its calibrated score. Empty when the window is outside
     /// those phases, has no story in play, or lacks the predictor's modalities.
-    pub fn predict(&mut self, window: &Window) -> Vec<PredictionRow> {
+    pub fn predict(&mut self, window: &Window) -> Vec<Prediction> {
         self.predict_batch(&[window])
     }
 
     /// Predictions for `windows`, in the order `predict` would give them one by one: per
     /// window, per predictor, per story. Each predictor sees the windows of its phases with
     /// stories in play in one `represent_batch` call.
-    pub fn predict_batch(&mut self, windows: &[&Window]) -> Vec<PredictionRow> {
+    pub fn predict_batch(&mut self, windows: &[&Window]) -> Vec<Prediction> {
         let layout = &self.layout;
         let mut reps: Vec<Vec<Option<Representation>>> = Vec::new();
         for (c, _) in &mut self.predictors {
@@ -314,7 +335,7 @@ impl FusionStage {
                     let score = relative
                         .and_then(|b| b.score(&rep.z, cos))
                         .unwrap_or_else(|| in_use.map.score(cos));
-                    rows.push(PredictionRow {
+                    rows.push(Prediction {
                         window_index: window.index,
                         predictor: c.predictor.id().to_string(),
                         story_id: story.story_id.clone(),

@@ -137,7 +137,7 @@ pub struct ReplaySummary {
     /// Wall time of the whole replay, set-up included.
     pub elapsed_secs: f64,
     /// Of it, the set-up before the sources open: the store, the session folder and every
-    /// model. A fixed cost per session (README, "Performance", gives the measured figures):
+    /// model. A fixed cost per session (docs/performance.md gives the measured figures):
     /// it weighs on a 30 s clip's replay, not on an hour-long session's.
     pub setup_secs: f64,
     pub speed: String,
@@ -332,7 +332,7 @@ pub fn render_session_list(sessions: &[crate::store::SessionSummary]) -> String 
 
 /// One line on what a central database holds of a session: what its record carried and
 /// what never leaves the station.
-pub fn synced_summary(c: &crate::store::sql::outbox::SyncContent) -> String {
+pub fn synced_summary(c: &crate::config::SyncContent) -> String {
     let mut carried =
         vec!["session, phases, stories, ratings, surveys, windows, predictions".to_string()];
     let mut not = vec!["the raw event log".to_string()];

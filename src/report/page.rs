@@ -13,9 +13,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+pub use super::plots::esc;
 use super::plots::{self, Backdrop, Lane, Marker, Series, PALETTE};
 use super::verdict::{self, Verdict};
-use crate::store::sql::export::ExportModality;
+use crate::store::ExportModality;
 use crate::store::{SessionDetail, Store, StoreError};
 
 /// The section headings of a session page, in order.
@@ -58,14 +59,6 @@ pub enum PageError {
         id: String,
         path: std::path::PathBuf,
     },
-}
-
-/// HTML-escapes text.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 const CSS: &str = "
@@ -381,8 +374,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     if series.is_empty() {
         note(&mut out, "No predictions were stored for this session (prediction off, no story in play in a predicted phase, or the session stopped before).");
     } else {
-        let mut by_predictor: BTreeMap<&str, Vec<&crate::store::sql::report::PredictionPoint>> =
-            BTreeMap::new();
+        let mut by_predictor: BTreeMap<&str, Vec<&crate::store::PredictionPoint>> = BTreeMap::new();
         for p in &series {
             by_predictor.entry(&p.predictor).or_default().push(p);
         }

@@ -15,6 +15,14 @@ use plotters::style::FontStyle;
 pub const MAX_POINTS: usize = 1200;
 const WIDTH: u32 = 900;
 
+/// HTML-escapes text (the page's and the legends').
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 /// The palette (colour-blind safe, Okabe-Ito), cycled over series.
 pub const PALETTE: [RGBColor; 8] = [
     RGBColor(0, 114, 178),
@@ -118,7 +126,7 @@ pub fn legend_html(series: &[Series]) -> String {
             };
             format!(
                 "<span class=\"key\"><span style=\"color:#{r:02x}{g:02x}{b:02x}\">{mark}</span> {}</span>",
-                super::page::esc(&s.label)
+                esc(&s.label)
             )
         })
         .collect();

@@ -2,8 +2,9 @@
 //!
 //! Contract: [`pipeline::run`] is the one thread graph every run goes through, whatever
 //! its sources; [`stages::Stages`] sets up the stages and their modality layout; front
-//! ends open their sources and the session row around it: [`replay::replay`] for a
-//! recorded folder (a live front end will be the other). [`WriterThread`] runs the store
+//! ends open their sources and hand the session's sequence (set-up from the store, writer,
+//! begin, run, close or fail) to [`sequence`]: [`replay::replay`] for a recorded folder,
+//! [`live`] for the station's devices and control socket. [`WriterThread`] runs the store
 //! writer actor on its own named thread. Queues are bounded with a written overflow policy
 //! ([`queues`]).
 //!
@@ -14,6 +15,7 @@ pub mod live;
 pub mod pipeline;
 pub mod queues;
 pub mod replay;
+pub mod sequence;
 pub mod stages;
 
 use std::path::Path;

@@ -28,7 +28,6 @@ use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, select};
-use indicatif::ProgressBar;
 
 use super::queues::{policy_queue, Overflow, PolicyReceiver, PolicySender};
 use super::stages::{AudioStageSlot, FrameStageSlot, Stages};
@@ -48,7 +47,7 @@ use crate::features::{AudioRow, FrameContext, FrameStage};
 use crate::report::{ModalityPresence, QualityInputs, QualityReport};
 use crate::session::events::{phase_at, phase_spans, PhaseSpan};
 use crate::session::{Event, EventKind};
-use crate::store::rows::WindowRow;
+use crate::store::rows::{PredictionRow, WindowRow};
 use crate::store::StoreWriter;
 use crate::windows::align::AudioPool;
 use crate::windows::quality::QualitySources;
@@ -127,7 +126,12 @@ impl PredictWindows {
             return Ok(());
         }
         let refs: Vec<&Window> = self.held.iter().collect();
-        let rows = self.stage.predict_batch(&refs);
+        let rows: Vec<PredictionRow> = self
+            .stage
+            .predict_batch(&refs)
+            .into_iter()
+            .map(stored_prediction)
+            .collect();
         tracing::trace!(
             windows = refs.len(),
             predictions = rows.len(),
@@ -135,6 +139,22 @@ impl PredictWindows {
         );
         self.held.clear();
         Ok(self.writer.predictions(rows)?)
+    }
+}
+
+/// A prediction in its stored form.
+fn stored_prediction(p: crate::fusion::Prediction) -> PredictionRow {
+    PredictionRow {
+        window_index: p.window_index,
+        predictor: p.predictor,
+        story_id: p.story_id,
+        retrieved: p.retrieved,
+        raw_cosine: p.raw_cosine,
+        score: p.score,
+        calibration: p.calibration,
+        modalities: p.modalities,
+        coverage: p.coverage,
+        synthetic: p.synthetic,
     }
 }
 
@@ -157,6 +177,23 @@ impl WindowConsumer for PredictWindows {
     }
 }
 
+/// How a run reports how far it got: the frames it stored, and their total when the
+/// source declares one. The commands draw it (a progress bar on a terminal, `cli/`); the
+/// runtime only counts.
+pub trait Progress: Send + Sync {
+    /// The number of frames the run will store, when known.
+    fn set_total(&self, _frames: u64) {}
+    /// `frames` more stored.
+    fn advance(&self, _frames: u64) {}
+    /// The run ended (whatever its outcome).
+    fn finish(&self) {}
+}
+
+/// Reports nothing (live sessions, tests).
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
 /// Where a run's results go.
 pub struct Sinks {
     pub writer: StoreWriter,
@@ -169,8 +206,8 @@ pub struct PipelineOptions {
     /// What a full captured-video queue does: replay blocks, live drops the oldest.
     pub video_overflow: Overflow,
     pub pacer: Pacer,
-    /// Advanced by one per stored frame (hidden when nobody watches).
-    pub progress: ProgressBar,
+    /// Advanced by one per stored frame.
+    pub progress: std::sync::Arc<dyn Progress>,
     /// SCHED_FIFO priority asked for the capture threads (live; 0: normal priority).
     pub realtime_priority: u8,
     /// How far behind the capture the event source may be known (live: the transcript
@@ -381,7 +418,7 @@ pub fn run(
     let stopped_early = AtomicBool::new(false);
     let figures = Figures::default();
     let pacer = opts.pacer;
-    let progress = &opts.progress;
+    let progress = opts.progress.as_ref();
     let opts_events_lag_ns = opts.events_lag_ns;
 
     let result = std::thread::scope(|scope| -> Result<_, RunError> {
@@ -524,7 +561,7 @@ pub fn run(
             .unwrap_or(0);
         Err(errors.swap_remove(cause))
     });
-    progress.finish_and_clear();
+    progress.finish();
     let (video_queue_drops, events, video_done, audio_done, align_done, modality_presence) =
         result?;
 
@@ -936,7 +973,7 @@ fn align_windows(
     period_ns: f64,
     writer: &StoreWriter,
     consumers: Vec<PolicySender<Arc<Window>>>,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
     figures: &Figures,
     latency_from: Option<(&dyn Clock, Nanos)>,
 ) -> Result<AlignDone, RunError> {
@@ -956,7 +993,7 @@ fn align_windows(
             }
             writer.frame(record.clone())?;
             frames += 1;
-            progress.inc(1);
+            progress.advance(1);
             if let Some(mut w) = assembler.push(record) {
                 // Decided now, from the phase events known (all up to the last frame's start).
                 w.phase = phase_at(phases, w.mid_ns());

@@ -1,10 +1,10 @@
 //! Replay: the front end that runs a recorded session folder through the pipeline.
 //!
 //! Contract: [`replay`] opens the store (recovering abandoned sessions), reads the session
-//! folder, sets up the stages, writes the session row, builds the recorded sources (video
-//! file, WAV file, `events.jsonl`) and calls [`pipeline::run`], then closes the session
-//! `complete`, or `incomplete` when stopped, or `failed` with the reason when its input
-//! turns out bad (partial frames and windows are then removed, the reason kept). Replays
+//! folder and builds the recorded sources (video file, WAV file, `events.jsonl`); the
+//! session's sequence around [`pipeline::run`] is [`super::sequence`]'s: the session is
+//! closed `complete`, or `incomplete` when stopped, or `failed` with the reason when its
+//! input turns out bad (partial frames and windows are then removed, the reason kept). Replays
 //! never drop data: every queue blocks when full, so two replays of one session store
 //! identical frames and windows whatever the machine's load.
 
@@ -13,12 +13,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use indicatif::ProgressBar;
-
-use super::pipeline::{self, PipelineOptions, Sinks, Sources};
+use super::pipeline::{self, PipelineOptions, Progress, Sinks, Sources};
 use super::queues::Overflow;
+use super::sequence::{prepare_session, SessionWriter};
 use super::stages::Stages;
-use super::{RunError, WriterThread};
+use super::RunError;
 use crate::capture::absent::{AbsentAudio, AbsentVideo};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::camera::MjpegFileSource;
@@ -31,12 +30,11 @@ use crate::features::face::pose::IntrinsicsArgs;
 use crate::report::ReplaySummary;
 use crate::session::manifest::RecordingState;
 use crate::session::{RecordedSession, SessionError};
-use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
-use crate::store::{Store, StoreWriter};
-use crate::stories::StoryIndex;
+use crate::store::rows::{SessionSource, SessionStart};
+use crate::store::Store;
 
 /// What to replay and how.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ReplayOptions {
     pub session_dir: PathBuf,
     pub db_path: PathBuf,
@@ -45,7 +43,7 @@ pub struct ReplayOptions {
     /// Replace a session already stored complete under the same id.
     pub replace: bool,
     /// Advanced by one per stored frame; its length is set to the video's declared frames.
-    pub progress: ProgressBar,
+    pub progress: std::sync::Arc<dyn Progress>,
 }
 
 /// Replays one session. On error the session row (when one could be written) says
@@ -62,8 +60,7 @@ pub fn replay(
     // connection, never in a transaction while the writer works (WAL).
     let store = Store::open_with(&opts.db_path, (&config.store).into())?;
     store.set_sync_content(&config.sync.content())?;
-    let writer_thread = WriterThread::spawn(&opts.db_path, &config.store)?;
-    let writer = writer_thread.writer()?.clone();
+    let sessions = SessionWriter::start(&opts.db_path, &config.store, SessionSource::Replay)?;
     let session = match RecordedSession::open(
         &opts.session_dir,
         &config.station.id,
@@ -78,14 +75,14 @@ pub fn replay(
             let is_session = !matches!(e, SessionError::NotAFolder { .. })
                 && crate::session::manifest::check_id("session_id", &id).is_ok();
             if is_session {
-                record_failure(&writer, &id, &config.station.id, &e.to_string());
+                sessions.record_failure(&id, &config.station.id, &e.to_string());
             }
             return Err(e.into());
         }
     };
     let m = &session.manifest;
     let fail = |e: RunError| -> RunError {
-        record_failure(&writer, &m.session_id, &m.station_id, &e.to_string());
+        sessions.record_failure(&m.session_id, &m.station_id, &e.to_string());
         e
     };
     let mut stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
@@ -98,32 +95,30 @@ pub fn replay(
         m.start_time.as_deref(),
     )
     .map_err(fail)?;
-    writer
-        .begin(SessionStart {
-            id: m.session_id.clone(),
-            station_id: m.station_id.clone(),
-            participant_id: m.participant_id.clone(),
-            source: SessionSource::Replay,
-            source_path: Some(display_path(&opts.session_dir)),
-            format_version: Some(m.format_version),
-            start_time: m.start_time.clone(),
-            nominal_fps: m.nominal_fps,
-            layout: stages.layout.clone(),
-            replace: opts.replace,
-        })
-        .map_err(RunError::from)?;
+    sessions.begin(SessionStart {
+        id: m.session_id.clone(),
+        station_id: m.station_id.clone(),
+        participant_id: m.participant_id.clone(),
+        source: SessionSource::Replay,
+        source_path: Some(display_path(&opts.session_dir)),
+        format_version: Some(m.format_version),
+        start_time: m.start_time.clone(),
+        nominal_fps: m.nominal_fps,
+        layout: stages.layout.clone(),
+        replace: opts.replace,
+    })?;
     let setup_secs = started.elapsed().as_secs_f64();
     tracing::info!(session = %m.session_id, dir = %opts.session_dir.display(), setup_secs, "replay started");
 
     let sources = open_sources(&session, config).map_err(fail)?;
     if let Some(n) = sources.video.info().declared_frames {
-        opts.progress.set_length(n);
+        opts.progress.set_total(n);
     }
-    let outcome = pipeline::run(
+    let run = pipeline::run(
         stages,
         sources,
         Sinks {
-            writer: writer.clone(),
+            writer: sessions.writer()?.clone(),
             window_consumers: Vec::new(),
         },
         config,
@@ -140,12 +135,10 @@ pub fn replay(
         },
         clock,
         &stop,
-    )
-    .map_err(fail)?;
-    let (status, reason) = if outcome.stopped {
-        (
-            EndStatus::Incomplete,
-            Some(format!(
+    );
+    let ended = sessions.end(&m.session_id, &m.station_id, run, |outcome| {
+        outcome.stopped.then(|| {
+            format!(
                 "stopped by a signal after {:.1} s of the session; everything computed until then is stored{}",
                 outcome.duration_ns as f64 / 1e9,
                 if opts.replace {
@@ -153,19 +146,16 @@ pub fn replay(
                 } else {
                     ""
                 }
-            )),
-        )
-    } else {
-        (EndStatus::Complete, None)
-    };
-    close_session(&writer, &outcome, status, reason.clone()).map_err(fail)?;
-    drop(writer);
-    writer_thread.close()?;
+            )
+        })
+    })?;
+    sessions.close()?;
+    let outcome = ended.outcome;
     tracing::info!(session = %m.session_id, frames = outcome.frames, windows = outcome.windows, "replay finished");
     Ok(ReplaySummary {
         session_id: m.session_id.clone(),
-        status: status.as_str().to_string(),
-        status_reason: reason,
+        status: ended.status.as_str().to_string(),
+        status_reason: ended.reason,
         db_path: display_path(&opts.db_path),
         frames: outcome.frames,
         windows: outcome.windows,
@@ -176,76 +166,6 @@ pub fn replay(
         quality: outcome.quality,
         predictions: store.session_predictions(&m.session_id)?,
     })
-}
-
-/// Closes a session that ran to the end of its sources (or was stopped): its counts, its
-/// quality report and how it ended. Replay and live both.
-pub(super) fn close_session(
-    writer: &StoreWriter,
-    outcome: &super::pipeline::Outcome,
-    status: EndStatus,
-    reason: Option<String>,
-) -> Result<(), RunError> {
-    let quality_json = serde_json::to_string(&outcome.quality).map_err(|e| RunError::Thread {
-        thread: "main".into(),
-        message: format!("cannot encode the quality report: {e}"),
-    })?;
-    writer.finish(SessionEnd {
-        status,
-        reason,
-        frames: outcome.frames,
-        windows: outcome.windows,
-        duration_ns: outcome.duration_ns,
-        quality_json,
-    })?;
-    Ok(())
-}
-
-/// Sets up what a session's stages need from the store: the stories the bank offers while
-/// the participant shares (leaving out those they saw before), and each predictor's
-/// per-participant calibration from their earlier sessions only. Replay and live both.
-pub(super) fn prepare_session(
-    stages: &mut Stages,
-    store: &Store,
-    config: &Config,
-    participant: Option<&str>,
-    session_id: &str,
-    start_time: Option<&str>,
-) -> Result<(), RunError> {
-    // The bank, read once: the zero-shot map is relative to it (fusion::zero_shot::BankRelative)
-    // and retrieval draws from it.
-    let bank = stages
-        .fusion
-        .is_some()
-        .then(|| StoryIndex::load(store, &config.models.sentence_encoder));
-    if let (Some(fusion), Some(Ok(index))) = (stages.fusion.as_mut(), &bank) {
-        let (vectors, dims) = index.vectors();
-        fusion.set_story_bank(vectors, dims);
-    }
-    if let Some(bank) = bank.filter(|_| config.fusion.retrieve_k > 0) {
-        match bank {
-            Ok(index) => {
-                let seen = match participant {
-                    Some(p) => store.stories_seen_before(p, session_id, start_time)?,
-                    None => Vec::new(),
-                };
-                stages
-                    .text
-                    .1
-                    .set_retrieval(index, config.fusion.retrieve_k, seen);
-            }
-            Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
-        }
-    }
-    if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), participant) {
-        for id in fusion.predictor_ids() {
-            let pairs = store.calibration_pairs(participant, &id, session_id, start_time)?;
-            if let Some(label) = fusion.calibrate(&id, &pairs) {
-                tracing::info!(predictor = %id, participant = %participant, "calibrated on {} earlier rated stories ({label})", pairs.len());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The recorded folder's media and events as pipeline sources. The first video frame is
@@ -317,22 +237,4 @@ fn display_path(p: &Path) -> String {
         .unwrap_or_else(|_| p.to_path_buf())
         .display()
         .to_string()
-}
-
-/// Marks a session failed; a failure to do so is logged (the original error is what the
-/// user needs to see, and is returned by the caller).
-fn record_failure(writer: &StoreWriter, id: &str, station_id: &str, reason: &str) {
-    // A lock held elsewhere or a full disk may clear: try a few times (each attempt waits
-    // up to the busy timeout), so the row does not stay `running` with no reason.
-    let mut last = None;
-    for attempt in 0..3u64 {
-        match writer.fail(id, station_id, SessionSource::Replay, reason) {
-            Ok(()) => return,
-            Err(e) => last = Some(e),
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200 * (attempt + 1)));
-    }
-    if let Some(e) = last {
-        tracing::error!(session = id, "could not mark the session failed: {e}");
-    }
 }

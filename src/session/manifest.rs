@@ -24,7 +24,33 @@ pub struct CameraIntrinsics {
     pub cy: f64,
 }
 
+/// Refuses a focal length or principal point coordinate that is not finite or not within
+/// 1 to 100,000 pixels (no camera a station uses is outside; 1e-300 or 1e308 poison the
+/// pose fit with NaN and infinity).
+pub fn check_intrinsic(field: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && (1.0..=100_000.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field} must be a number of pixels between 1 and 100000, got {v}"
+        ))
+    }
+}
+
 impl CameraIntrinsics {
+    /// Checks each value with [`check_intrinsic`].
+    pub fn check(&self) -> Result<(), String> {
+        for (field, v) in [
+            ("fx", self.fx),
+            ("fy", self.fy),
+            ("cx", self.cx),
+            ("cy", self.cy),
+        ] {
+            check_intrinsic(field, v)?;
+        }
+        Ok(())
+    }
+
     /// OpenFace's default for a camera without calibration: fx = fy = 500 * width / 640,
     /// principal point at the image centre.
     pub fn default_for(width: u32, height: u32) -> Self {
@@ -38,7 +64,7 @@ impl CameraIntrinsics {
     }
 }
 
-/// `session.json` as written in the file. See the README's "Recorded-session format".
+/// `session.json` as written in the file. See docs/formats.md.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionManifestFile {
@@ -231,9 +257,7 @@ impl SessionManifest {
             )));
         }
         if let Some(c) = &self.camera {
-            crate::features::face::pose::IntrinsicsArgs::from(*c)
-                .check(None)
-                .map_err(|m| bad(format!("camera: {m}")))?;
+            c.check().map_err(|m| bad(format!("camera: {m}")))?;
         }
         // An hour either way: more is no recording of one session.
         if self.audio_offset_ms.unsigned_abs() > MAX_AUDIO_OFFSET_MS {

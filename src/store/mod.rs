@@ -10,9 +10,12 @@
 //! - Reads ([`Store::list_sessions`], [`Store::session_detail`]) use their own connection and
 //!   never block the writer (WAL).
 
+pub mod central;
+pub mod outbox;
+pub mod replica;
 pub mod rows;
 pub mod schema;
-pub mod sql;
+mod sql;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +25,9 @@ use serde::Serialize;
 
 use crate::exit::{Classify, ExitKind};
 
+pub use sql::export::{ExportModality, ExportWindow};
+pub use sql::report::PredictionPoint;
+pub use sql::stories::StoredEmbedding;
 pub use writer::StoreWriter;
 
 /// Errors of the session store.
@@ -378,7 +384,7 @@ pub struct SessionDetail {
     /// In a central database: which optional tables the session's record carried (the
     /// rest, and the raw event log, were never synced here). `None` on a station's own
     /// database, which holds everything it stored.
-    pub synced_content: Option<sql::outbox::SyncContent>,
+    pub synced_content: Option<crate::config::SyncContent>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -516,7 +522,7 @@ impl Store {
     }
 
     /// Records what session records carry from now on (`[sync]` switches).
-    pub fn set_sync_content(&self, content: &sql::outbox::SyncContent) -> Result<(), StoreError> {
+    pub fn set_sync_content(&self, content: &crate::config::SyncContent) -> Result<(), StoreError> {
         sql::outbox::set_content(&self.conn, content)
     }
 
@@ -922,7 +928,10 @@ impl Store {
 
     /// In a central database, which optional tables session `id`'s record carried; `None`
     /// on a station's database (or one from before the table existed, read read-only).
-    pub fn synced_content(&self, id: &str) -> Result<Option<sql::outbox::SyncContent>, StoreError> {
+    pub fn synced_content(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::config::SyncContent>, StoreError> {
         let has_table: bool = self
             .conn
             .query_row(
@@ -952,8 +961,16 @@ impl Store {
         ExportReads(&self.conn)
     }
 
-    /// The connection, for tests and tools that query directly.
-    pub fn connection(&self) -> &Connection {
+    /// The connection: the store's own modules only (`sql`, the outbox, the central
+    /// database); everything else goes through the store's methods.
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The connection, for the integration tests' and benchmarks' raw checks of what was
+    /// stored. Nothing under `src/` calls it (`tests/architecture.rs` checks).
+    #[doc(hidden)]
+    pub fn connection_for_tests(&self) -> &Connection {
         &self.conn
     }
 
@@ -961,7 +978,7 @@ impl Store {
     /// `model` in one transaction.
     pub fn import_stories(
         &mut self,
-        stories: &[crate::stories::Story],
+        stories: &[rows::Story],
         vectors: &[Vec<f32>],
         model: &str,
     ) -> Result<(), StoreError> {

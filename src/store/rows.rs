@@ -233,3 +233,14 @@ mod tests {
         assert_eq!(row.modalities[1].present_frames, 2);
     }
 }
+
+/// One story of the bank, as written in a bank file and stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Story {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+    pub source: String,
+    pub licence: String,
+}

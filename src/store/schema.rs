@@ -31,7 +31,7 @@ ALTER TABLE story_exposures ADD COLUMN shown_text TEXT;
 "#;
 
 /// Version 7: in a central database (the collector's, or the snapshot of a PostgreSQL one),
-/// which optional tables each session's applied record carried (`sql::outbox::SyncContent`
+/// which optional tables each session's applied record carried (`config::SyncContent`
 /// as JSON), so readers say "not synced to this database" instead of showing nothing as
 /// zero. A station's own database leaves it empty: it holds everything it stored.
 const V7: &str = r#"
@@ -56,7 +56,7 @@ CREATE TABLE outbox_receipts (
 "#;
 
 /// Version 5: what a station's session records carry (`[sync]` switches, see
-/// `sql::outbox::SyncContent`), as the config last said.
+/// `config::SyncContent`), as the config last said.
 const V5: &str = r#"
 CREATE TABLE sync_settings (
     key   TEXT PRIMARY KEY,

@@ -1,4 +1,4 @@
-//! Study sync, station side: publishes the outbox (`store::sql::outbox`) to an MQTT broker.
+//! Study sync, station side: publishes the outbox (`store::outbox`) to an MQTT broker.
 //!
 //! Contract: each outbox message goes out as one or more chunks (QoS 1) on
 //! `empathic/v1/{study}/{station}/{kind}` (`kind`: `session`, `tombstone`), each chunk a JSON
@@ -12,7 +12,7 @@
 //! published after the collector's commit; with `[sync] collectors` set, only when every
 //! collector named there has sent one): a broker that loses its state can drop what it acknowledged, so
 //! PUBACK alone is not delivery. Anything not yet synced is sent again (same message id)
-//! on the next connection, or after [`outbox::RESEND_AFTER_SECS`] without a receipt, so a
+//! on the next connection, or after [`crate::store::outbox::RESEND_AFTER_SECS`] without a receipt, so a
 //! collector de-duplicates by `message_id` (and answers a duplicate with a receipt again). Every
 //! connection is a fresh client (clean session): the outbox, not the broker, holds what is
 //! still owed, and acknowledgements on a connection can only be for what was sent on it.
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
 
-use crate::store::sql::outbox::{self, Pending};
+use crate::store::outbox::{Outbox, Pending};
 use crate::store::{Store, StoreError};
 
 /// Payload characters per chunk (well under brokers' default packet limits).
@@ -257,7 +257,8 @@ pub fn publish(
     stop: &AtomicBool,
 ) -> Result<SyncOutcome, SyncError> {
     let store = Store::open(db)?;
-    let conn = store.connection();
+    let outbox = store.outbox();
+    let conn = &outbox;
     let started = Instant::now();
     let mut outcome = SyncOutcome::default();
     let mut backoff = Duration::from_millis(500);
@@ -273,7 +274,7 @@ pub fn publish(
             break Ok(outcome);
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
-            let s = outbox::status(conn)?;
+            let s = conn.status()?;
             break Err(SyncError::Timeout {
                 secs: t.as_secs_f64(),
                 attempts,
@@ -294,7 +295,7 @@ pub fn publish(
             Err(Round::Failed(e)) => {
                 attempts += 1;
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "sync: broker connection failed");
-                outbox::set_broker_state(conn, "unreachable", &broker, Some(&e))?;
+                conn.set_broker_state("unreachable", &broker, Some(&e))?;
                 last_error = e;
                 // Exponential backoff with jitter (xorshift; no need for a crypto RNG).
                 jitter_state ^= jitter_state << 13;
@@ -307,7 +308,7 @@ pub fn publish(
             }
             Err(Round::Store(e)) => break Err(e.into()),
             Err(Round::Auth(e)) => {
-                outbox::set_broker_state(conn, "unreachable", &broker, Some(&e.to_string()))?;
+                conn.set_broker_state("unreachable", &broker, Some(&e.to_string()))?;
                 break Err(e);
             }
             Err(Round::TimedOut) => continue,
@@ -319,7 +320,7 @@ pub fn publish(
             Err(e) => ("disconnected", Some(e.to_string())),
         };
         // Best effort: the outcome matters more than the note about it.
-        if let Err(e) = outbox::set_broker_state(conn, state, &broker, error.as_deref()) {
+        if let Err(e) = conn.set_broker_state(state, &broker, error.as_deref()) {
             tracing::warn!(error = %e, "sync: could not record the broker state");
         }
     }
@@ -343,8 +344,8 @@ pub fn describe(e: &rumqttc::ConnectionError) -> String {
 }
 
 /// Nothing left to send and no receipt awaited.
-fn settled(conn: &rusqlite::Connection) -> Result<bool, StoreError> {
-    let s = outbox::status(conn)?;
+fn settled(conn: &Outbox<'_>) -> Result<bool, StoreError> {
+    let s = conn.status()?;
     Ok(s.pending == 0 && s.sent == 0)
 }
 
@@ -371,7 +372,7 @@ impl From<StoreError> for Round {
 
 /// One connection: publish until done (`Ok`), or fail (`Round::Failed`).
 fn connection_round(
-    conn: &rusqlite::Connection,
+    conn: &Outbox<'_>,
     opts: &SyncOptions,
     until_synced: bool,
     stop: &AtomicBool,
@@ -411,8 +412,8 @@ fn connection_round(
         }
     }
     outcome.connections += 1;
-    let connected_at = outbox::now(conn)?;
-    outbox::set_broker_state(conn, "connected", &opts.broker(), None)?;
+    let connected_at = conn.now()?;
+    conn.set_broker_state("connected", &opts.broker(), None)?;
     tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
     let receipts = topic(opts, "receipt");
     client
@@ -435,7 +436,7 @@ fn connection_round(
             return Err(Round::TimedOut);
         }
         if current.is_none() && queue.is_empty() {
-            match outbox::pending(conn, 1, &connected_at)?.pop() {
+            match conn.pending(1, &connected_at)?.pop() {
                 Some(m) => {
                     let chunks = envelopes(&m, opts);
                     let t = topic(opts, &m.kind);
@@ -462,7 +463,7 @@ fn connection_round(
                 acked += 1;
                 if let Some((m, done_at)) = &current {
                     if acked >= *done_at && queue.is_empty() {
-                        outbox::mark_sent(conn, m.seq)?;
+                        conn.mark_sent(m.seq)?;
                         outcome.published += 1;
                         tracing::debug!(message = %m.message_id, kind = %m.kind, subject = %m.subject, "sync: the broker has it");
                         current = None;
@@ -476,14 +477,9 @@ fn connection_round(
                     Ok(r) => {
                         let by = r.collector.as_deref();
                         let in_flight = current.as_ref().map(|(m, _)| m.message_id.as_str());
-                        match outbox::receipt_matches(
-                            conn,
-                            &r.message_id,
-                            r.sha256.as_deref(),
-                            in_flight,
-                        )? {
+                        match conn.receipt_matches(&r.message_id, r.sha256.as_deref(), in_flight)? {
                             Ok(()) => {
-                                if outbox::mark_synced(conn, &r.message_id, by, &opts.collectors)? {
+                                if conn.mark_synced(&r.message_id, by, &opts.collectors)? {
                                     outcome.confirmed += 1;
                                 }
                             }
@@ -500,7 +496,7 @@ fn connection_round(
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 if let Some((m, _)) = &current {
-                    outbox::note_attempt(conn, m.seq, Some(&e.to_string()))?;
+                    conn.note_attempt(m.seq, Some(&e.to_string()))?;
                 }
                 return Err(Round::Failed(e.to_string()));
             }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use empathic::store::sql::outbox::{Include, RECORD_TABLES};
+use empathic::store::outbox::{Include, RECORD_TABLES};
 
 use super::{empathic, stderr};
 

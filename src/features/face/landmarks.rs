@@ -3,7 +3,7 @@
 //!
 //! Contract: every derived point is a fixed blend of at most two mesh vertices, computed
 //! once from the canonical mesh, so 2D pixels and 3D millimetres are mapped identically.
-//! The mapping (also in README "Facial behaviour"):
+//! The mapping (also in docs/features.md, "Facial behaviour"):
 //! - jaw 0-16: 17 points at equal arc length (on the canonical mesh) along the face oval
 //!   from vertex 127 (subject's right, at eye-corner height) through the chin 152 to 356;
 //! - brows 17-21: 70, 63, 105, 66, 107; 22-26: 336, 296, 334, 293, 300 (upper brow edge);

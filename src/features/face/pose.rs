@@ -33,18 +33,7 @@ pub struct IntrinsicsArgs {
     pub cy: Option<f64>,
 }
 
-/// Refuses a focal length or principal point coordinate that is not finite or not within
-/// 1 to 100,000 pixels (no camera a station uses is outside; 1e-300 or 1e308 poison the
-/// pose fit with NaN and infinity).
-pub fn check_intrinsic(field: &str, v: f64) -> Result<(), String> {
-    if v.is_finite() && (1.0..=100_000.0).contains(&v) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{field} must be a number of pixels between 1 and 100000, got {v}"
-        ))
-    }
-}
+pub use crate::session::manifest::check_intrinsic;
 
 impl IntrinsicsArgs {
     /// Checks every given value with [`check_intrinsic`] and, for an image of

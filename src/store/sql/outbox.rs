@@ -15,6 +15,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{ctx, NOW};
+use crate::config::SyncContent;
 use crate::store::StoreError;
 
 /// The version of the payloads this build writes.
@@ -57,29 +58,6 @@ fn enqueue(
     )
     .map_err(ctx("writing an outbox message"))?;
     Ok(())
-}
-
-/// Which optional tables a session record carries (`[sync]` `window_features`,
-/// `transcripts`, `frame_features`), as the station's config last said; kept in the store
-/// (`sync_settings`) so every writer of a record (the pipeline, recovery at open, a backfill)
-/// sees the same choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct SyncContent {
-    pub window_features: bool,
-    pub transcripts: bool,
-    pub frame_features: bool,
-}
-
-impl Default for SyncContent {
-    /// Window features yes (training needs them), transcripts no (a participant's words
-    /// are intimate), per-frame features no (hundreds of MB an hour).
-    fn default() -> Self {
-        Self {
-            window_features: true,
-            transcripts: false,
-            frame_features: false,
-        }
-    }
 }
 
 /// Writes `value` as JSON under `key` in `sync_settings`.

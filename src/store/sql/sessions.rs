@@ -71,7 +71,7 @@ pub fn delete(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
 pub fn set_synced_content(
     tx: &Transaction<'_>,
     id: &str,
-    content: &super::outbox::SyncContent,
+    content: &crate::config::SyncContent,
 ) -> Result<(), StoreError> {
     let text = serde_json::to_string(content).map_err(|e| StoreError::Encode {
         what: "the synced content",

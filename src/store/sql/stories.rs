@@ -3,9 +3,9 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{ctx, NOW};
+use crate::store::rows::Story;
 use crate::store::rows::{blob_to_vec, vec_to_blob};
 use crate::store::StoreError;
-use crate::stories::Story;
 
 /// Stores each story with its embedding under `model`, in one transaction (an id already
 /// stored is replaced).

@@ -22,20 +22,20 @@
 //!
 //! The station-schema tables (sessions, phases, predictions, window features, ...) follow the
 //! applied records: in SQLite they are written in the same transaction
-//! ([`apply`]), so the central file is read by `sessions`, `report`, `evaluate` and `export`
+//! (`store::replica`), so the central file is read by `sessions`, `report`, `evaluate` and `export`
 //! exactly like a station's; from PostgreSQL the same commands read a snapshot built from
 //! the applied records by the same code ([`Central::read_view`]). Central format version 2
 //! (tables in ARCHITECTURE.md).
 
-pub mod apply;
 mod postgres;
-mod sqlite;
 
 pub use postgres::redacted;
 
 use sha2::{Digest, Sha256};
 
 use super::ENVELOPE_VERSION;
+use crate::store::central::{self, CentralTx, Val};
+use crate::store::replica;
 use crate::store::Store;
 
 /// Largest chunk envelope accepted (the publisher's chunks are far smaller).
@@ -46,51 +46,6 @@ pub const CHUNK_EXPIRY: std::time::Duration = std::time::Duration::from_secs(24 
 /// Bytes of incomplete messages kept per station at most; past it, that station's oldest
 /// incomplete messages are dropped (noted in quarantine).
 pub const CHUNK_BYTES_PER_STATION: i64 = 64 << 20;
-
-/// A value bound to or read from the central database (only integers and text are used,
-/// so both databases agree on every column's type).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Val {
-    Int(Option<i64>),
-    Text(Option<String>),
-}
-
-impl Val {
-    fn text(s: &str) -> Self {
-        Val::Text(Some(s.to_string()))
-    }
-    fn int(&self) -> Option<i64> {
-        match self {
-            Val::Int(i) => *i,
-            Val::Text(_) => None,
-        }
-    }
-    fn into_text(self) -> Option<String> {
-        match self {
-            Val::Text(t) => t,
-            Val::Int(i) => i.map(|i| i.to_string()),
-        }
-    }
-}
-
-/// One transaction on the central database. SQL is written once with `?N` placeholders
-/// (each backend binds them its way).
-pub trait CentralTx {
-    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String>;
-    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String>;
-    /// The station-schema view follows the applied records: session `id`'s rows become
-    /// those of `record` (`None`: removed), whose outbox sequence number is `seq`. An error
-    /// leaves the view as it was.
-    fn set_session(
-        &mut self,
-        id: &str,
-        record: Option<&str>,
-        seq: Option<i64>,
-    ) -> Result<(), String>;
-    /// Removes what is left of a participant in the view once their sessions are gone.
-    fn remove_participant(&mut self, id: &str) -> Result<(), String>;
-    fn commit(self: Box<Self>) -> Result<(), String>;
-}
 
 /// A central database, SQLite or PostgreSQL.
 pub enum Central {
@@ -245,13 +200,13 @@ impl Central {
         if is_postgres(target) {
             postgres::open(target).map(|c| Central::Postgres(Box::new(c), target.to_string()))
         } else {
-            sqlite::open(std::path::Path::new(target)).map(Central::Sqlite)
+            central::open(std::path::Path::new(target)).map(Central::Sqlite)
         }
     }
 
     fn begin(&mut self) -> Result<Box<dyn CentralTx + '_>, String> {
         match self {
-            Central::Sqlite(store) => sqlite::begin(store),
+            Central::Sqlite(store) => store.central_transaction(),
             Central::Postgres(client, url) => {
                 if client.is_closed() {
                     // The server restarted or the connection broke: a new one.
@@ -264,7 +219,7 @@ impl Central {
 
     /// A store with the station schema holding what the central database holds: the file
     /// itself for SQLite; for PostgreSQL, an in-memory snapshot built from the applied
-    /// records (the same [`apply`] as SQLite's collector uses).
+    /// records (the same `store::replica` as SQLite's collector uses).
     pub fn read_view(self) -> Result<Store, String> {
         match self {
             Central::Sqlite(store) => Ok(store),
@@ -559,7 +514,7 @@ fn bound_chunks(tx: &mut dyn CentralTx, station: &str, current: &str) -> Result<
 }
 
 fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {
-    let head = match apply::header(payload) {
+    let head = match replica::header(payload) {
         Ok(h) if h.session_id == env.subject => h,
         Ok(h) => {
             return Ok(Err(format!(
@@ -569,7 +524,7 @@ fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outco
         }
         Err(e) => return Ok(Err(e)),
     };
-    if let Err(e) = apply::check_belongs(payload, &env.station) {
+    if let Err(e) = replica::check_belongs(payload, &env.station) {
         return Ok(Err(e));
     }
     // A withdrawal already received (newer than this record): the data is not kept.

@@ -12,7 +12,7 @@
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Transaction};
 
-use super::{apply, CentralTx, Val};
+use crate::store::central::{CentralTx, Val};
 use crate::store::Store;
 
 const SCHEMA: &str = "
@@ -220,8 +220,6 @@ impl CentralTx for PgTx<'_> {
 
 /// An in-memory store with the station schema holding every applied session record.
 pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
-    let store = Store::open(std::path::Path::new(":memory:"))
-        .map_err(|e| format!("cannot make the snapshot of the central database: {e}"))?;
     let rows = client
         .query(
             "SELECT message_id, payload FROM collect_records
@@ -230,16 +228,5 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
             &[],
         )
         .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
-    let tx = store
-        .connection()
-        .unchecked_transaction()
-        .map_err(|e| format!("cannot make the snapshot: {e}"))?;
-    for r in &rows {
-        let (id, payload): (String, String) = (r.get(0), r.get(1));
-        apply::apply_record(&tx, &payload, None)
-            .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
-    }
-    tx.commit()
-        .map_err(|e| format!("cannot make the snapshot: {e}"))?;
-    Ok(store)
+    Store::from_records(rows.iter().map(|r| (r.get(0), r.get(1))))
 }

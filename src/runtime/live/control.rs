@@ -1,0 +1,336 @@
+//! The control socket: the server side (bind, accept, one thread per client, bounded
+//! lines, idle timeout, answers) and the client side (`request`, used by `empathic ctl`,
+//! `status` and `participant purge`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::capture::control::{parse_request, Request};
+use crate::capture::CaptureError;
+use crate::config::Config;
+use crate::runtime::RunError;
+use crate::session::Event;
+
+use super::session::start_session;
+use super::{current_status, spawn, Service};
+
+/// Control connections served at once.
+pub(super) const MAX_CLIENTS: usize = 16;
+/// A request line longer than this is refused and the connection closed (a story's text is
+/// a few KiB; without a bound, a line without a newline would grow without limit).
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
+/// A connection that sends no complete request for this long is closed (with an answer
+/// saying so), so idle connections cannot hold every slot.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Binds the control socket, replacing a stale one, with the configured mode and group.
+pub(super) fn bind_socket(config: &Config) -> Result<UnixListener, RunError> {
+    let path = &config.live.socket;
+    let err = |message: String| {
+        RunError::Capture(CaptureError::Device {
+            device: format!("control socket {}", path.display()),
+            message,
+        })
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create its folder: {e}")))?;
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(err("another empathic service is listening on it".into()));
+    }
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|e| err(format!("cannot bind: {e}")))?;
+    let mode = u32::from_str_radix(&config.live.socket_mode, 8).unwrap_or(0o660);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| err(format!("cannot set its mode: {e}")))?;
+    if !config.live.socket_group.is_empty() {
+        let gid = group_id(&config.live.socket_group).ok_or_else(|| {
+            err(format!(
+                "no group `{}` in /etc/group",
+                config.live.socket_group
+            ))
+        })?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
+            err(format!(
+                "cannot give it to group `{}`: {e}",
+                config.live.socket_group
+            ))
+        })?;
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| err(e.to_string()))?;
+    Ok(listener)
+}
+
+pub(super) fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
+}
+
+pub(super) fn accept_loop<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    listener: &UnixListener,
+) {
+    while !service.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if service.clients.load(Ordering::SeqCst) >= MAX_CLIENTS as u64 {
+                    let mut s = stream;
+                    let _ = writeln!(s, "{}", error_reply("too many control connections"));
+                    continue;
+                }
+                service.clients.fetch_add(1, Ordering::SeqCst);
+                let started = spawn(scope, "control-client", move || {
+                    serve_client(scope, service, stream);
+                    service.clients.fetch_sub(1, Ordering::SeqCst);
+                });
+                if let Err(e) = started {
+                    service.clients.fetch_sub(1, Ordering::SeqCst);
+                    service.set_error(e.to_string());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                service.set_error(format!("control socket: {e}"));
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+pub(super) fn error_reply(reason: &str) -> String {
+    serde_json::json!({"ok": false, "error": reason}).to_string()
+}
+
+/// What a connection sent next.
+pub(super) enum Incoming {
+    Line(String),
+    Closed,
+    Idle,
+    TooLong,
+    NotUtf8,
+}
+
+/// Reads the next request line (without its newline), at most [`MAX_REQUEST_BYTES`], giving
+/// up after [`IDLE_TIMEOUT`] without one or when the service stops.
+pub(super) fn next_request(reader: &mut BufReader<UnixStream>, stop: &AtomicBool) -> Incoming {
+    use std::io::BufRead as _;
+    let mut bytes = Vec::new();
+    let idle_since = std::time::Instant::now();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Incoming::Closed;
+        }
+        let available = match reader.fill_buf() {
+            Ok([]) => return Incoming::Closed,
+            Ok(buf) => buf,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if idle_since.elapsed() >= IDLE_TIMEOUT {
+                    return Incoming::Idle;
+                }
+                continue;
+            }
+            Err(_) => return Incoming::Closed,
+        };
+        let (take, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        bytes.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if bytes.len() > MAX_REQUEST_BYTES + 1 {
+            return Incoming::TooLong;
+        }
+        if done {
+            bytes.pop();
+            return match String::from_utf8(bytes) {
+                Ok(line) => Incoming::Line(line),
+                Err(_) => Incoming::NotUtf8,
+            };
+        }
+    }
+}
+
+/// What a refused request is logged as: its type and size, never its content (an
+/// utterance carries the participant's words; a huge line would flood the journal).
+pub(super) fn request_summary(line: &str) -> String {
+    let kind = serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v["type"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "unparsed".into());
+    format!("{kind} request, {} bytes", line.len())
+}
+
+/// Answers one connection's requests, a line each, until it closes, idles past
+/// [`IDLE_TIMEOUT`], sends a line past [`MAX_REQUEST_BYTES`], or the service stops. Every
+/// request line gets an answer, a refused one too.
+pub(super) fn serve_client<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    stream: UnixStream,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let Ok(mut out) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let line = match next_request(&mut reader, service.stop) {
+            Incoming::Line(line) => line,
+            Incoming::Closed => return,
+            Incoming::Idle => {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    error_reply(&format!(
+                        "no request for {} s: connection closed",
+                        IDLE_TIMEOUT.as_secs()
+                    ))
+                );
+                return;
+            }
+            Incoming::TooLong => {
+                tracing::warn!("refused: a request line longer than {MAX_REQUEST_BYTES} bytes (connection closed)");
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    error_reply(&format!(
+                        "request longer than {MAX_REQUEST_BYTES} bytes: connection closed"
+                    ))
+                );
+                return;
+            }
+            Incoming::NotUtf8 => {
+                tracing::warn!("refused: a request line that is not UTF-8");
+                if writeln!(out, "{}", error_reply("request is not UTF-8 text")).is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let reply = match parse_request(line.trim()) {
+            Ok(request) => handle(scope, service, request),
+            Err(reason) => Err(reason),
+        };
+        let text = match reply {
+            Ok(mut v) => {
+                v["ok"] = true.into();
+                v.to_string()
+            }
+            Err(reason) => {
+                tracing::warn!(request = %request_summary(line.trim()), "refused: {reason}");
+                error_reply(&reason)
+            }
+        };
+        if writeln!(out, "{text}").is_err() {
+            return;
+        }
+    }
+}
+
+pub(super) fn handle<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    request: Request,
+) -> Result<serde_json::Value, String> {
+    match request {
+        Request::Status => {
+            let status = current_status(service);
+            serde_json::to_value(status).map_err(|e| e.to_string())
+        }
+        Request::StartSession {
+            participant_id,
+            session_id,
+        } => start_session(scope, service, participant_id, session_id),
+        Request::StopSession => {
+            let state = service.state();
+            let r = state.running.as_ref().ok_or("no session is running")?;
+            r.end.store(true, Ordering::SeqCst);
+            let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
+            Ok(serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir}))
+        }
+        Request::Event(kind) => {
+            let mut state = service.state();
+            let r = state.running.as_mut().ok_or("no session is running")?;
+            if r.end.load(Ordering::SeqCst) {
+                return Err("the session is stopping".into());
+            }
+            let now = service.clock.now_ns().saturating_sub(r.start_clock_ns);
+            let t_ns = r.rules.accept(&kind, now)?;
+            let event = Event {
+                t_ns,
+                line: 0,
+                kind,
+            };
+            if let Some(rec) = &r.recording {
+                let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = rec.event(&event) {
+                    // The event still reaches the database; the recording says what it lost.
+                    tracing::error!("{e}");
+                }
+            }
+            let t_ms = event.t_ns / 1_000_000;
+            r.events
+                .send(event)
+                .map_err(|_| "the session's pipeline has stopped".to_string())?;
+            Ok(serde_json::json!({"t_ms": t_ms}))
+        }
+    }
+}
+
+/// Sends one request to a running service and returns its answer line.
+pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
+            socket.display()
+        )
+    })?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    writeln!(stream, "{request}")
+        .map_err(|e| format!("cannot send to {}: {e}", socket.display()))?;
+    let mut line = String::new();
+    BufReader::new(stream)
+        .read_line(&mut line)
+        .map_err(|e| format!("no answer from {}: {e}", socket.display()))?;
+    if line.is_empty() {
+        return Err(format!(
+            "no answer from {}: the service closed the connection",
+            socket.display()
+        ));
+    }
+    serde_json::from_str(&line).map_err(|e| format!("bad answer from {}: {e}", socket.display()))
+}
+
+/// [`request`] for a request that must be answered `ok`: a refusal (say, too many
+/// connections) is an error, not an answer to print.
+pub fn request_ok(socket: &Path, body: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let answer = request(socket, body)?;
+    if answer["ok"] == true {
+        Ok(answer)
+    } else {
+        Err(format!(
+            "the service at {} refused: {}",
+            socket.display(),
+            answer["error"].as_str().unwrap_or("no reason given")
+        ))
+    }
+}

@@ -1,0 +1,369 @@
+//! The live station (`empathic run`): the control socket, the camera and microphone
+//! threads, and one live session at a time through the same [`pipeline::run`] as replay.
+//!
+//! Contract: [`serve`] binds the control socket (mode and group from config), finishes
+//! recordings a crash interrupted, applies the raw-media retention, tells systemd it is
+//! ready (`READY=1`, then `WATCHDOG=1` at half the unit's interval) and answers requests
+//! (`capture::control`) until the stop flag is set. `start_session` (a participant with
+//! consent `given`) loads the stages, opens the session row (`source = live`), starts
+//! recording (when enabled) and runs the pipeline with live sources: camera frames
+//! (drop-oldest queue, counted), microphone blocks (never dropped) and the control
+//! socket's events, held back `live.transcript_wait_ms` for transcripts. Session time 0 is
+//! the `start_session` answer; stamps are whole milliseconds for the first frame and the
+//! first sample of each microphone stretch, then frame-exact and sample-exact, so a replay
+//! of the recording reproduces the live run. A camera or microphone absent or unplugged
+//! never stops the service: its thread retries with backoff (0.25 s to 5 s), the gap shows
+//! as missing frames or an audio discontinuity, and `status` says so. `stop_session`
+//! ends the sources; the session is stored `complete`, the recording `finalised`. A stop
+//! signal mid-session stores it `incomplete` with the reason and still finalises the
+//! recording; SIGKILL leaves both to the next start (the store marks the session
+//! `incomplete`, [`repair_interrupted`] finishes the folder).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::queues::PolicySender;
+use super::RunError;
+use crate::capture::camera::CameraOpener;
+use crate::capture::control::SessionRules;
+use crate::capture::microphone::MicStream;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::session::record::{free_bytes, Recording};
+use crate::session::Event;
+use crate::store::Store;
+use crate::Nanos;
+
+/// Camera buffers waiting for the video-capture thread (the oldest goes when full).
+mod control;
+mod devices;
+mod retention;
+mod session;
+
+use control::{accept_loop, bind_socket};
+use devices::pause;
+use retention::{apply_retention, finish_interrupted_recordings};
+
+pub use control::{request, request_ok, IDLE_TIMEOUT, MAX_REQUEST_BYTES};
+
+/// A device as `status` reports it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceStatus {
+    pub name: String,
+    pub present: bool,
+    /// Why it is not present (or the last error), if anything is wrong.
+    pub problem: Option<String>,
+    /// Times it came back after going away, since the service started.
+    pub reconnects: u64,
+}
+
+/// The running session as `status` reports it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionStatus {
+    pub session_id: String,
+    pub participant_id: String,
+    pub t_ms: u64,
+    pub phase: Option<String>,
+    pub frames_captured: u64,
+    /// Camera buffers dropped before decoding because the pipeline was behind.
+    pub frames_dropped: u64,
+    pub audio_samples: u64,
+    pub audio_samples_lost: u64,
+    pub recording: Option<String>,
+}
+
+/// What `empathic status` shows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServiceStatus {
+    pub station_id: String,
+    pub pid: u32,
+    pub camera: DeviceStatus,
+    pub microphone: DeviceStatus,
+    pub session: Option<SessionStatus>,
+    pub sessions_run: u64,
+    pub disk_free_mib: Option<u64>,
+    pub last_error: Option<String>,
+    /// The sync outbox (pending, sent, synced), when a broker is configured.
+    pub sync: Option<serde_json::Value>,
+}
+
+/// Counters the capture threads update while a session runs.
+#[derive(Default)]
+struct Counters {
+    frames: AtomicU64,
+    frames_dropped: AtomicU64,
+    samples: AtomicU64,
+    samples_lost: AtomicU64,
+}
+
+/// A running session, as the control clients see it.
+struct Running {
+    id: String,
+    participant: String,
+    start_clock_ns: Nanos,
+    rules: SessionRules,
+    events: PolicySender<Event>,
+    /// Set by stop_session or the service's stop: the sources end.
+    end: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    recording: Option<Arc<Mutex<Recording>>>,
+    recording_dir: Option<PathBuf>,
+}
+
+struct State {
+    status: ServiceStatus,
+    running: Option<Running>,
+    /// A `start_session` is between its checks and `running`: a second one is refused
+    /// (two at the same moment would both pass the `running` check).
+    starting: bool,
+}
+
+/// What the service's threads share.
+struct Service<'a> {
+    config: &'a Config,
+    camera: &'a dyn CameraOpener,
+    clock: Arc<dyn Clock>,
+    stop: &'a AtomicBool,
+    state: Mutex<State>,
+    clients: AtomicU64,
+    store: Mutex<Store>,
+}
+
+impl Service<'_> {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panicked client thread must not take the service down with a poisoned lock.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_error(&self, message: String) {
+        tracing::error!("{message}");
+        self.state().status.last_error = Some(message);
+    }
+}
+
+/// Runs the service until `stop` is set.
+pub fn serve(
+    config: &Config,
+    camera: &dyn CameraOpener,
+    clock: Arc<dyn Clock>,
+    stop: &AtomicBool,
+) -> Result<(), RunError> {
+    let store = Store::open_with(&config.store.db_path, (&config.store).into())?;
+    store.set_sync_content(&config.sync.content())?;
+    finish_interrupted_recordings(config);
+    apply_retention(config);
+    let listener = bind_socket(config)?;
+    let service = Service {
+        config,
+        camera,
+        clock,
+        stop,
+        state: Mutex::new(State {
+            status: ServiceStatus {
+                station_id: config.station.id.clone(),
+                pid: std::process::id(),
+                camera: DeviceStatus {
+                    name: camera.describe(),
+                    ..DeviceStatus::default()
+                },
+                microphone: DeviceStatus {
+                    name: format!("microphone `{}`", config.audio.device),
+                    ..DeviceStatus::default()
+                },
+                ..ServiceStatus::default()
+            },
+            running: None,
+            starting: false,
+        }),
+        clients: AtomicU64::new(0),
+        store: Mutex::new(store),
+    };
+    let service = &service;
+    std::thread::scope(|scope| -> Result<(), RunError> {
+        spawn(scope, "control-listener", move || {
+            accept_loop(scope, service, &listener);
+        })?;
+        if !config.sync.broker.is_empty() {
+            spawn(scope, "sync-publisher", move || publish_loop(service))?;
+        }
+        notify(&[sd_notify::NotifyState::Ready]);
+        tracing::info!(socket = %config.live.socket.display(), station = %config.station.id, "live service ready");
+        let (watchdog, watchdog_us) = watchdog_usec();
+        if watchdog {
+            tracing::info!("systemd watchdog every {} ms", watchdog_us / 1000);
+        }
+        let mut last_probe: Option<std::time::Instant> = None;
+        let mut last_ping = std::time::Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+            // Fed at half the unit's interval, from the loop that would stall if anything did.
+            if watchdog && last_ping.elapsed().as_micros() >= u128::from(watchdog_us / 2) {
+                notify(&[sd_notify::NotifyState::Watchdog]);
+                last_ping = std::time::Instant::now();
+            }
+            // Every 5 s: the disk's free space, and, when idle, the devices (so status
+            // shows them appear and go).
+            if last_probe.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+                if service.state().running.is_none() {
+                    probe_devices(service);
+                }
+                let free = free_bytes(&config.recording.dir).or_else(|| free_bytes(Path::new("/")));
+                service.state().status.disk_free_mib = free.map(|f| f >> 20);
+                last_probe = Some(std::time::Instant::now());
+            }
+        }
+        notify(&[sd_notify::NotifyState::Stopping]);
+        tracing::info!("stopping: ending the running session, if any");
+        if let Some(r) = service.state().running.as_ref() {
+            r.end.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    })?;
+    let _ = std::fs::remove_file(&config.live.socket);
+    Ok(())
+}
+
+/// Whether systemd watches this process, and its interval: `WATCHDOG_USEC` set and
+/// `WATCHDOG_PID`, when set, naming this process (sd_watchdog_enabled(3)).
+fn watchdog_usec() -> (bool, u64) {
+    let usec = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .is_none_or(|p| p.parse::<u32>().ok() == Some(std::process::id()));
+    match usec {
+        Some(u) if u > 0 && for_us => (true, u),
+        _ => (false, 0),
+    }
+}
+
+fn notify(states: &[sd_notify::NotifyState]) {
+    // Outside systemd there is no socket to tell: that is fine.
+    if let Err(e) = sd_notify::notify(false, states) {
+        tracing::debug!("sd_notify: {e}");
+    }
+}
+
+fn spawn<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: &str,
+    f: impl FnOnce() + Send + 'scope,
+) -> Result<(), RunError> {
+    let span_name = name.to_string();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(scope, move || {
+            let _span = tracing::info_span!("thread", name = %span_name).entered();
+            f();
+        })
+        .map(|_| ())
+        .map_err(|e| RunError::Thread {
+            thread: name.into(),
+            message: format!("cannot start: {e}"),
+        })
+}
+
+/// The outbox publisher of `empathic sync`, as a thread of the service: every ended
+/// session goes to the study's broker while the station runs (exactly once, see `sync`).
+fn publish_loop(service: &Service<'_>) {
+    let config = service.config;
+    if config.station.id == crate::config::DEFAULT_STATION_ID {
+        service.set_error(format!(
+            "sync: not publishing: [station] id is not set (records would go out as `{}`, mixed with every other unnamed station's)",
+            crate::config::DEFAULT_STATION_ID
+        ));
+        return;
+    }
+    let opts = match crate::sync::parse_broker(&config.sync.broker) {
+        Ok(address) => crate::sync::SyncOptions {
+            auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),
+            host: address.host,
+            port: address.port,
+            study: config.sync.study.clone(),
+            station: config.station.id.clone(),
+            collectors: config.sync.collectors.clone(),
+        },
+        Err(e) => {
+            service.set_error(format!("sync: {e}"));
+            return;
+        }
+    };
+    while !service.stop.load(Ordering::SeqCst) {
+        // Runs until the stop flag; it reconnects with backoff on its own. A store error
+        // (the disk) is retried after a pause.
+        if let Err(e) =
+            crate::sync::publish(&config.store.db_path, &opts, false, None, service.stop)
+        {
+            service.set_error(format!("sync: {e}"));
+            pause(service.stop, 30_000);
+        }
+    }
+}
+
+fn current_status(service: &Service<'_>) -> ServiceStatus {
+    let sync = if service.config.sync.broker.is_empty() {
+        None
+    } else {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        store
+            .outbox()
+            .status()
+            .ok()
+            .and_then(|s| serde_json::to_value(s).ok())
+    };
+    let state = service.state();
+    let mut status = state.status.clone();
+    status.sync = sync;
+    status.session = state.running.as_ref().map(|r| SessionStatus {
+        session_id: r.id.clone(),
+        participant_id: r.participant.clone(),
+        t_ms: service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000,
+        phase: r.rules.phase().map(|p| p.as_str().to_string()),
+        frames_captured: r.counters.frames.load(Ordering::Relaxed),
+        frames_dropped: r.counters.frames_dropped.load(Ordering::Relaxed),
+        audio_samples: r.counters.samples.load(Ordering::Relaxed),
+        audio_samples_lost: r.counters.samples_lost.load(Ordering::Relaxed),
+        recording: r.recording_dir.as_ref().map(|d| d.display().to_string()),
+    });
+    status
+}
+
+/// Checks the devices while no session runs (opening the microphone records nothing: the
+/// stream is closed at once).
+fn probe_devices(service: &Service<'_>) {
+    let camera = service.camera.open(service.clock.clone()).map(|_| ());
+    let mic = MicStream::open(
+        &service.config.audio.device,
+        service.config.audio.sample_rate_hz,
+        service.clock.clone(),
+    )
+    .map(|_| ());
+    let mut state = service.state();
+    set_device(&mut state.status.camera, camera.map_err(|e| e.to_string()));
+    set_device(&mut state.status.microphone, mic.map_err(|e| e.to_string()));
+}
+
+fn set_device(d: &mut DeviceStatus, result: Result<(), String>) {
+    match result {
+        Ok(()) => {
+            if !d.present && d.problem.is_some() {
+                d.reconnects += 1;
+                tracing::info!(device = %d.name, "device is back");
+            }
+            d.present = true;
+            d.problem = None;
+        }
+        Err(e) => {
+            if d.present || d.problem.is_none() {
+                tracing::warn!(device = %d.name, "device missing: {e}");
+            }
+            d.present = false;
+            d.problem = Some(e);
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! A live session: `start_session` checks everything before writing anything, then starts
+//! the writer, the recording and the session thread; [`run_session`] runs the pipeline on
+//! the live sources and ends the session through [`crate::runtime::sequence`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::capture::camera::Grab;
+use crate::capture::control::SessionRules;
+use crate::capture::{AudioBlock, AudioInfo, VideoInfo};
+use crate::clock::{Pacer, Speed};
+use crate::config::Config;
+use crate::runtime::pipeline::{self, PipelineOptions, Sinks, Sources};
+use crate::runtime::queues::{policy_queue, Overflow, PolicyReceiver};
+use crate::runtime::stages::Stages;
+use crate::runtime::RunError;
+use crate::session::manifest::CameraIntrinsics;
+use crate::session::record::{Recording, RecordingStart};
+use crate::session::Event;
+use crate::store::rows::{SessionSource, SessionStart};
+use crate::Nanos;
+
+use super::devices::{camera_thread, microphone_thread, ControlEvents, LiveAudio, LiveVideo};
+use super::{spawn, Counters, Running, Service};
+use crate::runtime::sequence::{prepare_session, SessionWriter};
+
+pub(super) const GRAB_QUEUE: usize = 4;
+/// Events waiting for the pipeline's event thread.
+pub(super) const EVENT_QUEUE: usize = 1024;
+
+pub(super) fn start_session<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    participant: String,
+    session_id: Option<String>,
+) -> Result<serde_json::Value, String> {
+    {
+        let mut state = service.state();
+        if state.running.is_some() || state.starting {
+            return Err("a session is already running: stop it first".into());
+        }
+        state.starting = true;
+    }
+    let started = start_session_checked(scope, service, participant, session_id);
+    service.state().starting = false;
+    started
+}
+
+/// [`start_session`] once it holds the start: checks everything, then writes.
+pub(super) fn start_session_checked<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    participant: String,
+    session_id: Option<String>,
+) -> Result<serde_json::Value, String> {
+    let config = service.config;
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        match store.participant_consent(&participant).map_err(|e| e.to_string())? {
+            Some((consent, _)) if consent == "given" => {}
+            Some((consent, _)) => {
+                return Err(format!(
+                    "participant `{participant}` has consent `{consent}`: nothing is captured without recorded consent"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "unknown participant `{participant}`: study staff record consent first (`empathic participant consent {participant} --given`)"
+                ))
+            }
+        }
+    }
+    let start_time = crate::clock::utc_now();
+    let id = session_id.unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            config.station.id,
+            start_time
+                .replace([':', '-'], "")
+                .trim_end_matches('Z')
+                .replace('.', "")
+        )
+    });
+    // A live session is new: an id already stored (a crashed session's, say) or already
+    // recorded is refused before anything is written.
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = store.session_status(&id).map_err(|e| e.to_string())? {
+            return Err(format!(
+                "session id `{id}` is already stored ({status}): a live session needs a new id (leave session_id out to get one)"
+            ));
+        }
+    }
+    let folder = config.recording.dir.join(&id);
+    if config.recording.enabled && folder.exists() {
+        return Err(format!(
+            "session id `{id}` already has a recording at {}: a live session needs a new id",
+            folder.display()
+        ));
+    }
+    let camera = intrinsics(config);
+    let mut stages =
+        Stages::load(config, config.video.nominal_fps, camera).map_err(|e| e.to_string())?;
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        prepare_session(
+            &mut stages,
+            &store,
+            config,
+            Some(&participant),
+            &id,
+            Some(&start_time),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let sessions = SessionWriter::start(&config.store.db_path, &config.store, SessionSource::Live)
+        .map_err(|e| e.to_string())?;
+    sessions
+        .begin(SessionStart {
+            id: id.clone(),
+            station_id: config.station.id.clone(),
+            participant_id: Some(participant.clone()),
+            source: SessionSource::Live,
+            source_path: None,
+            format_version: None,
+            start_time: Some(start_time.clone()),
+            nominal_fps: config.video.nominal_fps,
+            layout: stages.layout.clone(),
+            replace: false,
+        })
+        .map_err(|e| e.to_string())?;
+    let recording = if config.recording.enabled {
+        let rec = Recording::create(RecordingStart {
+            root: config.recording.dir.clone(),
+            session_id: id.clone(),
+            station_id: config.station.id.clone(),
+            participant_id: Some(participant.clone()),
+            start_time: start_time.clone(),
+            nominal_fps: config.video.nominal_fps,
+            camera,
+            sample_rate_hz: config.audio.sample_rate_hz,
+            min_free_bytes: config.recording.min_free_mib << 20,
+        });
+        let rec = match rec {
+            Ok(rec) => rec,
+            Err(e) => {
+                // The row was begun: it is closed with the reason, not left `running`.
+                let reason = format!("the recording could not be created: {e}");
+                sessions.record_failure(&id, &config.station.id, &reason);
+                if let Err(e) = sessions.close() {
+                    tracing::error!(session = %id, "{e}");
+                }
+                return Err(reason);
+            }
+        };
+        run_hook(&config.recording.on_start, &id, "recording.on_start");
+        Some(Arc::new(Mutex::new(rec)))
+    } else {
+        None
+    };
+    let recording_dir = recording.as_ref().map(|r| {
+        r.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .dir()
+            .to_path_buf()
+    });
+    let (event_tx, event_rx) = policy_queue::<Event>(EVENT_QUEUE, Overflow::Block);
+    let end = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let start_clock_ns = service.clock.now_ns();
+    let run = SessionRun {
+        id: id.clone(),
+        start_clock_ns,
+        end: end.clone(),
+        counters: counters.clone(),
+        recording: recording.clone(),
+        events: event_rx,
+    };
+    service.state().running = Some(Running {
+        id: id.clone(),
+        participant: participant.clone(),
+        start_clock_ns,
+        rules: SessionRules::default(),
+        events: event_tx,
+        end,
+        counters,
+        recording,
+        recording_dir: recording_dir.clone(),
+    });
+    let session_id = id.clone();
+    let started = spawn(scope, "live-session", move || {
+        let outcome = run_session(scope, service, stages, run, &sessions);
+        let closed = sessions.close();
+        if let Err(e) = outcome.and(closed) {
+            service.set_error(format!("session {id}: {e}"));
+        }
+        let mut state = service.state();
+        state.running = None;
+        state.status.sessions_run += 1;
+    });
+    if let Err(e) = started {
+        service.state().running = None;
+        return Err(e.to_string());
+    }
+    tracing::info!(session = %session_id, participant = %participant, "live session started");
+    Ok(serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir}))
+}
+
+pub(super) fn intrinsics(config: &Config) -> Option<CameraIntrinsics> {
+    let f = &config.face;
+    match (f.fx, f.fy, f.cx, f.cy) {
+        (Some(fx), Some(fy), Some(cx), Some(cy)) => Some(CameraIntrinsics { fx, fy, cx, cy }),
+        _ => None,
+    }
+}
+
+/// What the session thread owns.
+pub(super) struct SessionRun {
+    id: String,
+    start_clock_ns: Nanos,
+    end: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    recording: Option<Arc<Mutex<Recording>>>,
+    events: PolicyReceiver<Event>,
+}
+
+pub(super) fn run_session<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    stages: Stages,
+    run: SessionRun,
+    sessions: &SessionWriter,
+) -> Result<(), RunError> {
+    let config = service.config;
+    let clock = service.clock.clone();
+    // Camera and microphone threads: each owns its device (neither is `Send`).
+    let (grab_tx, grab_rx) = policy_queue::<Grab>(GRAB_QUEUE, Overflow::DropOldest);
+    let (block_tx, block_rx) =
+        policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
+    {
+        let end = run.end.clone();
+        let counters = run.counters.clone();
+        let clock = clock.clone();
+        spawn(scope, "camera", move || {
+            camera_thread(service, clock, &end, grab_tx, &counters);
+        })?;
+    }
+    {
+        let end = run.end.clone();
+        let counters = run.counters.clone();
+        let clock = clock.clone();
+        let start = run.start_clock_ns;
+        spawn(scope, "microphone", move || {
+            microphone_thread(service, clock, start, &end, block_tx, &counters);
+        })?;
+    }
+    let sources = Sources {
+        video: Box::new(LiveVideo {
+            rx: grab_rx,
+            start_clock_ns: run.start_clock_ns,
+            recording: run.recording.clone(),
+            counters: run.counters.clone(),
+            info: VideoInfo {
+                width: config.video.width,
+                height: config.video.height,
+                declared_fps: config.video.nominal_fps,
+                declared_frames: None,
+                origin: service.camera.describe(),
+            },
+            seq: 0,
+        }),
+        audio: Box::new(LiveAudio {
+            rx: block_rx,
+            recording: run.recording.clone(),
+            info: AudioInfo {
+                input_rate_hz: config.audio.sample_rate_hz,
+                input_channels: 1,
+                sample_rate_hz: config.audio.sample_rate_hz,
+                expected_samples: None,
+                origin: format!("microphone `{}`", config.audio.device),
+            },
+        }),
+        events: Box::new(ControlEvents {
+            rx: run.events,
+            end: run.end.clone(),
+            done: false,
+            clock: clock.clone(),
+            start_clock_ns: run.start_clock_ns,
+            wait_ns: config.live.transcript_wait_ms * 1_000_000,
+        }),
+    };
+    let outcome = pipeline::run(
+        stages,
+        sources,
+        Sinks {
+            writer: sessions.writer()?.clone(),
+            window_consumers: Vec::new(),
+        },
+        config,
+        PipelineOptions {
+            video_overflow: Overflow::DropOldest,
+            pacer: Pacer {
+                start_clock_ns: run.start_clock_ns,
+                speed: Speed::Realtime,
+            },
+            progress: std::sync::Arc::new(crate::runtime::pipeline::NoProgress),
+            realtime_priority: config.live.realtime_priority,
+            events_lag_ns: config.live.transcript_wait_ms * 1_000_000,
+        },
+        clock,
+        service.stop,
+    );
+    run.end.store(true, Ordering::SeqCst);
+    // The control side no longer writes events into the recording (the session has ended).
+    if let Some(r) = service.state().running.as_mut() {
+        r.recording = None;
+    }
+    let recording_result = run.recording.map(|rec| {
+        let rec = match Arc::try_unwrap(rec) {
+            Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+            Err(_) => return Err("the recording is still in use".to_string()),
+        };
+        rec.finish().map_err(|e| e.to_string())
+    });
+    run_hook(&config.recording.on_stop, &run.id, "recording.on_stop");
+    match &recording_result {
+        Some(Ok(dir)) => {
+            tracing::info!(session = %run.id, dir = %dir.display(), "recording finalised")
+        }
+        Some(Err(e)) => service.set_error(format!("session {}: recording: {e}", run.id)),
+        None => {}
+    }
+    // Camera buffers dropped before decoding (or undecodable) are drops of the live video
+    // queue too: the stored count covers both queues.
+    let outcome = outcome.map(|mut o| {
+        o.quality.video_queue_drops += run.counters.frames_dropped.load(Ordering::Relaxed);
+        o
+    });
+    let ended = sessions.end(&run.id, &config.station.id, outcome, |outcome| {
+        (outcome.stopped || service.stop.load(Ordering::SeqCst)).then(|| {
+            format!(
+                "the service was stopped {:.1} s into the session; everything captured until then is stored",
+                outcome.duration_ns as f64 / 1e9
+            )
+        })
+    })?;
+    let (outcome, status) = (ended.outcome, ended.status);
+    tracing::info!(session = %run.id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
+    if let Some(l) = outcome.latency {
+        tracing::info!(
+            session = %run.id,
+            frames = l.frames,
+            p50_ms = format_args!("{:.1}", l.p50_ms),
+            p95_ms = format_args!("{:.1}", l.p95_ms),
+            max_ms = format_args!("{:.1}", l.max_ms),
+            "capture to store writer latency"
+        );
+    }
+    Ok(())
+}
+
+/// Runs a configured hook through `sh -c` (the station's ring light); failures are logged.
+pub(super) fn run_hook(command: &str, session: &str, field: &str) {
+    if command.is_empty() {
+        return;
+    }
+    match std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .env("EMPATHIC_SESSION", session)
+        .status()
+    {
+        Ok(s) if s.success() => {}
+        Ok(s) => tracing::warn!("{field} `{command}` exited with {s}"),
+        Err(e) => tracing::warn!("{field} `{command}` could not run: {e}"),
+    }
+}

@@ -1,0 +1,184 @@
+//! One session's sequence, the same for replay and live: set the stages up from what the
+//! store knows, start the writer, begin the row, run, decide the status, close or fail.
+//!
+//! Contract: a front end ([`super::replay`], [`super::live`]) opens its sources and calls
+//! [`prepare_session`], [`SessionWriter::start`], [`SessionWriter::begin`],
+//! [`super::pipeline::run`], then [`SessionWriter::end`] with the run's result and, when
+//! the run was stopped, why. `end` stores the session `complete`, `incomplete` with that
+//! reason, or `failed` with the error; [`SessionWriter::record_failure`] retries, so a
+//! lock held elsewhere or a disk that frees up does not leave the row `running`. A front
+//! end never calls the store writer's begin, finish or fail itself.
+
+use std::path::Path;
+
+use super::pipeline::Outcome;
+use super::stages::Stages;
+use super::{RunError, WriterThread};
+use crate::config::{Config, StoreConfig};
+use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
+use crate::store::{Store, StoreWriter};
+use crate::stories;
+
+/// Tries to record a failure (each waits up to the store's busy timeout).
+const FAILURE_ATTEMPTS: u64 = 3;
+
+/// Sets up what a session's stages need from the store: the stories the bank offers while
+/// the participant shares (leaving out those they saw before), and each predictor's
+/// per-participant calibration from their earlier sessions only.
+pub fn prepare_session(
+    stages: &mut Stages,
+    store: &Store,
+    config: &Config,
+    participant: Option<&str>,
+    session_id: &str,
+    start_time: Option<&str>,
+) -> Result<(), RunError> {
+    // The bank, read once: the zero-shot map is relative to it (fusion::zero_shot::BankRelative)
+    // and retrieval draws from it.
+    let bank = stages
+        .fusion
+        .is_some()
+        .then(|| stories::load_index(store, &config.models.sentence_encoder));
+    if let (Some(fusion), Some(Ok(index))) = (stages.fusion.as_mut(), &bank) {
+        let (vectors, dims) = index.vectors();
+        fusion.set_story_bank(vectors, dims);
+    }
+    if let Some(bank) = bank.filter(|_| config.fusion.retrieve_k > 0) {
+        match bank {
+            Ok(index) => {
+                let seen = match participant {
+                    Some(p) => store.stories_seen_before(p, session_id, start_time)?,
+                    None => Vec::new(),
+                };
+                stages
+                    .text
+                    .1
+                    .set_retrieval(index, config.fusion.retrieve_k, seen);
+            }
+            Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
+        }
+    }
+    if let (Some(fusion), Some(participant)) = (stages.fusion.as_mut(), participant) {
+        for id in fusion.predictor_ids() {
+            let pairs = store.calibration_pairs(participant, &id, session_id, start_time)?;
+            if let Some(label) = fusion.calibrate(&id, &pairs) {
+                tracing::info!(predictor = %id, participant = %participant, "calibrated on {} earlier rated stories ({label})", pairs.len());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a session ended, as stored.
+pub struct Ended {
+    pub outcome: Outcome,
+    pub status: EndStatus,
+    pub reason: Option<String>,
+}
+
+/// The store writer of one front end's sessions, from its start to its close.
+pub struct SessionWriter {
+    thread: WriterThread,
+    source: SessionSource,
+}
+
+impl SessionWriter {
+    /// Starts the writer thread on the store at `db_path` (already opened and migrated).
+    pub fn start(
+        db_path: &Path,
+        config: &StoreConfig,
+        source: SessionSource,
+    ) -> Result<Self, RunError> {
+        Ok(Self {
+            thread: WriterThread::spawn(db_path, config)?,
+            source,
+        })
+    }
+
+    /// The handle the pipeline's threads write through.
+    pub fn writer(&self) -> Result<&StoreWriter, RunError> {
+        Ok(self.thread.writer()?)
+    }
+
+    /// Writes the session's row (`running`, owned by this process; see
+    /// `StoreWriter::begin` for who may take an id).
+    pub fn begin(&self, start: SessionStart) -> Result<(), RunError> {
+        Ok(self.writer()?.begin(start)?)
+    }
+
+    /// Marks session `id` failed with `reason`, retrying with a growing pause; a failure to
+    /// do so is logged (the original error is what the user needs to see, and the caller
+    /// returns it).
+    pub fn record_failure(&self, id: &str, station_id: &str, reason: &str) {
+        let mut last = None;
+        for attempt in 0..FAILURE_ATTEMPTS {
+            let result = self
+                .writer()
+                .and_then(|w| Ok(w.fail(id, station_id, self.source, reason)?));
+            match result {
+                Ok(()) => return,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200 * (attempt + 1)));
+        }
+        if let Some(e) = last {
+            tracing::error!(session = id, "could not mark the session failed: {e}");
+        }
+    }
+
+    /// Ends session `id` after its run: `failed` with the error when the run failed;
+    /// otherwise its counts and quality report with `complete`, or `incomplete` with
+    /// `stopped(outcome)` when that says why it stopped early. A close that cannot be
+    /// written is recorded as the failure it is.
+    pub fn end(
+        &self,
+        id: &str,
+        station_id: &str,
+        run: Result<Outcome, RunError>,
+        stopped: impl FnOnce(&Outcome) -> Option<String>,
+    ) -> Result<Ended, RunError> {
+        let outcome = match run {
+            Ok(o) => o,
+            Err(e) => {
+                self.record_failure(id, station_id, &e.to_string());
+                return Err(e);
+            }
+        };
+        let reason = stopped(&outcome);
+        let status = if reason.is_some() {
+            EndStatus::Incomplete
+        } else {
+            EndStatus::Complete
+        };
+        let closed = serde_json::to_string(&outcome.quality)
+            .map_err(|e| RunError::Thread {
+                thread: "main".into(),
+                message: format!("cannot encode the quality report: {e}"),
+            })
+            .and_then(|quality_json| {
+                Ok(self.writer()?.finish(SessionEnd {
+                    status,
+                    reason: reason.clone(),
+                    frames: outcome.frames,
+                    windows: outcome.windows,
+                    duration_ns: outcome.duration_ns,
+                    quality_json,
+                })?)
+            });
+        if let Err(e) = closed {
+            self.record_failure(id, station_id, &e.to_string());
+            return Err(e);
+        }
+        Ok(Ended {
+            outcome,
+            status,
+            reason,
+        })
+    }
+
+    /// Commits what is queued and joins the writer thread (every clone of the handle must
+    /// be gone, as they are once the pipeline's threads have ended).
+    pub fn close(self) -> Result<(), RunError> {
+        self.thread.close()
+    }
+}

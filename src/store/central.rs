@@ -1,0 +1,302 @@
+//! The central database's storage: the transaction interface both backends implement
+//! ([`CentralTx`], [`Val`]), the SQLite central database (one file that is a store with the
+//! station schema, which every reading command works on, plus the collector's tables), and
+//! the station-schema snapshot built from records (PostgreSQL's read view).
+//!
+//! Contract: the collector's rules (`sync::central`) run over [`CentralTx`] and never see a
+//! connection. SQLite: transactions are `IMMEDIATE` (several collectors may share the file: the write
+//! lock is taken up front, waiting up to 30 s, never upgraded midway); the station-schema
+//! rows of a session change inside a savepoint, so a record that cannot be applied leaves
+//! them as they were. A central file of format 1 (before records were applied) is upgraded
+//! on open: its columns are added and its latest record of each session is applied.
+
+use std::path::Path;
+
+use rusqlite::{types::ValueRef, Transaction, TransactionBehavior};
+
+use super::replica as apply;
+use super::Store;
+
+/// A value bound to or read from the central database (only integers and text are used,
+/// so both databases agree on every column's type).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Val {
+    Int(Option<i64>),
+    Text(Option<String>),
+}
+
+impl Val {
+    pub fn text(s: &str) -> Self {
+        Val::Text(Some(s.to_string()))
+    }
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Val::Int(i) => *i,
+            Val::Text(_) => None,
+        }
+    }
+    pub fn into_text(self) -> Option<String> {
+        match self {
+            Val::Text(t) => t,
+            Val::Int(i) => i.map(|i| i.to_string()),
+        }
+    }
+}
+
+/// One transaction on the central database. SQL is written once with `?N` placeholders
+/// (each backend binds them its way).
+pub trait CentralTx {
+    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String>;
+    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String>;
+    /// The station-schema view follows the applied records: session `id`'s rows become
+    /// those of `record` (`None`: removed), whose outbox sequence number is `seq`. An error
+    /// leaves the view as it was.
+    fn set_session(
+        &mut self,
+        id: &str,
+        record: Option<&str>,
+        seq: Option<i64>,
+    ) -> Result<(), String>;
+    /// Removes what is left of a participant in the view once their sessions are gone.
+    fn remove_participant(&mut self, id: &str) -> Result<(), String>;
+    fn commit(self: Box<Self>) -> Result<(), String>;
+}
+
+/// The collector's tables (central format 2).
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS collect_records (
+    message_id  TEXT PRIMARY KEY,
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    sha256      TEXT NOT NULL,
+    received_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    voided      INTEGER NOT NULL DEFAULT 0,
+    participant TEXT,
+    seq         INTEGER,
+    applied     INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS collect_chunks (
+    message_id TEXT NOT NULL,
+    chunk      INTEGER NOT NULL,
+    chunks     INTEGER NOT NULL,
+    data       TEXT NOT NULL,
+    station    TEXT,
+    subject    TEXT,
+    received_at TEXT,
+    PRIMARY KEY (message_id, chunk)
+);
+CREATE TABLE IF NOT EXISTS collect_purges (
+    study          TEXT NOT NULL,
+    station        TEXT NOT NULL,
+    participant_id TEXT NOT NULL,
+    records        INTEGER NOT NULL,
+    purged_at      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    seq            INTEGER
+);
+CREATE TABLE IF NOT EXISTS collect_quarantine (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic       TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    received_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    message_id  TEXT
+);
+";
+
+/// Columns format 2 added to format 1's tables.
+const ADDED: &[(&str, &str, &str)] = &[
+    ("collect_records", "participant", "TEXT"),
+    ("collect_records", "seq", "INTEGER"),
+    ("collect_records", "applied", "INTEGER NOT NULL DEFAULT 0"),
+    ("collect_purges", "seq", "INTEGER"),
+    ("collect_quarantine", "message_id", "TEXT"),
+    ("collect_chunks", "station", "TEXT"),
+    ("collect_chunks", "subject", "TEXT"),
+    ("collect_chunks", "received_at", "TEXT"),
+];
+
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS collect_records_subject ON collect_records (study, station, subject);
+CREATE INDEX IF NOT EXISTS collect_records_participant ON collect_records (study, station, participant);
+CREATE INDEX IF NOT EXISTS collect_quarantine_message ON collect_quarantine (message_id);
+";
+
+/// Opens (creating or upgrading the collector's tables of) the SQLite central database.
+pub fn open(path: &Path) -> Result<Store, String> {
+    let fail = |e: &dyn std::fmt::Display| {
+        format!(
+            "cannot prepare the central database {}: {e}",
+            path.display()
+        )
+    };
+    let store = Store::open(path).map_err(|e| fail(&e))?;
+    let conn = store.connection();
+    conn.busy_timeout(std::time::Duration::from_secs(30))
+        .and_then(|()| conn.execute_batch(SCHEMA))
+        .map_err(|e| fail(&e))?;
+    let mut upgraded = false;
+    for (table, column, ty) in ADDED {
+        let has: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+                [table, column],
+                |r| r.get(0),
+            )
+            .map_err(|e| fail(&e))?;
+        if has == 0 {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ty}"))
+                .map_err(|e| fail(&e))?;
+            upgraded |= *column == "applied";
+        }
+    }
+    conn.execute_batch(INDEXES).map_err(|e| fail(&e))?;
+    if upgraded {
+        let n = apply_format_1(conn).map_err(|e| fail(&e))?;
+        tracing::info!(sessions = n, "central database upgraded from format 1");
+    }
+    Ok(store)
+}
+
+/// A format 1 file: each session's latest record (by arrival) is applied.
+fn apply_format_1(conn: &rusqlite::Connection) -> Result<usize, String> {
+    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+        .map_err(|e| e.to_string())?;
+    let latest: Vec<(String, String)> = tx
+        .prepare(
+            "SELECT message_id, payload FROM collect_records r WHERE kind = 'session' AND voided = 0
+               AND received_at = (SELECT max(received_at) FROM collect_records o
+                                  WHERE o.kind = 'session' AND o.voided = 0 AND o.study = r.study
+                                    AND o.station = r.station AND o.subject = r.subject)
+             ORDER BY received_at",
+        )
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| e.to_string())?;
+    let mut n = 0;
+    for (id, payload) in &latest {
+        match apply::header(payload) {
+            Ok(h) => {
+                apply::remove_session(&tx, &h.session_id)?;
+                apply::apply_record(&tx, payload, None)?;
+                tx.execute(
+                    "UPDATE collect_records SET applied = 1, participant = ?2 WHERE message_id = ?1",
+                    rusqlite::params![id, h.participant_id],
+                )
+                .map_err(|e| e.to_string())?;
+                n += 1;
+            }
+            Err(e) => tracing::warn!(message = %id, "a format 1 record not applied: {e}"),
+        }
+    }
+    tx.commit().map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+struct SqliteTx<'a>(Transaction<'a>);
+
+impl Store {
+    /// One `IMMEDIATE` transaction on this store as a central database.
+    pub fn central_transaction(&self) -> Result<Box<dyn CentralTx + '_>, String> {
+        Transaction::new_unchecked(self.connection(), TransactionBehavior::Immediate)
+            .map(|t| Box::new(SqliteTx(t)) as Box<dyn CentralTx>)
+            .map_err(|e| format!("cannot begin a central transaction: {e}"))
+    }
+
+    /// An in-memory store with the station schema holding the given session records
+    /// (`(message id, payload)`, applied in order): a central database's read view.
+    pub fn from_records(
+        records: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Store, String> {
+        let store = Store::open(Path::new(":memory:"))
+            .map_err(|e| format!("cannot make the snapshot of the central database: {e}"))?;
+        let tx = store
+            .connection()
+            .unchecked_transaction()
+            .map_err(|e| format!("cannot make the snapshot: {e}"))?;
+        for (id, payload) in records {
+            apply::apply_record(&tx, &payload, None)
+                .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+        }
+        tx.commit()
+            .map_err(|e| format!("cannot make the snapshot: {e}"))?;
+        Ok(store)
+    }
+}
+
+fn bind(params: &[Val]) -> Vec<rusqlite::types::Value> {
+    params
+        .iter()
+        .map(|p| match p {
+            Val::Int(Some(i)) => rusqlite::types::Value::Integer(*i),
+            Val::Text(Some(t)) => rusqlite::types::Value::Text(t.clone()),
+            Val::Int(None) | Val::Text(None) => rusqlite::types::Value::Null,
+        })
+        .collect()
+}
+
+impl CentralTx for SqliteTx<'_> {
+    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String> {
+        self.0
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(rusqlite::params_from_iter(bind(params))))
+            .map(|n| n as u64)
+            .map_err(|e| format!("central database: {e}"))
+    }
+
+    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String> {
+        let mut st = self
+            .0
+            .prepare_cached(sql)
+            .map_err(|e| format!("central database: {e}"))?;
+        let n = st.column_count();
+        st.query_map(rusqlite::params_from_iter(bind(params)), |r| {
+            (0..n)
+                .map(|i| {
+                    Ok(match r.get_ref(i)? {
+                        ValueRef::Integer(x) => Val::Int(Some(x)),
+                        ValueRef::Null => Val::Text(None),
+                        ValueRef::Text(t) => Val::Text(Some(String::from_utf8_lossy(t).into())),
+                        ValueRef::Real(x) => Val::Text(Some(x.to_string())),
+                        ValueRef::Blob(b) => Val::Text(Some(String::from_utf8_lossy(b).into())),
+                    })
+                })
+                .collect()
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(|e| format!("central database: {e}"))
+    }
+
+    fn set_session(
+        &mut self,
+        id: &str,
+        record: Option<&str>,
+        seq: Option<i64>,
+    ) -> Result<(), String> {
+        let sql = |e: rusqlite::Error| format!("central database: {e}");
+        self.0.execute_batch("SAVEPOINT apply").map_err(sql)?;
+        let done = apply::remove_session(&self.0, id).and_then(|()| match record {
+            Some(r) => apply::apply_record(&self.0, r, seq).map(|_| ()),
+            None => Ok(()),
+        });
+        if done.is_err() {
+            self.0.execute_batch("ROLLBACK TO apply").map_err(sql)?;
+        }
+        self.0.execute_batch("RELEASE apply").map_err(sql)?;
+        done
+    }
+
+    fn remove_participant(&mut self, id: &str) -> Result<(), String> {
+        apply::remove_participant(&self.0, id)
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), String> {
+        self.0
+            .commit()
+            .map_err(|e| format!("cannot commit to the central database: {e}"))
+    }
+}

@@ -1,0 +1,251 @@
+//! Bad input: a clear error naming the file, exit code 2, and a session row that says
+//! failed and why, with nothing half-written.
+
+use std::path::Path;
+
+use crate::common::*;
+use rusqlite::Connection;
+
+/// (status, reason, frames rows, windows rows) of a session in `db`.
+fn stored(db: &Path, id: &str) -> (String, String, i64, i64) {
+    let conn = Connection::open(db).unwrap();
+    let (status, reason): (String, Option<String>) = conn
+        .query_row(
+            "SELECT status, status_reason FROM sessions WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let count = |t: &str| -> i64 {
+        conn.query_row(
+            &format!("SELECT count(*) FROM {t} WHERE session_id = ?1"),
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    (
+        status,
+        reason.unwrap_or_default(),
+        count("frames"),
+        count("windows"),
+    )
+}
+
+/// Replays `dir` into `db`, expecting exit code 2 and `needle` in the message.
+fn expect_bad(dir: &Path, db: &Path, needle: &str) -> String {
+    let out = empathic(&["replay", path_str(dir), "--db", path_str(db)]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(needle), "expected `{needle}` in: {err}");
+    err
+}
+
+#[test]
+fn missing_video_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    std::fs::remove_file(dir.join("video.avi")).unwrap();
+    let db = tmp.path().join("x.db");
+    expect_bad(&dir, &db, "video.avi");
+    let (status, reason, ..) = stored(&db, "demo-0001");
+    assert_eq!(status, "failed");
+    assert!(reason.contains("video.avi"), "{reason}");
+}
+
+#[test]
+fn corrupt_video_fails_the_session_and_keeps_nothing_half_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    // Cut the file in the middle of its frames: the header still declares 420.
+    let bytes = std::fs::read(dir.join("video.avi")).unwrap();
+    std::fs::write(dir.join("video.avi"), &bytes[..bytes.len() / 2]).unwrap();
+    let db = tmp.path().join("x.db");
+    let err = expect_bad(&dir, &db, "video.avi");
+    assert!(err.contains("corrupt video"), "{err}");
+    let (status, reason, frames, windows) = stored(&db, "demo-0001");
+    assert_eq!(status, "failed");
+    assert!(reason.contains("decoding stopped"), "{reason}");
+    assert_eq!((frames, windows), (0, 0));
+    // The events are kept: they were read whole before any media.
+    let conn = Connection::open(&db).unwrap();
+    let events: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE session_id = 'demo-0001'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(events, 20);
+}
+
+#[test]
+fn garbage_video_is_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    std::fs::write(dir.join("video.avi"), vec![7u8; 50_000]).unwrap();
+    let db = tmp.path().join("x.db");
+    expect_bad(&dir, &db, "video.avi");
+    assert_eq!(stored(&db, "demo-0001").0, "failed");
+}
+
+#[test]
+fn truncated_wav_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    let bytes = std::fs::read(dir.join("audio.wav")).unwrap();
+    std::fs::write(dir.join("audio.wav"), &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let db = tmp.path().join("x.db");
+    let err = expect_bad(&dir, &db, "audio.wav");
+    assert!(err.contains("truncated"), "{err}");
+    let (status, reason, frames, windows) = stored(&db, "demo-0001");
+    assert_eq!(status, "failed");
+    assert!(reason.contains("truncated"), "{reason}");
+    assert_eq!((frames, windows), (0, 0));
+}
+
+#[test]
+fn malformed_event_line_names_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    let text = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[6] = r#"{"t_ms": 100, "type": "rating", "story_id": "x""#;
+    std::fs::write(dir.join("events.jsonl"), lines.join("\n")).unwrap();
+    let db = tmp.path().join("x.db");
+    let err = expect_bad(&dir, &db, "events.jsonl");
+    assert!(err.contains("line 7"), "{err}");
+    // session.json is fine: the failed row carries the session's own id.
+    let (status, reason, ..) = stored(&db, "demo-0001");
+    assert_eq!(status, "failed");
+    assert!(reason.contains("line 7"), "{reason}");
+}
+
+#[test]
+fn unknown_format_version_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    std::fs::write(
+        dir.join("session.json"),
+        r#"{"format_version": 3, "session_id": "v3"}"#,
+    )
+    .unwrap();
+    let db = tmp.path().join("x.db");
+    let err = expect_bad(&dir, &db, "format version 3");
+    assert!(err.contains("session.json"), "{err}");
+    assert_eq!(stored(&db, "s").0, "failed");
+}
+
+#[test]
+fn invalid_config_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("bad.toml");
+    std::fs::write(&config, "[windows]\nlength_frames = 120\nhop_frames = 0\n").unwrap();
+    let db = tmp.path().join("x.db");
+    let out = replay_cli(&demo_session(), &db, Some(&config));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("windows.hop_frames") && err.contains("bad.toml"),
+        "{err}"
+    );
+    assert!(!db.exists(), "nothing may be written for a bad config");
+}
+
+#[test]
+fn missing_session_folder_and_bad_speed_are_usage_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("x.db");
+    let out = empathic(&["replay", "/nonexistent/session", "--db", path_str(&db)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent/session"));
+    let out = empathic(&["replay", path_str(&demo_session()), "--speed", "warp"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("warp"));
+}
+
+#[test]
+fn replaying_a_stored_session_needs_replace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("x.db");
+    let demo = demo_session();
+    let fast = config_without_vision_models(tmp.path());
+    let fast = path_str(&fast);
+    let first = empathic(&[
+        "replay",
+        path_str(&demo),
+        "--db",
+        path_str(&db),
+        "--config",
+        fast,
+    ]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stdout(&first).contains("windows   21"),
+        "{}",
+        stdout(&first)
+    );
+    let again = empathic(&[
+        "replay",
+        path_str(&demo),
+        "--db",
+        path_str(&db),
+        "--config",
+        fast,
+    ]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(stderr(&again).contains("--replace"), "{}", stderr(&again));
+    // The stored session is untouched by the refused run.
+    assert_eq!(stored(&db, "demo-0001").0, "complete");
+    let replaced = empathic(&[
+        "replay",
+        path_str(&demo),
+        "--db",
+        path_str(&db),
+        "--replace",
+    ]);
+    assert!(replaced.status.success(), "{}", stderr(&replaced));
+    let (status, _, frames, windows) = stored(&db, "demo-0001");
+    assert_eq!((status.as_str(), frames, windows), ("complete", 420, 21));
+
+    let show = empathic(&["sessions", "show", "nope", "--db", path_str(&db)]);
+    assert_eq!(show.status.code(), Some(2));
+    assert!(stderr(&show).contains("nope"));
+    let show = empathic(&[
+        "sessions",
+        "show",
+        "demo-0001",
+        "--db",
+        path_str(&db),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(v["id"], "demo-0001");
+    assert_eq!(v["stories"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn missing_sentence_model_fails_the_session_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::copy(
+        root().join("models/MODELS.toml"),
+        models.join("MODELS.toml"),
+    )
+    .unwrap();
+    let config = tmp.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[models]\ndir = \"{}\"\n", models.display()),
+    )
+    .unwrap();
+    let db = tmp.path().join("x.db");
+    let out = replay_cli(&demo_session(), &db, Some(&config));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("all-MiniLM-L6-v2"), "{err}");
+    let (status, reason, ..) = stored(&db, "demo-0001");
+    assert_eq!(status, "failed");
+    assert!(reason.contains("missing"), "{reason}");
+}

@@ -1,0 +1,138 @@
+//! Killing a replay: SIGKILL at any moment leaves a database that opens cleanly with the
+//! session marked incomplete at the next start; SIGTERM stops gracefully and keeps what was
+//! computed.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use rusqlite::Connection;
+
+fn start_realtime(db: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args([
+            "replay",
+            path_str(&demo_session()),
+            "--db",
+            path_str(db),
+            "--speed",
+            "realtime",
+        ])
+        .env("EMPATHIC_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the writer has committed at least `n` windows (up to 20 s).
+fn wait_for_windows(db: &std::path::Path, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(conn) = Connection::open(db) {
+            let got: i64 = conn
+                .query_row("SELECT count(*) FROM windows", [], |r| r.get(0))
+                .unwrap_or(0);
+            if got >= n {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no {n} windows committed within 20 s");
+}
+
+#[test]
+fn sigkill_mid_run_leaves_a_clean_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("k.db");
+    let mut child = start_realtime(&db);
+    // Window 0 needs 8 s of real time; kill while frames and windows are being written.
+    wait_for_windows(&db, 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let conn = Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let fk: i64 = conn
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(fk, 0);
+    let frames: i64 = conn
+        .query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+        .unwrap();
+    assert!(frames >= 120, "committed frames kept: {frames}");
+    drop(conn);
+
+    // The next start notices the dead writer.
+    let out = empathic(&["sessions", "list", "--db", path_str(&db), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &list[0];
+    assert_eq!(s["status"], "incomplete");
+    assert!(s["status_reason"]
+        .as_str()
+        .unwrap()
+        .contains("ended without finishing"));
+    assert_eq!(s["frames"].as_i64().unwrap(), frames);
+    assert!(s["windows"].as_i64().unwrap() >= 1);
+    // Marked incomplete and announced for sync in one transaction: exactly one record,
+    // saying incomplete.
+    let conn = Connection::open(&db).unwrap();
+    let announced: Vec<String> = conn
+        .prepare("SELECT payload FROM outbox WHERE kind = 'session'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(announced.len(), 1);
+    let record: serde_json::Value = serde_json::from_str(&announced[0]).unwrap();
+    let session = &record["tables"]["sessions"];
+    let status = session["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|c| c == "status")
+        .unwrap();
+    assert_eq!(session["rows"][0][status], "incomplete");
+}
+
+#[test]
+fn sigterm_stops_gracefully_and_flushes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("t.db");
+    let child = start_realtime(&db);
+    wait_for_windows(&db, 1);
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    // Stopped before the end: not a success, but a clean, summarised stop.
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stdout(&out).contains("incomplete"), "{}", stdout(&out));
+
+    let conn = Connection::open(&db).unwrap();
+    let (status, frames, windows): (String, i64, i64) = conn
+        .query_row("SELECT status, frames, windows FROM sessions", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(status, "incomplete");
+    // Everything computed was written: the counts on the session row match the rows.
+    let stored_frames: i64 = conn
+        .query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+        .unwrap();
+    let stored_windows: i64 = conn
+        .query_row("SELECT count(*) FROM windows", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!((frames, windows), (stored_frames, stored_windows));
+    assert!(windows >= 1 && frames < 420, "{frames} {windows}");
+}

@@ -1,0 +1,29 @@
+//! The end-to-end tests as one binary (ripgrep's `tests/tests.rs` pattern): the native
+//! stack (OpenCV, ONNX Runtime, ALSA) is linked once instead of once per file. Each module
+//! is one concern's tests; `common` holds what they share. The live service's tests are
+//! their own binary (`tests/live.rs`), so they run alone, as real-time capture needs.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod acoustic;
+mod architecture;
+mod bad_input;
+mod bad_input_corpus;
+mod cli;
+mod crash;
+mod face;
+mod fusion_onnx;
+mod golden;
+mod install;
+mod models;
+mod pipeline;
+mod replay;
+mod report;
+mod stories;
+mod sync;
+mod sync_central;
+mod sync_faults;
+mod sync_secure;
+mod systemd;
+mod trust;

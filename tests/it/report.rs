@@ -1,0 +1,253 @@
+//! `empathic report`: the session page and the participant view, opened in headless
+//! Chromium (Debian's `chromium`, installed by `scripts/setup.sh`) as staff open them:
+//! a screenshot that is not blank, every section heading in the DOM, no URL in the file.
+//! A failed session renders with its reason; an unknown session writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+use empathic::report::page::{PARTICIPANT_SECTIONS, SESSION_SECTIONS};
+
+fn chromium() -> PathBuf {
+    for c in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Ok(o) = Command::new("which").arg(c).output() {
+            if o.status.success() {
+                return PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+            }
+        }
+    }
+    panic!("headless Chromium is needed to check the reports: run scripts/setup.sh (Debian package `chromium`)");
+}
+
+fn browser(page: &Path, extra: &[&str]) -> std::process::Output {
+    let url = format!("file://{}", page.display());
+    let profile = tempfile::tempdir().unwrap();
+    Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            // Containers often have a tiny /dev/shm; Chromium then crashes without this.
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            // No network: a page that needed one would render incomplete.
+            "--proxy-server=127.0.0.1:9",
+            &format!("--user-data-dir={}", profile.path().display()),
+        ])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run chromium")
+}
+
+/// The DOM after load, and a screenshot's pixel spread (0 = blank).
+fn open_in_chromium(page: &Path) -> (String, f64) {
+    let dom = browser(page, &["--dump-dom"]);
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let png = page.with_extension("png");
+    let shot = browser(
+        page,
+        &[
+            "--window-size=1000,2400",
+            &format!("--screenshot={}", png.display()),
+        ],
+    );
+    assert!(
+        shot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    use opencv::core::{mean_std_dev, Mat};
+    use opencv::prelude::*;
+    let img = opencv::imgcodecs::imread(png.to_str().unwrap(), opencv::imgcodecs::IMREAD_GRAYSCALE)
+        .unwrap();
+    assert!(img.rows() > 0, "no screenshot at {}", png.display());
+    let (mut mean, mut std) = (Mat::default(), Mat::default());
+    mean_std_dev(&img, &mut mean, &mut std, &opencv::core::no_array()).unwrap();
+    let spread = *std.at::<f64>(0).unwrap();
+    (String::from_utf8_lossy(&dom.stdout).into_owned(), spread)
+}
+
+/// Opens `page` in Chromium: every heading of `sections` in the DOM, a screenshot not blank.
+fn assert_opens_with(page: &Path, sections: &[&str]) {
+    let (dom, spread) = open_in_chromium(page);
+    for h in sections {
+        assert!(
+            dom.contains(&format!(">{h}</h2>")),
+            "section {h} missing from the DOM"
+        );
+    }
+    assert!(
+        spread > 10.0,
+        "the screenshot looks blank (pixel spread {spread})"
+    );
+}
+
+fn report(args: &[&str]) -> std::process::Output {
+    let mut all = vec!["report"];
+    all.extend_from_slice(args);
+    empathic(&all)
+}
+
+fn assert_offline(html: &str) {
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "a URL in the page"
+    );
+    assert!(!html.contains("<script"), "a script in the page");
+    assert!(
+        !html.contains("<img") && !html.contains("data:image"),
+        "an image in the page"
+    );
+}
+
+#[test]
+fn the_session_page_and_the_participant_view_open_in_a_browser_with_every_section() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("r.db");
+    let bank = root().join("demo/stories/stories.jsonl");
+    assert!(
+        empathic(&["stories", "import", path_str(&bank), "--db", path_str(&db)])
+            .status
+            .success()
+    );
+    // Every modality on (the default), as `make demo` runs it.
+    let o = replay_cli(&demo_session(), &db, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db, None).status.success());
+
+    let page = tmp.path().join("demo.html");
+    let o = report(&["demo-0001", "--db", path_str(&db), "--out", path_str(&page)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), page.display().to_string());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_offline(&html);
+    // Plots are drawn (timeline, predictions, AU strip, pose, gaze, presence, voice).
+    assert!(
+        html.matches("<svg").count() >= 8,
+        "{} plots",
+        html.matches("<svg").count()
+    );
+    assert!(html.contains("text-zero-shot") && html.contains("The bus driver who waited"));
+    // The answer at a glance, before the details: the quality verdict and, per story
+    // shown, its title, the self-rating and what each predictor said (marked uncalibrated).
+    let glance =
+        &html[html.find("id=\"at-a-glance\"").unwrap()..html.find("id=\"session\"").unwrap()];
+    assert!(
+        glance.contains("Data quality: <b class=\"good\">good</b>"),
+        "{glance}"
+    );
+    for (title, rating) in [
+        ("The bus driver who waited", 4),
+        ("My brother&#39;s first apartment", 3),
+        ("Telling my father", 5),
+    ] {
+        let title = title.replace("&#39;", "'");
+        assert!(
+            glance.contains(&format!("<tr><td>{title}</td><td>{rating}</td><td>")),
+            "{title} not in the summary: {glance}"
+        );
+    }
+    assert!(glance.contains("predicted by text-zero-shot") && glance.contains("[uncalibrated]"));
+    // Self-ratings drawn dashed in the prediction plot; shown and retrieved stories apart;
+    // legends under plots, not over data.
+    assert!(html.contains("Telling my father: rated 5"));
+    assert!(html.contains("&#8211; &#8211;</span> Telling my father: rated 5"));
+    assert!(
+        html.contains("Stories shown")
+            && html.contains("Stories retrieved while the participant shared")
+    );
+    assert!(html.contains("class=\"legend\""));
+    // Action units by name, with the strip's colour scale; no word broken anywhere.
+    assert!(html.contains("AU12 lip corner puller") && html.contains("class=\"scale\""));
+    assert!(!html.contains("overflow-wrap:anywhere") && !html.contains("word-break:break-all}td"));
+    // Producers and their sha256 at the end.
+    let appendix = html
+        .find("id=\"appendix:-what-produced-these-figures\"")
+        .unwrap();
+    assert!(html[appendix..].contains("all-MiniLM-L6-v2") && html[appendix..].contains("sha256:"));
+    assert!(!html[..appendix].contains("sha256:"));
+    // The transcript is off by default: the participant's words are not in the page.
+    assert!(!html.contains("mister john dashwood"));
+    assert_opens_with(&page, &SESSION_SECTIONS);
+
+    // With the transcript allowed, the words are there.
+    let cfg = tmp.path().join("t.toml");
+    std::fs::write(&cfg, "[report]\ntranscript = true\n").unwrap();
+    let with = tmp.path().join("with.html");
+    let o = report(&[
+        "demo-0001",
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&cfg),
+        "--out",
+        path_str(&with),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&with)
+        .unwrap()
+        .contains("mister john dashwood"));
+
+    // The participant across both sessions.
+    let view = tmp.path().join("p.html");
+    let o = report(&[
+        "--participant",
+        "P-DEMO",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&view),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&view).unwrap();
+    assert_offline(&html);
+    assert!(html.contains("demo-0001") && html.contains("demo-0002"));
+    assert!(
+        html.contains("ubc_state_social_connection"),
+        "survey answers"
+    );
+    assert_opens_with(&view, &PARTICIPANT_SECTIONS);
+}
+
+#[test]
+fn a_failed_session_renders_with_its_reason_and_unknown_ones_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_session(&demo_session(), &tmp.path().join("s"));
+    let bytes = std::fs::read(dir.join("video.avi")).unwrap();
+    std::fs::write(dir.join("video.avi"), &bytes[..bytes.len() / 2]).unwrap();
+    let db = tmp.path().join("f.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert_eq!(replay_cli(&dir, &db, Some(&fast)).status.code(), Some(2));
+    let page = tmp.path().join("failed.html");
+    let o = report(&["demo-0001", "--db", path_str(&db), "--out", path_str(&page)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("This session is failed") && html.contains("decoding stopped"));
+    assert!(html.contains("No quality report was stored"));
+    assert!(html.contains("No predictions were stored"));
+    assert_opens_with(&page, &SESSION_SECTIONS);
+
+    // Unknown session or participant: exit 2, named, and no file (nor a partial one).
+    for args in [vec!["nope"], vec!["--participant", "nobody"]] {
+        let out = tmp.path().join("x.html");
+        let mut all = args.clone();
+        all.extend(["--db", path_str(&db), "--out", path_str(&out)]);
+        let o = report(&all);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(args.last().unwrap()), "{}", stderr(&o));
+        assert!(!out.exists() && !tmp.path().join("x.html.partial").exists());
+    }
+    // An existing page is replaced only by a complete one.
+    let o = report(&["nope", "--db", path_str(&db), "--out", path_str(&page)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(std::fs::read_to_string(&page)
+        .unwrap()
+        .contains("decoding stopped"));
+}

@@ -1,0 +1,163 @@
+//! The story bank: import, search, retrieval for a session with earlier exposures left out.
+
+use std::path::Path;
+
+use crate::common::*;
+
+fn bank() -> std::path::PathBuf {
+    root().join("demo/stories/stories.jsonl")
+}
+
+fn ids(json: &[u8]) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn import(db: &Path) {
+    let o = empathic(&["stories", "import", path_str(&bank()), "--db", path_str(db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("imported 42 stories"), "{}", stdout(&o));
+}
+
+#[test]
+fn search_finds_the_closest_demo_stories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("s.db");
+    import(&db);
+    let q = "I finally told my father I was proud of him";
+    let o = empathic(&["stories", "search", q, "-k", "3", "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(
+        text.lines().next().unwrap().contains("demo-story-27"),
+        "{text}"
+    );
+    let o = empathic(&[
+        "stories",
+        "search",
+        q,
+        "-k",
+        "5",
+        "--db",
+        path_str(&db),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let scores: Vec<f64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["score"].as_f64().unwrap())
+        .collect();
+    assert_eq!(scores.len(), 5);
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    // Importing again replaces rather than duplicates.
+    import(&db);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM story_embeddings", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 42);
+}
+
+#[test]
+fn retrieve_leaves_out_stories_seen_in_earlier_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("s.db");
+    import(&db);
+    // Session 1 (1 Nov) showed demo stories 03, 11 and 27.
+    let fast = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Session 2, a week later: the participant shares a story about their father.
+    let second = copy_session(&demo_session(), &tmp.path().join("s2"));
+    let manifest = std::fs::read_to_string(second.join("session.json"))
+        .unwrap()
+        .replace("demo-0001", "demo-0002")
+        .replace("2026-11-01", "2026-11-08");
+    std::fs::write(second.join("session.json"), manifest).unwrap();
+    std::fs::write(
+        second.join("events.jsonl"),
+        concat!(
+            "{\"t_ms\": 0, \"type\": \"phase\", \"phase\": \"story_share\"}\n",
+            "{\"t_ms\": 9000, \"type\": \"utterance\", \"speaker\": \"participant\", \"start_ms\": 1000, \"end_ms\": 9000, \"text\": \"Last winter my father was in hospital and I told him how proud I am of him.\"}\n",
+        ),
+    )
+    .unwrap();
+    let o = replay_cli(&second, &db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let all = |session: &str| {
+        let o = empathic(&[
+            "stories",
+            "retrieve",
+            session,
+            "-k",
+            "42",
+            "--db",
+            path_str(&db),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        ids(&o.stdout)
+    };
+    let later = all("demo-0002");
+    assert_eq!(later.len(), 39);
+    for seen in ["demo-story-03", "demo-story-11", "demo-story-27"] {
+        assert!(
+            !later.contains(&seen.to_string()),
+            "{seen} was shown in demo-0001"
+        );
+    }
+    // The first session has no earlier one: nothing is left out.
+    assert_eq!(all("demo-0001").len(), 42);
+    let o = empathic(&[
+        "stories",
+        "retrieve",
+        "demo-0002",
+        "-k",
+        "3",
+        "--db",
+        path_str(&db),
+    ]);
+    let text = stdout(&o);
+    assert!(text.contains("leaving out 3 stories"), "{text}");
+    assert!(text.contains("demo-story-"), "{text}");
+}
+
+#[test]
+fn bad_banks_and_empty_stores_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("s.db");
+    let bad = tmp.path().join("bad.jsonl");
+    let line = std::fs::read_to_string(bank())
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(&bad, format!("{line}\n{line}\n")).unwrap();
+    let o = empathic(&["stories", "import", path_str(&bad), "--db", path_str(&db)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("row 2") && stderr(&o).contains("bad.jsonl"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A store without stories.
+    let fast = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
+    assert!(o.status.success());
+    let o = empathic(&["stories", "search", "x", "--db", path_str(&db)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("stories import"), "{}", stderr(&o));
+    let o = empathic(&["stories", "retrieve", "nope", "--db", path_str(&db)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("nope"));
+}

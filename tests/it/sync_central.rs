@@ -1,0 +1,596 @@
+//! The central database, SQLite and PostgreSQL side by side, against a real Mosquitto and a
+//! real PostgreSQL (a throwaway cluster the test starts): two stations sync, two collectors
+//! (one per database) take every message, and each central database then holds every
+//! session's rows exactly as its station does, reads with `sessions`, `evaluate`, `report`
+//! and `export windows`, follows a `--replace` and removes a withdrawn participant.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use crate::common::broker::*;
+use crate::common::central::*;
+use crate::common::postgres::Postgres;
+use crate::common::*;
+
+fn stop(mut c: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    c.wait().unwrap();
+}
+
+#[test]
+fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let pg = Postgres::start();
+    let pg_url = pg.database("study");
+    let central = tmp.path().join("central.db");
+    let mut collectors = vec![
+        start_collector_as(path_str(&central), broker.port, "c-sqlite"),
+        start_collector_as(&pg_url, broker.port, "c-postgres"),
+    ];
+    // A probe proves both collectors subscribed: each quarantines it.
+    wait_subscribed(
+        broker.port,
+        &[path_str(&central), pg_url.as_str()],
+        Duration::from_secs(20),
+    );
+
+    // Station 1: the demo and a later session (default content: window features, no
+    // transcript). Station 2: another participant, transcripts synced.
+    let fast = config_without_vision_models(tmp.path());
+    let with_words =
+        config_without_vision_models_and(tmp.path(), "words.toml", "[sync]\ntranscripts = true\n");
+    let db1 = tmp.path().join("station-1.db");
+    let db2 = tmp.path().join("station-2.db");
+    assert!(replay_cli(&demo_session(), &db1, Some(&fast))
+        .status
+        .success());
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db1, Some(&fast)).status.success());
+    let other = copy_session(&demo_session(), &tmp.path().join("other"));
+    let manifest = other.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    v["session_id"] = "other-0001".into();
+    v["participant_id"] = "P-OTHER".into();
+    v["station_id"] = "station-2".into();
+    std::fs::write(&manifest, v.to_string()).unwrap();
+    assert!(replay_cli(&other, &db2, Some(&with_words)).status.success());
+    sync_ok(&db1, broker.port, "station-1");
+    sync_ok(&db2, broker.port, "station-2");
+    for db in [&db1, &db2] {
+        let s = empathic(&["sync", "status", "--db", path_str(db), "--json"]);
+        let s: serde_json::Value = serde_json::from_str(&stdout(&s)).unwrap();
+        assert_eq!(
+            (s["pending"].as_u64(), s["sent"].as_u64()),
+            (Some(0), Some(0))
+        );
+    }
+    let all = ["demo-0001", "demo-0002", "other-0001"];
+    wait_until("three sessions in both central databases", || {
+        let lite = empathic::store::Store::open(&central).unwrap();
+        sessions_in(lite.connection_for_tests()) == all
+            && sessions_in(pg_view(&pg_url).connection_for_tests()) == all
+    });
+
+    // Every carried row, equal to the station's, in both.
+    let check = |db: &Path, id: &str, transcripts: bool| {
+        let station = rusqlite::Connection::open(db).unwrap();
+        let want = record_rows(&station, id, transcripts);
+        assert!(want.iter().any(|l| l.starts_with("window_features ")));
+        assert_eq!(
+            want.iter().any(|l| l.starts_with("utterances ")),
+            transcripts
+        );
+        let lite = rusqlite::Connection::open(&central).unwrap();
+        same_rows(
+            &record_rows(&lite, id, transcripts),
+            &want,
+            &format!("{id} in SQLite"),
+        );
+        let pg_store = pg_view(&pg_url);
+        same_rows(
+            &record_rows(pg_store.connection_for_tests(), id, transcripts),
+            &want,
+            &format!("{id} in PostgreSQL"),
+        );
+    };
+    check(&db1, "demo-0001", false);
+    check(&db1, "demo-0002", false);
+    check(&db2, "other-0001", true);
+
+    // The reading commands work on both, and agree.
+    for target in [path_str(&central), pg_url.as_str()] {
+        let o = empathic(&["sessions", "list", "--db", target, "--json"]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(listed.as_array().unwrap().len(), 3, "{target}");
+        let page = tmp.path().join("report.html");
+        let o = empathic(&[
+            "report",
+            "demo-0001",
+            "--db",
+            target,
+            "--out",
+            path_str(&page),
+        ]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(html.contains("demo-0001"));
+        // What this database does not hold is said, never shown as zero.
+        assert!(html.contains("This is a central database"), "{target}");
+        assert!(html.contains("not synced here"), "{target}");
+        assert!(!html.contains(" of 420 frames"), "{target}");
+        assert!(
+            html.contains("Drawn from the stored window means"),
+            "{target}"
+        );
+        assert!(
+            html.contains("utterances are not synced to this database"),
+            "{target}"
+        );
+        let o = empathic(&["sessions", "show", "demo-0001", "--db", target]);
+        let text = stdout(&o);
+        assert!(
+            text.contains("a central database")
+                && text.contains("per-frame values not synced here")
+                && text.contains("events not synced here")
+                && text.contains("utterances not synced here")
+                && !text.contains("present on 0"),
+            "{target}: {text}"
+        );
+        let o = empathic(&["sessions", "show", "other-0001", "--db", target]);
+        let text = stdout(&o);
+        assert!(
+            text.contains("utterances") && !text.contains("utterances not synced"),
+            "{target}: {text}"
+        );
+        // The list names station and participant, and a long id keeps its column.
+        let o = empathic(&["sessions", "list", "--db", target]);
+        let text = stdout(&o);
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.contains("station") && header.contains("participant"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.contains("other-0001")
+                && l.contains("station-2")
+                && l.contains("P-OTHER")),
+            "{text}"
+        );
+    }
+    // The station's own database says nothing of syncing.
+    let o = empathic(&["sessions", "show", "demo-0001", "--db", path_str(&db1)]);
+    assert!(
+        !stdout(&o).contains("central database") && stdout(&o).contains("present on"),
+        "{}",
+        stdout(&o)
+    );
+    // `sync` with no station id refuses rather than publish as `unknown-station`.
+    let o = empathic(&[
+        "sync",
+        "--db",
+        path_str(&db1),
+        "--broker",
+        &format!("mqtt://127.0.0.1:{}", broker.port),
+        "--until-synced",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no station id"), "{}", stderr(&o));
+    let evaluate = |target: &str| {
+        let o = empathic(&["evaluate", "--db", target, "--json"]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(evaluate(path_str(&central)), evaluate(&pg_url));
+    let show = |target: &str| {
+        let o = empathic(&["sessions", "show", "demo-0001", "--db", target, "--json"]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let mut v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        // Where the station read the recording stays on the station, and so do the raw
+        // event log, the transcript and the per-frame features this study does not sync
+        // (what `show` counts of them).
+        v["source_path"] = serde_json::Value::Null;
+        v["synced_content"] = serde_json::Value::Null;
+        v["events"] = serde_json::Value::Null;
+        v["utterances"] = serde_json::Value::Null;
+        for m in v["modalities"].as_array_mut().unwrap() {
+            m["present_frames"] = serde_json::Value::Null;
+        }
+        v
+    };
+    assert_eq!(show(path_str(&db1)), show(path_str(&central)));
+    assert_eq!(show(path_str(&db1)), show(&pg_url));
+    // Export from the central file: window means equal to the station's export.
+    for (db, out) in [(&db1, "from-station"), (&central, "from-central")] {
+        let o = empathic(&[
+            "export",
+            "windows",
+            "--db",
+            path_str(db),
+            "--out",
+            path_str(&tmp.path().join(out)),
+            "--session",
+            "demo-0001",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // The central database holds the stories shown but no embeddings: the export embeds
+    // them with the same encoder from the same text, so the rows equal the station's.
+    let stories = |dir: &str| {
+        let d = tmp.path().join(dir).join("stories");
+        let lines = std::fs::read_to_string(d.join("all-MiniLM-L6-v2.jsonl")).unwrap();
+        let ids: Vec<String> = lines
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["story_id"].to_string())
+            .collect();
+        use ndarray_npy::ReadNpyExt;
+        let m = ndarray::Array2::<f32>::read_npy(
+            std::fs::File::open(d.join("all-MiniLM-L6-v2.npy")).unwrap(),
+        )
+        .unwrap();
+        (ids, m)
+    };
+    let (central_ids, central_vectors) = stories("from-central");
+    let (station_ids, station_vectors) = stories("from-station");
+    assert!(!central_ids.is_empty());
+    for (i, id) in central_ids.iter().enumerate() {
+        let j = station_ids.iter().position(|s| s == id).unwrap();
+        let dot: f32 = central_vectors
+            .row(i)
+            .iter()
+            .zip(station_vectors.row(j))
+            .map(|(a, b)| a * b)
+            .sum();
+        assert!(dot > 0.9999, "story {id}: cosine {dot}");
+    }
+    // Without per-frame features synced, the training reader says what is missing.
+    let o = load_with_training_reader(&tmp.path().join("from-central"));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("frame_features = true"),
+        "{}",
+        stderr(&o)
+    );
+    let o = load_with_training_reader(&tmp.path().join("from-station"));
+    assert!(o.status.success(), "data.py: {}", stderr(&o));
+    for name in [
+        "acoustic_compare_window_mean.npy",
+        "acoustic_compare_window_present.npy",
+    ] {
+        let read = |dir: &str| std::fs::read(tmp.path().join(dir).join("demo-0001").join(name));
+        assert_eq!(
+            read("from-station").unwrap(),
+            read("from-central").unwrap(),
+            "{name}"
+        );
+    }
+
+    // A replacement on station 1 and a withdrawal on station 2 reach both.
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db1),
+        "--config",
+        path_str(&fast),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A record of theirs whose last chunk never came: its first chunk holds their words.
+    for target in [path_str(&central), pg_url.as_str()] {
+        let data = "{\"tables\":{\"utterances\":\"zebra-marmalade-7731";
+        let envelope = serde_json::json!({"v": 1, "message_id": "stray-1", "seq": 99,
+            "kind": "session", "study": "test-study", "station": "station-2",
+            "subject": "other-0001", "chunk": 0, "chunks": 2,
+            "sha256": "0".repeat(64), "data": data});
+        let mut c = empathic::sync::central::Central::open(target).unwrap();
+        let stored = c
+            .store_publish(
+                "empathic/v1/test-study/station-2/session",
+                envelope.to_string().as_bytes(),
+            )
+            .unwrap();
+        assert!(
+            matches!(stored, empathic::sync::central::Stored::Chunk),
+            "{target}"
+        );
+    }
+    let o = empathic(&["participant", "purge", "P-OTHER", "--db", path_str(&db2)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sync_ok(&db1, broker.port, "station-1");
+    sync_ok(&db2, broker.port, "station-2");
+    let two = ["demo-0001", "demo-0002"];
+    wait_until("the purge in both central databases", || {
+        let lite = empathic::store::Store::open(&central).unwrap();
+        sessions_in(lite.connection_for_tests()) == two
+            && sessions_in(pg_view(&pg_url).connection_for_tests()) == two
+    });
+    check(&db1, "demo-0001", false);
+    let lite = rusqlite::Connection::open(&central).unwrap();
+    for sql in [
+        "SELECT count(*) FROM utterances",
+        "SELECT count(*) FROM participants WHERE id = 'P-OTHER'",
+        "SELECT count(*) FROM collect_records WHERE participant = 'P-OTHER' AND kind = 'session'",
+    ] {
+        assert_eq!(crate::common::store::count(&lite, sql), 0, "{sql}");
+    }
+    assert_eq!(
+        crate::common::store::count(
+            &lite,
+            "SELECT count(*) FROM collect_purges WHERE participant_id = 'P-OTHER'"
+        ),
+        1
+    );
+    // No byte of theirs in the central files: not their words (synced with transcripts
+    // on), not the stray chunk, neither in live pages nor free ones nor the log.
+    assert_eq!(
+        crate::common::store::count(&lite, "SELECT count(*) FROM collect_chunks"),
+        0
+    );
+    drop(lite);
+    for needle in [&b"zebra-marmalade-7731"[..], &b"prudently in his power"[..]] {
+        for file in ["central.db", "central.db-wal", "central.db-shm"] {
+            let bytes = std::fs::read(tmp.path().join(file)).unwrap_or_default();
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{file} still holds `{}`",
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+    // PostgreSQL: the collector tables' files hold none either (the server's own
+    // write-ahead log recycles on its schedule, see README).
+    let needle = b"zebra-marmalade-7731";
+    let mut stack = vec![pg.data_dir().join("base")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "{} still holds the purged chunk",
+                    p.display()
+                );
+            }
+        }
+    }
+    let mut pgc = ::postgres::Client::connect(&pg_url, ::postgres::NoTls).unwrap();
+    let chunks: i64 = pgc
+        .query_one("SELECT count(*) FROM collect_chunks", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(chunks, 0);
+    let left: i64 = pgc
+        .query_one(
+            "SELECT count(*) FROM collect_records WHERE participant = 'P-OTHER' AND kind = 'session'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    let purges: i64 = pgc
+        .query_one("SELECT count(*) FROM collect_purges", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(purges, 1);
+    // Each central database holds each station message once.
+    let station_ids = |db: &Path| -> Vec<String> {
+        crate::common::store::column(
+            &rusqlite::Connection::open(db).unwrap(),
+            "SELECT message_id FROM outbox",
+        )
+    };
+    let mut want: Vec<String> = station_ids(&db1);
+    want.extend(station_ids(&db2));
+    want.sort();
+    let lite = rusqlite::Connection::open(&central).unwrap();
+    let mut lite_ids: Vec<String> =
+        crate::common::store::column(&lite, "SELECT message_id FROM collect_records");
+    lite_ids.sort();
+    assert_eq!(lite_ids, want);
+    let mut pg_ids: Vec<String> = pgc
+        .query("SELECT message_id FROM collect_records", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    pg_ids.sort();
+    assert_eq!(pg_ids, want);
+    for c in collectors.drain(..) {
+        stop(c);
+    }
+    drop(broker);
+    drop(pg);
+}
+
+/// The station's outbox messages as the collector receives them: (seq, kind, topic,
+/// envelopes).
+fn deliveries(db: &Path) -> Vec<(i64, String, String, Vec<String>)> {
+    let store = empathic::store::Store::open(db).unwrap();
+    let opts = empathic::sync::SyncOptions {
+        host: "unused".into(),
+        port: 0,
+        study: "test-study".into(),
+        station: "station-1".into(),
+        auth: Default::default(),
+        collectors: Vec::new(),
+    };
+    store
+        .outbox()
+        .pending(100, "9999")
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            let topic = format!("empathic/v1/test-study/station-1/{}", m.kind);
+            (
+                m.seq,
+                m.kind.clone(),
+                topic,
+                empathic::sync::envelopes(&m, &opts),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database() {
+    use empathic::sync::central::{Central, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = Postgres::start();
+    let fast = config_without_vision_models(tmp.path());
+    // A station: demo-0001 stored, then replaced (its record, a tombstone, a new record).
+    let db = tmp.path().join("station.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&fast),
+        "--replace",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A later session of the same participant answers the same survey item: on the
+    // station it now owns the answer.
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db, Some(&fast)).status.success());
+    let msgs = deliveries(&db);
+    let kinds: Vec<(i64, &str)> = msgs.iter().map(|m| (m.0, m.1.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, "session"),
+            (2, "tombstone"),
+            (3, "session"),
+            (4, "session")
+        ]
+    );
+    assert!(msgs[2].3.len() > 1, "the record spans several chunks");
+    let station = rusqlite::Connection::open(&db).unwrap();
+    let want = record_rows(&station, "demo-0001", false);
+    let want_later = record_rows(&station, "demo-0002", false);
+    assert!(want_later
+        .iter()
+        .any(|l| l.starts_with("survey_responses ")));
+    assert!(!want.iter().any(|l| l.starts_with("survey_responses ")));
+    for target in [
+        tmp.path().join("central.db").to_string_lossy().into_owned(),
+        pg.database("faults"),
+    ] {
+        let mut central = Central::open(&target).unwrap();
+        let mut deliver = |topic: &str, envelope: &str| {
+            central.store_publish(topic, envelope.as_bytes()).unwrap()
+        };
+        // The later session's record first: the older one arriving after it must not
+        // take its survey answer.
+        for c in &msgs[3].3 {
+            deliver(&msgs[3].2, c);
+        }
+        // The newest record of demo-0001, its chunks backwards and one of them twice.
+        let (_, _, topic, chunks) = &msgs[2];
+        let mut outcomes = Vec::new();
+        for c in chunks.iter().rev().chain(chunks.last()) {
+            outcomes.push(deliver(topic, c));
+        }
+        assert!(outcomes[..chunks.len() - 1]
+            .iter()
+            .all(|o| *o == Stored::Chunk));
+        assert!(
+            matches!(outcomes[chunks.len() - 1], Stored::Record { .. }),
+            "{target}"
+        );
+        assert!(matches!(outcomes[chunks.len()], Stored::Duplicate { .. }));
+        // Then the older tombstone and the older record: kept, voided, harmless.
+        for m in [&msgs[1], &msgs[0]] {
+            let mut last = Stored::Chunk;
+            for c in &m.3 {
+                last = deliver(&m.2, c);
+            }
+            assert!(matches!(last, Stored::Record { .. }), "{target}: {last:?}");
+        }
+        // Garbage: not JSON, oversized, on the wrong topic, a tampered chunk (no receipt:
+        // a clean resend can still come), and a record this build cannot read (receipt:
+        // resending cannot help).
+        let quarantined = |s: Stored| match s {
+            Stored::Quarantined { receipt, .. } => receipt.is_some(),
+            other => panic!("{target}: {other:?}"),
+        };
+        assert!(!quarantined(deliver(topic, "not json")));
+        assert!(!quarantined(deliver(topic, &"x".repeat((1 << 20) + 1))));
+        assert!(!quarantined(deliver(
+            "empathic/v1/test-study/station-2/session",
+            &msgs[0].3[0]
+        )));
+        let mut tampered: serde_json::Value = serde_json::from_str(&msgs[0].3[0]).unwrap();
+        tampered["message_id"] = "tampered".into();
+        tampered["chunks"] = 1.into();
+        tampered["chunk"] = 0.into();
+        assert!(!quarantined(deliver(topic, &tampered.to_string())));
+        let unreadable = r#"{"format":"empathic-session","version":9}"#;
+        let mut bad = tampered.clone();
+        bad["message_id"] = "unreadable".into();
+        bad["data"] = unreadable.into();
+        bad["sha256"] = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(unreadable)).into();
+        assert!(quarantined(deliver(topic, &bad.to_string())));
+        assert!(matches!(
+            deliver(topic, &bad.to_string()),
+            Stored::Duplicate { .. }
+        ));
+        // The view shows the newest records, exactly; the answer stays with demo-0002.
+        let view = Central::open(&target).unwrap().read_view().unwrap();
+        same_rows(
+            &record_rows(view.connection_for_tests(), "demo-0001", false),
+            &want,
+            &target,
+        );
+        same_rows(
+            &record_rows(view.connection_for_tests(), "demo-0002", false),
+            &want_later,
+            &target,
+        );
+        // A withdrawal (seq 10), then a late redelivery of a record from before it.
+        let purge = serde_json::json!({"format": "empathic-purge", "version": 2,
+            "participant_id": "P-DEMO", "sessions": ["demo-0001"]})
+        .to_string();
+        let envelope = serde_json::json!({"v": 1, "message_id": "purge-1", "seq": 10,
+            "kind": "purge", "study": "test-study", "station": "station-1",
+            "subject": "P-DEMO", "chunk": 0, "chunks": 1,
+            "sha256": format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&purge)),
+            "data": purge});
+        let mut central = Central::open(&target).unwrap();
+        assert!(matches!(
+            central
+                .store_publish(
+                    "empathic/v1/test-study/station-1/purge",
+                    envelope.to_string().as_bytes()
+                )
+                .unwrap(),
+            Stored::Record { .. }
+        ));
+        for c in &msgs[2].3 {
+            central.store_publish(topic, c.as_bytes()).unwrap();
+        }
+        let view = central.read_view().unwrap();
+        assert!(
+            sessions_in(view.connection_for_tests()).is_empty(),
+            "{target}"
+        );
+        assert_eq!(
+            crate::common::store::count(
+                view.connection_for_tests(),
+                "SELECT count(*) FROM participants WHERE id = 'P-DEMO'"
+            ),
+            0
+        );
+    }
+}
