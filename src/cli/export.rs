@@ -26,15 +26,64 @@
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use ndarray::{Array1, Array2};
 use ndarray_npy::WriteNpyExt;
 use serde::Serialize;
 
-use super::{fail, Failure};
+use super::{db_path, fail, load_config, open_existing_store, progress_bar, Failure, ModelFiles};
 use crate::exit::ExitKind;
 use crate::store::ExportModality;
 use crate::store::Store;
+
+/// Export stored data.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Every window's per-frame features and masks per modality, with session, participant,
+    /// phase, time and the stories in play with their ratings (numpy .npy + JSON lines).
+    Windows {
+        #[command(flatten)]
+        db: super::options::DbOption,
+        #[command(flatten)]
+        config: super::options::ConfigOption,
+        /// A new or empty folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only windows of this phase.
+        #[arg(long)]
+        phase: Option<String>,
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+impl Args {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        match self.command {
+            Command::Windows {
+                db,
+                config,
+                out,
+                phase,
+                session,
+            } => export_command(
+                db.db,
+                config.path(),
+                &out,
+                phase.as_deref(),
+                session.as_deref(),
+            ),
+        }
+    }
+}
 
 /// Format version of the export.
 pub const EXPORT_VERSION: u32 = 3;
@@ -362,4 +411,50 @@ impl WriteNpy for Array1<u16> {
     fn write_to(&self, w: BufWriter<std::fs::File>) -> Result<(), ndarray_npy::WriteNpyError> {
         self.write_npy(w)
     }
+}
+
+/// `empathic export windows` as the command runs it: the store opened, stories embedded
+/// when the database holds none, a progress bar, the summary line.
+fn export_command(
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    out: &Path,
+    phase: Option<&str>,
+    session: Option<&str>,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let store = open_existing_store(&db_path(db, &config))?;
+    // Stories without embeddings (a central database) are embedded with the configured
+    // encoder; opened only when needed, so an export needs no models otherwise.
+    let model = config.models.sentence_encoder.clone();
+    let has_embeddings = store
+        .export_reads()
+        .story_encoders()
+        .map_err(fail)?
+        .contains(&model);
+    let mut encoder = if has_embeddings {
+        None
+    } else {
+        Some(ModelFiles::open(&config)?.sentence_encoder(&model)?)
+    };
+    let progress = progress_bar("sessions");
+    let result = export_windows(
+        &store,
+        out,
+        phase,
+        session,
+        encoder.as_mut().map(|e| (model.as_str(), e)),
+        &progress,
+    );
+    progress.finish_and_clear();
+    let e = result?;
+    outln!(
+        "exported {} windows of {} session(s) to {} ({:.1} MB; format empathic-windows v{})",
+        e.windows,
+        e.sessions,
+        out.display(),
+        e.bytes as f64 / 1e6,
+        EXPORT_VERSION
+    );
+    Ok(ExitCode::SUCCESS)
 }

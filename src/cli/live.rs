@@ -5,13 +5,126 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::commands::load_config;
-use super::{fail, print_json, Failure};
+use super::options::{ConfigOption, JsonOption};
+use super::{fail, load_config, print_json, Failure};
 use crate::capture::camera::opener_for;
 use crate::clock::MonotonicClock;
 use crate::exit::ExitKind;
 use crate::runtime::live::{request, request_ok, serve};
 use crate::runtime::stop_flag;
+
+/// The live station service: camera, microphone and the control socket, one session at
+/// a time, recorded and stored (run by systemd; see systemd/empathic.service).
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    config: ConfigOption,
+}
+
+impl RunArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        run(self.config.path())
+    }
+}
+
+/// Send a request to the running service (the dialogue app's protocol).
+#[derive(clap::Args)]
+pub struct CtlArgs {
+    #[command(subcommand)]
+    command: CtlCommand,
+    /// The control socket (default: `live.socket` of the config).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+enum CtlCommand {
+    /// Start a session for a participant with recorded consent.
+    Start {
+        /// The participant's pseudonym (their consent must be recorded as given).
+        participant: String,
+        /// The new session's id (default: `<station>-<UTC time>`).
+        #[arg(long)]
+        session_id: Option<String>,
+    },
+    /// Stop the running session (stored complete, recording finalised).
+    Stop,
+    /// Enter a phase: warm_up, story_share, story_receive, reflection, cool_down.
+    Phase {
+        /// warm_up, story_share, story_receive, reflection or cool_down.
+        phase: String,
+    },
+    /// Any event as an events.jsonl line without t_ms, e.g.
+    /// '{"type":"rating","story_id":"s1","value":4}'.
+    Event {
+        /// The event as one JSON object (quote it).
+        json: String,
+    },
+}
+
+impl CtlArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        let body = match self.command {
+            CtlCommand::Start {
+                participant,
+                session_id,
+            } => {
+                serde_json::json!({"type": "start_session", "participant_id": participant, "session_id": session_id})
+            }
+            CtlCommand::Stop => serde_json::json!({"type": "stop_session"}),
+            CtlCommand::Phase { phase } => serde_json::json!({"type": "phase", "phase": phase}),
+            CtlCommand::Event { json } => serde_json::from_str(&json)
+                .map_err(|e| (ExitKind::BadInput, format!("not valid JSON: {e}")))?,
+        };
+        ctl(self.socket, self.config.as_deref(), body)
+    }
+}
+
+/// Devices, the running session, drops, disk space and the last error of the service.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The control socket (default: `[live] socket` of the config).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigOption,
+    #[command(flatten)]
+    json: JsonOption,
+}
+
+impl StatusArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        status(self.socket, self.config.path(), self.json.json)
+    }
+}
+
+/// Live recordings.
+#[derive(clap::Args)]
+pub struct RecordingArgs {
+    #[command(subcommand)]
+    command: RecordingCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum RecordingCommand {
+    /// Finish recordings a crash or power loss left unfinished (the service does this when
+    /// it starts).
+    Repair {
+        /// The recordings folder (`[recording] dir` of the config) or one recording in it.
+        dir: PathBuf,
+    },
+}
+
+impl RecordingArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        match self.command {
+            RecordingCommand::Repair { dir } => repair(&dir),
+        }
+    }
+}
 
 pub fn run(config: Option<&Path>) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;

@@ -1,7 +1,9 @@
 //! The bodies of the `empathic` commands: everything a command does between parsing its
 //! arguments (in `main.rs`) and its exit code.
 //!
-//! Contract: each function here takes plain arguments, does its work through the library
+//! Contract: one file per command (or per group of subcommands), each with its `Args`
+//! (clap, with the shared option groups of [`options`] flattened in) and `Args::run`;
+//! `main.rs` only parses and dispatches. A command's body takes plain arguments, does its work through the library
 //! (the stages, the runtime, the store) and prints its result to stdout (summaries) or
 //! stderr (progress, notes). Errors come back as a [`Failure`]: the exit kind (see
 //! [`crate::exit`]) and a message naming what and where. This is the only place besides
@@ -28,17 +30,23 @@ macro_rules! out {
     };
 }
 
+pub mod doctor;
+pub mod embed;
+pub mod evaluate;
 pub mod export;
+pub mod extract;
 pub mod extract_audio;
 pub mod extract_face;
 pub mod live;
+pub mod models;
+pub mod options;
+pub mod participant;
+pub mod replay;
 pub mod report;
+pub mod sessions;
+pub mod stories;
 pub mod sync;
 pub mod tracked_video;
-
-mod commands;
-
-pub use commands::*;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -50,6 +58,16 @@ use crate::exit::{Classify, ExitKind};
 use crate::features::text::SentenceEncoder;
 use crate::models::manifest::Manifest;
 use crate::store::Store;
+
+/// The config at `path`, or the built-in defaults.
+pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
+    Config::load_or_default(path).map_err(fail)
+}
+
+/// The process exit code of an exit kind.
+pub(crate) fn exit_code(kind: ExitKind) -> std::process::ExitCode {
+    std::process::ExitCode::from(kind.code() as u8)
+}
 
 /// Writes command output to stdout (see [`outln!`]).
 pub fn write_stdout(args: std::fmt::Arguments<'_>) {

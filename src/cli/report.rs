@@ -10,11 +10,45 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use super::commands::load_config;
-use super::{db_path, fail, open_existing_store, Failure};
+use super::options::{ConfigOption, DbOption};
+use super::{db_path, fail, load_config, open_existing_store, Failure};
 use crate::exit::ExitKind;
 use crate::report::page::{self, PageError, PageOptions};
 use crate::store::StoreError;
+
+/// One self-contained HTML page (no network, no script) of a session, or of a
+/// participant across their sessions: timeline, predictions, face, voice, data quality.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The session to report on.
+    #[arg(
+        required_unless_present = "participant",
+        conflicts_with = "participant"
+    )]
+    session_id: Option<String>,
+    /// Report on this participant's sessions instead.
+    #[arg(long)]
+    participant: Option<String>,
+    #[command(flatten)]
+    db: DbOption,
+    #[command(flatten)]
+    config: ConfigOption,
+    /// Where to write the page (written beside, then renamed).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+impl Args {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        report(
+            self.session_id.as_deref(),
+            self.participant.as_deref(),
+            self.db.db,
+            self.config.path(),
+            &self.out,
+        )
+    }
+}
 
 fn page_failure(e: PageError) -> Failure {
     match e {

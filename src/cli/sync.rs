@@ -4,10 +4,130 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::commands::load_config;
-use super::{db_path, fail, open_existing_store, print_json, Failure};
+use super::options::{BrokerArgs, ConfigOption, DbOption, JsonOption};
+use super::{db_path, fail, load_config, open_existing_store, print_json, Failure};
 use crate::exit::ExitKind;
 use crate::sync::{parse_broker, publish, SyncError, SyncOptions};
+
+/// Publish the store's outbox (every ended session's record, and tombstones) to the
+/// study's MQTT broker; `sync status` shows what is pending.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SyncArgs {
+    #[command(subcommand)]
+    command: Option<SyncCommand>,
+    #[command(flatten)]
+    db: DbOption,
+    #[command(flatten)]
+    config: ConfigOption,
+    #[command(flatten)]
+    target: BrokerArgs,
+    /// Station id in the topics (default: `[station] id`).
+    #[arg(long)]
+    station: Option<String>,
+    /// A collector (client id, or share group) that must confirm every message before it
+    /// counts as synced; repeat for several (default: `[sync] collectors`; none: any
+    /// one collector's receipt).
+    #[arg(long = "collector", value_name = "NAME")]
+    collectors: Vec<String>,
+    /// Exit once nothing is pending (otherwise keep publishing what comes).
+    #[arg(long)]
+    until_synced: bool,
+    /// Give up (exit 1) after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// First enqueue every ended session the outbox has never announced (sessions stored
+    /// before the outbox existed).
+    #[arg(long)]
+    backfill: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum SyncCommand {
+    /// Pending, synced, bytes waiting, last error.
+    Status {
+        #[command(flatten)]
+        db: DbOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        #[command(flatten)]
+        json: JsonOption,
+    },
+}
+
+impl SyncArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        match self.command {
+            Some(SyncCommand::Status { db, config, json }) => {
+                status(db.db, config.path(), json.json)
+            }
+            None => push(
+                self.db.db,
+                self.config.path(),
+                Overrides {
+                    broker: self.target.broker,
+                    study: self.target.study,
+                    station: self.station,
+                    username: self.target.username,
+                    password_file: self.target.password_file,
+                    ca: self.target.ca,
+                    collectors: self.collectors,
+                },
+                self.until_synced,
+                self.timeout,
+                self.backfill,
+            ),
+        }
+    }
+}
+
+/// For study staff: receive every station's sync messages into the central database
+/// (a SQLite file, or PostgreSQL), exactly once (until SIGINT/SIGTERM).
+#[derive(clap::Args)]
+pub struct CollectArgs {
+    /// The central SQLite file (created when missing; the other commands read it with
+    /// `--db FILE`).
+    #[arg(long, conflicts_with = "central", required_unless_present = "central")]
+    db: Option<PathBuf>,
+    /// The central database as `postgres://USER@HOST:PORT/DB` (or a SQLite file); the
+    /// other commands read it with `--db postgres://...`.
+    #[arg(long)]
+    central: Option<String>,
+    #[command(flatten)]
+    config: ConfigOption,
+    #[command(flatten)]
+    target: BrokerArgs,
+    /// The collector's MQTT client id (stable: the broker keeps its session).
+    #[arg(long, default_value = "empathic-collector")]
+    client_id: String,
+    /// Share the study's messages among the collectors of this group (an MQTT shared
+    /// subscription: each message goes to one of them); each needs its own client id.
+    #[arg(long)]
+    share_group: Option<String>,
+}
+
+impl CollectArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        collect(
+            &self
+                .central
+                .or(self.db.map(|d| d.to_string_lossy().into_owned()))
+                .unwrap_or_default(),
+            self.config.path(),
+            Overrides {
+                broker: self.target.broker,
+                study: self.target.study,
+                station: None,
+                username: self.target.username,
+                password_file: self.target.password_file,
+                ca: self.target.ca,
+                collectors: Vec::new(),
+            },
+            &self.client_id,
+            self.share_group.as_deref(),
+        )
+    }
+}
 
 /// Flags over the config's `[sync]` and `[station]`.
 pub struct Overrides {

@@ -117,10 +117,17 @@ pub fn config_without_vision_models_and(dir: &Path, name: &str, extra: &str) -> 
 
 /// `empathic replay SESSION --db DB [--config CONFIG]`.
 pub fn replay_cli(session: &Path, db: &Path, config: Option<&Path>) -> Output {
+    replay_cli_with(session, db, config, &[])
+}
+
+/// `empathic replay SESSION --db DB [--config CONFIG]` with `extra` arguments (e.g.
+/// `--replace`), the one place the tests spell a replay's command line.
+pub fn replay_cli_with(session: &Path, db: &Path, config: Option<&Path>, extra: &[&str]) -> Output {
     let mut args = vec!["replay", path_str(session), "--db", path_str(db)];
     if let Some(c) = config {
         args.extend(["--config", path_str(c)]);
     }
+    args.extend(extra);
     empathic(&args)
 }
 

@@ -197,13 +197,7 @@ fn replaying_a_stored_session_needs_replace() {
     assert!(stderr(&again).contains("--replace"), "{}", stderr(&again));
     // The stored session is untouched by the refused run.
     assert_eq!(stored(&db, "demo-0001").0, "complete");
-    let replaced = empathic(&[
-        "replay",
-        path_str(&demo),
-        "--db",
-        path_str(&db),
-        "--replace",
-    ]);
+    let replaced = replay_cli_with(&demo, &db, None, &["--replace"]);
     assert!(replaced.status.success(), "{}", stderr(&replaced));
     let (status, _, frames, windows) = stored(&db, "demo-0001");
     assert_eq!((status.as_str(), frames, windows), ("complete", 420, 21));

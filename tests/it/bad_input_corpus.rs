@@ -525,15 +525,7 @@ fn a_successful_replace_stores_what_a_fresh_replay_stores() {
     let tmp = tempfile::tempdir().unwrap();
     let (db, before) = base_db(tmp.path());
     let fast = config_without_vision_models(tmp.path());
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_base_unchanged(&db, &before, "replace");
     let conn = Connection::open(&db).unwrap();
@@ -594,15 +586,7 @@ fn a_lock_held_elsewhere_is_waited_for_up_to_the_busy_timeout() {
     // Held 1 s, waited for up to 20 s: the replacement goes through.
     let patient = config("patient.toml", 20_000);
     let holder = hold(1.0);
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&patient),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &db, Some(&patient), &["--replace"]);
     holder.join().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_base_unchanged(&db, &before, "patient replace");
@@ -610,15 +594,7 @@ fn a_lock_held_elsewhere_is_waited_for_up_to_the_busy_timeout() {
     // Held 4 s, waited for 200 ms: a runtime error that says why; nothing changes.
     let hasty = config("hasty.toml", 200);
     let holder = hold(4.0);
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&hasty),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &db, Some(&hasty), &["--replace"]);
     holder.join().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("busy_timeout_ms"), "{}", stderr(&o));

@@ -159,15 +159,7 @@ fn a_participants_later_session_is_calibrated_on_earlier_ones_only() {
         .status
         .success());
     // Replaced now, the later session learns from the earlier one's three ratings.
-    let o = empathic(&[
-        "replay",
-        path_str(&later),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&later, &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let conn = rusqlite::Connection::open(&db).unwrap();
     let labels: Vec<(String, String)> = conn

@@ -194,15 +194,7 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
         .all(|m| m.1 == "session" && m.3 == "synced"));
 
     // Replacing a session voids what was announced: a tombstone, then the new record.
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let queued = outbox(&db);
     let kinds: Vec<(&str, &str, &str)> = queued[2..]
@@ -383,15 +375,7 @@ fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash
     sync_as(&stations[0], "station-1");
     sync_as(&stations[1], "station-2");
     // A replacement on station 1: its earlier record of demo-0001 is voided centrally.
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&stations[0]),
-        "--config",
-        path_str(&fast),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &stations[0], Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     sync_as(&stations[0], "station-1");
     // And garbage on a station topic is quarantined, not fatal.

@@ -271,15 +271,7 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     }
 
     // A replacement on station 1 and a withdrawal on station 2 reach both.
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db1),
-        "--config",
-        path_str(&fast),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &db1, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // A record of theirs whose last chunk never came: its first chunk holds their words.
     for target in [path_str(&central), pg_url.as_str()] {
@@ -450,15 +442,7 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
     assert!(replay_cli(&demo_session(), &db, Some(&fast))
         .status
         .success());
-    let o = empathic(&[
-        "replay",
-        path_str(&demo_session()),
-        "--db",
-        path_str(&db),
-        "--config",
-        path_str(&fast),
-        "--replace",
-    ]);
+    let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // A later session of the same participant answers the same survey item: on the
     // station it now owns the answer.

@@ -1,322 +1,42 @@
-//! One function per command: the work and its printed output. Arguments arrive parsed.
+//! `empathic evaluate`: stored predictions against the self-ratings, every phase in one
+//! table, with bootstrap intervals over participants when there are enough.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use super::extract_audio::extract_audio_csv;
-use super::extract_face::{extract_face_csv, FaceExtractOptions};
-use super::{db_path, fail, open_existing_store, print_json, progress_bar, Failure, ModelFiles};
-use crate::clock::{MonotonicClock, Speed};
+use super::options::{ConfigOption, DbOption, JsonOption};
+use super::{db_path, fail, load_config, open_existing_store, print_json, Failure};
 use crate::config::Config;
-use crate::doctor;
 use crate::exit::ExitKind;
-use crate::features::acoustic::LldSet;
-use crate::features::face::pose::IntrinsicsArgs;
-use crate::models::verify::verify_all;
-use crate::report;
-use crate::runtime::replay::{replay as run_replay, ReplayOptions};
-use crate::runtime::stop_flag;
-use crate::store::Store;
-use crate::stories::{self, read_bank, session_context, Hit, StoryIndex};
 
-pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
-    Config::load_or_default(path).map_err(fail)
+/// Stored predictions against self-ratings: Pearson r, Spearman rho, MSE, accuracy and
+/// F1, with 95 % bootstrap intervals over participants.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    db: DbOption,
+    #[command(flatten)]
+    config: ConfigOption,
+    /// Only this predictor (default: each stored one).
+    #[arg(long)]
+    predictor: Option<String>,
+    /// Only windows of this phase: warm_up, story_share, story_receive, reflection, cool_down (default: every phase, one row each, and all phases together).
+    #[arg(long)]
+    phase: Option<String>,
+    #[command(flatten)]
+    json: JsonOption,
 }
 
-fn exit_code(kind: ExitKind) -> ExitCode {
-    ExitCode::from(kind.code() as u8)
-}
-
-/// `empathic replay`.
-pub fn replay(
-    session_dir: PathBuf,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    speed: Speed,
-    replace: bool,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let stop = stop_flag().map_err(|e| {
-        (
-            ExitKind::Runtime,
-            format!("cannot install signal handlers: {e}"),
+impl Args {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        evaluate(
+            self.db.db,
+            self.config.path(),
+            self.predictor.as_deref(),
+            self.phase.as_deref(),
+            self.json.json,
         )
-    })?;
-    let progress = progress_bar("frames");
-    let opts = ReplayOptions {
-        session_dir,
-        db_path: db_path(db, &config),
-        config,
-        speed,
-        replace,
-        progress: Arc::new(super::Bar(progress.clone())),
-    };
-    let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);
-    progress.finish_and_clear();
-    let summary = result.map_err(fail)?;
-    if json {
-        print_json(&summary)?;
-    } else {
-        out!("{}", summary.render());
     }
-    // A replay stopped by a signal did not finish: say so in the exit code.
-    Ok(if summary.status == "complete" {
-        ExitCode::SUCCESS
-    } else {
-        exit_code(ExitKind::Runtime)
-    })
-}
-
-/// `empathic sessions list`.
-pub fn sessions_list(
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let store = open_existing_store(&db_path(db, &config))?;
-    let sessions = store.list_sessions().map_err(fail)?;
-    if json {
-        print_json(&sessions)?;
-    } else {
-        out!("{}", report::render_session_list(&sessions));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic sessions show ID`.
-pub fn sessions_show(
-    id: &str,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let store = open_existing_store(&db_path(db, &config))?;
-    let detail = store.session_detail(id).map_err(fail)?;
-    if json {
-        print_json(&detail)?;
-    } else {
-        out!("{}", report::render_session_detail(&detail));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic extract audio`.
-pub fn extract_audio(input: &Path, out: &Path, set: LldSet) -> Result<ExitCode, Failure> {
-    let progress = progress_bar("samples");
-    let result = extract_audio_csv(input, out, set, &progress);
-    progress.finish_and_clear();
-    let summary = result.map_err(fail)?;
-    eprintln!(
-        "wrote {} rows of {} {} LLDs ({:.2} s at {} Hz, {} channel(s)) to {}",
-        summary.rows,
-        set.dims(),
-        match set {
-            LldSet::Compare => "ComParE-2016",
-            LldSet::Egemaps => "eGeMAPSv02",
-        },
-        summary.duration_secs,
-        summary.sample_rate_hz,
-        summary.input_channels,
-        out.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic extract face`.
-pub fn extract_face(
-    input: &Path,
-    out: &Path,
-    tracked: Option<&Path>,
-    intrinsics: IntrinsicsArgs,
-    blendshapes: bool,
-    gaze_model: Option<crate::features::face::GazeModel>,
-    config: Option<&Path>,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let models = ModelFiles::open(&config)?;
-    let progress = progress_bar("frames");
-    let result = extract_face_csv(
-        input,
-        out,
-        &models,
-        &FaceExtractOptions {
-            intrinsics,
-            tracked,
-            progress: &progress,
-            blendshapes,
-            gaze_model: gaze_model.unwrap_or(config.face.gaze_model),
-        },
-    );
-    progress.finish_and_clear();
-    let summary = result.map_err(fail)?;
-    eprintln!(
-        "wrote {} rows of the {} columns to {}: face on {} frames ({:.1} %), at most {} face(s) seen, fx {:.1} fy {:.1} cx {:.1} cy {:.1}, {:.0} frames/s",
-        summary.rows,
-        if blendshapes { "714 OpenFace and 52 blendshape" } else { "714 OpenFace" },
-        out.display(),
-        summary.frames_with_face,
-        100.0 * summary.frames_with_face as f64 / summary.rows.max(1) as f64,
-        summary.max_faces_seen,
-        summary.intrinsics.fx,
-        summary.intrinsics.fy,
-        summary.intrinsics.cx,
-        summary.intrinsics.cy,
-        summary.frames_per_second
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic embed TEXT`: the sentence embedding as a JSON array.
-pub fn embed(
-    text: &str,
-    model: Option<String>,
-    config: Option<&Path>,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let name = model.unwrap_or_else(|| config.models.sentence_encoder.clone());
-    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&name)?;
-    let v = encoder.embed(&[text]).map_err(fail)?;
-    print_json(&v.first())?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic stories import FILE`.
-pub fn stories_import(
-    file: &Path,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let bank = read_bank(file).map_err(fail)?;
-    let model = config.models.sentence_encoder.clone();
-    let mut encoder = ModelFiles::open(&config)?.sentence_encoder(&model)?;
-    let mut store = Store::open(&db_path(db, &config)).map_err(fail)?;
-    let progress = progress_bar("stories");
-    progress.set_length(bank.len() as u64);
-    let result = stories::import(&mut store, &bank, &model, &mut encoder, &|| progress.inc(1));
-    progress.finish_and_clear();
-    let n = result.map_err(fail)?;
-    outln!(
-        "imported {n} stories from {} (embedded with {model}) into {}",
-        file.display(),
-        store.path().display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_hits(hits: &[Hit], json: bool) -> Result<(), Failure> {
-    if json {
-        return print_json(&hits);
-    }
-    for (i, h) in hits.iter().enumerate() {
-        outln!("{}. {:.4}  {}  {}", i + 1, h.score, h.id, h.title);
-    }
-    Ok(())
-}
-
-/// A stored story bank ready to query: its index for the configured sentence encoder, and
-/// the encoder for queries.
-struct Bank {
-    index: StoryIndex,
-    encoder: crate::features::text::SentenceEncoder,
-}
-
-impl Bank {
-    fn open(db: Option<PathBuf>, config: Option<&Path>) -> Result<Self, Failure> {
-        let config = load_config(config)?;
-        let store = open_existing_store(&db_path(db, &config))?;
-        Self::load(&config, &store)
-    }
-
-    fn load(config: &Config, store: &Store) -> Result<Self, Failure> {
-        let model = config.models.sentence_encoder.clone();
-        let index = stories::load_index(store, &model).map_err(fail)?;
-        let encoder = ModelFiles::open(config)?.sentence_encoder(&model)?;
-        Ok(Bank { index, encoder })
-    }
-
-    fn top_k(&mut self, text: &str, k: usize, exclude: &[String]) -> Result<Vec<Hit>, Failure> {
-        let query = self.encoder.embed(&[text]).map_err(fail)?.remove(0);
-        Ok(self.index.top_k(&query, k, exclude))
-    }
-}
-
-/// `empathic stories search TEXT`.
-pub fn stories_search(
-    text: &str,
-    k: usize,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let mut bank = Bank::open(db, config)?;
-    print_hits(&bank.top_k(text, k, &[])?, json)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic stories retrieve SESSION_ID`.
-pub fn stories_retrieve(
-    session_id: &str,
-    k: usize,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let store = open_existing_store(&db_path(db, &config))?;
-    // The session is checked before the bank: a wrong id is the likelier mistake.
-    let (shared, seen) = session_context(&store, session_id, &config.text.speaker).map_err(fail)?;
-    let mut bank = Bank::load(&config, &store)?;
-    if !json && !seen.is_empty() {
-        outln!(
-            "leaving out {} stories seen in earlier sessions",
-            seen.len()
-        );
-    }
-    print_hits(&bank.top_k(&shared, k, &seen)?, json)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic models verify`.
-pub fn models_verify(config: Option<&Path>) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let reports = verify_all(
-        &config.models.dir,
-        config.models.onnxruntime_library.as_deref(),
-    )
-    .map_err(fail)?;
-    let mut failed = 0;
-    for r in &reports {
-        match &r.result {
-            Ok(detail) => outln!("ok      {:<24} {detail}", r.name),
-            Err(e) => {
-                failed += 1;
-                outln!("FAILED  {:<24} {e}", r.name);
-            }
-        }
-    }
-    outln!("{} models, {failed} failed", reports.len());
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        exit_code(ExitKind::BadInput)
-    })
-}
-
-/// `empathic doctor`.
-pub fn doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<ExitCode, Failure> {
-    let checks = doctor::run_checks(config, db);
-    let (text, ready) = doctor::render(&checks, live);
-    out!("{text}");
-    Ok(if ready {
-        ExitCode::SUCCESS
-    } else {
-        exit_code(ExitKind::Runtime)
-    })
 }
 
 /// The report of `empathic evaluate`: per predictor and phase, overall and per participant.
@@ -639,50 +359,5 @@ pub fn evaluate(
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `empathic export windows`.
-pub fn export_windows(
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    out: &Path,
-    phase: Option<&str>,
-    session: Option<&str>,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
-    let store = open_existing_store(&db_path(db, &config))?;
-    // Stories without embeddings (a central database) are embedded with the configured
-    // encoder; opened only when needed, so an export needs no models otherwise.
-    let model = config.models.sentence_encoder.clone();
-    let has_embeddings = store
-        .export_reads()
-        .story_encoders()
-        .map_err(fail)?
-        .contains(&model);
-    let mut encoder = if has_embeddings {
-        None
-    } else {
-        Some(ModelFiles::open(&config)?.sentence_encoder(&model)?)
-    };
-    let progress = progress_bar("sessions");
-    let result = super::export::export_windows(
-        &store,
-        out,
-        phase,
-        session,
-        encoder.as_mut().map(|e| (model.as_str(), e)),
-        &progress,
-    );
-    progress.finish_and_clear();
-    let e = result?;
-    outln!(
-        "exported {} windows of {} session(s) to {} ({:.1} MB; format empathic-windows v{})",
-        e.windows,
-        e.sessions,
-        out.display(),
-        e.bytes as f64 / 1e6,
-        super::export::EXPORT_VERSION
-    );
     Ok(ExitCode::SUCCESS)
 }

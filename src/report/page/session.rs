@@ -1,105 +1,8 @@
-//! The session report and the participant view: one self-contained HTML page each.
-//!
-//! Contract: [`session_page`] and [`participant_page`] read a store (never write it) and
-//! return a complete HTML document: inline CSS, plots as inline SVG (`report::plots`), no
-//! script, no external reference of any kind (no `http://` or `https://` appears in it),
-//! readable printed to A4 and on a phone. Raw video never appears (only numbers derived
-//! from it); the participant's words appear only when [`PageOptions::transcript`] is set.
-//! Every section is present on every page; a section without data says what is missing
-//! (a failed session, a modality not stored, no predictions) instead of disappearing.
-//! Section headings are fixed ([`SESSION_SECTIONS`], [`PARTICIPANT_SECTIONS`]) so staff
-//! and tests can find them.
+//! The session page: a summary at a glance, then the timeline, predicted empathy, facial
+//! behaviour, voice, data quality, transcript and an appendix, one function per section
+//! over what the page's head read once ([`Section`]).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-pub use super::plots::esc;
-use super::plots::{self, Backdrop, Lane, Marker, Series, PALETTE};
-use super::verdict::{self, Verdict};
-use crate::store::ExportModality;
-use crate::store::{SessionDetail, Store, StoreError};
-
-/// The section headings of a session page, in order.
-pub const SESSION_SECTIONS: [&str; 9] = [
-    "At a glance",
-    "Session",
-    "Timeline",
-    "Predicted empathy",
-    "Facial behaviour",
-    "Voice",
-    "Data quality",
-    "Transcript",
-    "Appendix: what produced these figures",
-];
-
-/// The section headings of a participant page, in order.
-pub const PARTICIPANT_SECTIONS: [&str; 5] = [
-    "Participant",
-    "Ratings per session",
-    "Predictions against ratings",
-    "Surveys",
-    "Data quality per session",
-];
-
-/// What a page may show.
-#[derive(Debug, Clone, Default)]
-pub struct PageOptions {
-    /// Include the participant's utterances verbatim.
-    pub transcript: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum PageError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{0}")]
-    Plot(String),
-    #[error("no participant `{id}` in {path}")]
-    NoSuchParticipant {
-        id: String,
-        path: std::path::PathBuf,
-    },
-}
-
-const CSS: &str = "
-body{font-family:sans-serif;margin:0 auto;max-width:960px;padding:12px;color:#222;line-height:1.4}
-h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;border-bottom:2px solid #0072b2;margin-top:1.6em}
-h3{font-size:1em;margin:1em 0 .3em}
-table{border-collapse:collapse;margin:.4em 0;font-size:.92em;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
-.scroll{overflow-x:auto}.hash{font-family:monospace;font-size:.85em;word-break:break-all}
-.legend{font-size:.88em;margin:.1em 0 .8em}.key{white-space:nowrap;margin-right:1em}
-.scale{display:inline-block;width:160px;height:.9em;border:1px solid #999;vertical-align:middle}.swatch{display:inline-block;width:1em;height:.9em;border:1px solid #999;vertical-align:middle}
-.glance{border:1px solid #ccc;background:#fafafa;padding:4px 10px}
-th{background:#f2f2f2}svg{max-width:100%;height:auto;display:block}
-.good{background:#d8f0d8}.check{background:#fff0c0}.bad{background:#f8d0d0}
-.note{color:#555;font-size:.92em}.banner{padding:8px;border:2px solid #d55e00;background:#fde8dc;margin:.6em 0}
-.synthetic{color:#a03000;font-weight:bold}
-@media print{body{max-width:none}h2{break-after:avoid}svg{break-inside:avoid}}
-";
-
-fn head(title: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{}</title><style>{CSS}</style></head><body>\n",
-        esc(title)
-    )
-}
-
-fn section(out: &mut String, title: &str) {
-    let id = title.to_lowercase().replace(' ', "-");
-    let _ = writeln!(out, "<h2 id=\"{id}\">{}</h2>", esc(title));
-}
-
-fn note(out: &mut String, text: &str) {
-    let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(text));
-}
-
-fn plot(out: &mut String, svg: Result<String, String>) -> Result<(), PageError> {
-    out.push_str(&svg.map_err(PageError::Plot)?);
-    out.push('\n');
-    Ok(())
-}
+use super::*;
 
 /// A modality's per-frame values of the named columns, as (session seconds, value) per
 /// column; frames where it is absent give no point. `None` when the session lacks it.
@@ -209,10 +112,6 @@ impl Frames {
     }
 }
 
-fn phase_color(i: usize) -> plotters::style::RGBColor {
-    PALETTE[i % PALETTE.len()]
-}
-
 /// The session report of session `id`.
 pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<String, PageError> {
     let d: SessionDetail = store.session_detail(id)?;
@@ -248,7 +147,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     let quality = s
         .quality
         .clone()
-        .and_then(|q| serde_json::from_value::<super::QualityReport>(q).ok());
+        .and_then(|q| serde_json::from_value::<crate::report::QualityReport>(q).ok());
     glance(&mut out, &d, quality.as_ref());
     let phase_bands: Vec<(f64, f64, String, plotters::style::RGBColor)> = d
         .phases
@@ -263,10 +162,6 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             )
         })
         .collect();
-    let behind = Backdrop {
-        phases: &phase_bands,
-        markers: &[],
-    };
 
     // Session
     section(&mut out, SESSION_SECTIONS[1]);
@@ -299,19 +194,85 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         esc(&s.source),
     );
     if let Some(c) = &d.synced_content {
-        note(&mut out, &format!("This is {}.", super::synced_summary(c)));
+        note(
+            &mut out,
+            &format!("This is {}.", crate::report::synced_summary(c)),
+        );
     }
     note(
         &mut out,
         "What produced each modality, with its version and presence, is in the appendix at the end.",
     );
 
-    // Timeline
-    section(&mut out, SESSION_SECTIONS[2]);
     let utterances = store.utterances(id)?;
+    let cx = Section {
+        store,
+        id,
+        d: &d,
+        duration,
+        phase_bands: &phase_bands,
+        frame_source: &frame_source,
+        utterances: &utterances,
+        quality: quality.as_ref(),
+        opts,
+        modalities: &modalities,
+    };
+    timeline_section(&mut out, &cx)?;
+    prediction_section(&mut out, &cx)?;
+    face_section(&mut out, &cx)?;
+    voice_section(&mut out, &cx)?;
+    quality_section(&mut out, &cx)?;
+    transcript_section(&mut out, &cx)?;
+    appendix_section(&mut out, &cx)?;
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
+
+/// The story markers of the timeline and the prediction plot: `S<position>` and the
+/// self-rating.
+fn story_markers(d: &SessionDetail) -> Vec<Marker> {
+    d.stories
+        .iter()
+        .map(|st| Marker {
+            secs: st.shown_secs,
+            label: format!(
+                "S{}{}",
+                st.position,
+                st.rating.map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+        })
+        .collect()
+}
+
+/// What every section of the session page reads: the stored session and what the page's
+/// head derived from it once.
+#[derive(Clone, Copy)]
+struct Section<'a> {
+    store: &'a Store,
+    id: &'a str,
+    d: &'a SessionDetail,
+    duration: f64,
+    phase_bands: &'a [(f64, f64, String, plotters::style::RGBColor)],
+    frame_source: &'a FrameSource<'a>,
+    utterances: &'a [crate::store::UtteranceRow],
+    quality: Option<&'a crate::report::QualityReport>,
+    opts: &'a PageOptions,
+    modalities: &'a [ExportModality],
+}
+
+/// The session page's Timeline section.
+fn timeline_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section {
+        d,
+        duration,
+        phase_bands,
+        utterances,
+        ..
+    } = *cx;
+    section(out, SESSION_SECTIONS[2]);
     let mut lanes = vec![Lane {
         label: "phase".into(),
-        spans: phase_bands.clone(),
+        spans: phase_bands.to_vec(),
     }];
     for (speaker, color) in [("participant", PALETTE[2]), ("robot", PALETTE[1])] {
         let spans: Vec<_> = utterances
@@ -329,24 +290,13 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             spans,
         });
     }
-    let story_markers: Vec<Marker> = d
-        .stories
-        .iter()
-        .map(|st| Marker {
-            secs: st.shown_secs,
-            label: format!(
-                "S{}{}",
-                st.position,
-                st.rating.map(|r| format!(" ({r})")).unwrap_or_default()
-            ),
-        })
-        .collect();
+    let story_markers = story_markers(d);
     if d.phases.is_empty() && utterances.is_empty() && d.stories.is_empty() {
-        note(&mut out, "No phases, utterances or stories were stored for this session (a recording without events, or one that stopped before them).");
+        note(out, "No phases, utterances or stories were stored for this session (a recording without events, or one that stopped before them).");
     }
-    plot(&mut out, plots::timeline(&lanes, &story_markers, duration))?;
+    plot(out, plots::timeline(&lanes, &story_markers, duration))?;
     if d.stories.is_empty() {
-        note(&mut out, "No story was shown in this session.");
+        note(out, "No story was shown in this session.");
     } else {
         out.push_str("<table><tr><th>marker</th><th>story</th><th>shown at</th><th>self-rating (1-5)</th></tr>\n");
         for st in &d.stories {
@@ -368,11 +318,23 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         out.push_str("</table>\n");
     }
 
-    // Predicted empathy
-    section(&mut out, SESSION_SECTIONS[3]);
+    Ok(())
+}
+
+/// The session page's Predicted empathy section.
+fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section {
+        store,
+        id,
+        d,
+        duration,
+        phase_bands,
+        ..
+    } = *cx;
+    section(out, SESSION_SECTIONS[3]);
     let series = store.prediction_series(id)?;
     if series.is_empty() {
-        note(&mut out, "No predictions were stored for this session (prediction off, no story in play in a predicted phase, or the session stopped before).");
+        note(out, "No predictions were stored for this session (prediction off, no story in play in a predicted phase, or the session stopped before).");
     } else {
         let mut by_predictor: BTreeMap<&str, Vec<&crate::store::PredictionPoint>> = BTreeMap::new();
         for p in &series {
@@ -453,15 +415,15 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 }
                 let _ = writeln!(out, "<h4>{heading}</h4>");
                 plot(
-                    &mut out,
+                    out,
                     plots::line_chart(
                         "predicted empathy (1-5), window end",
                         (1.0, 5.0),
                         duration,
                         &lines,
                         &Backdrop {
-                            phases: &phase_bands,
-                            markers: &story_markers,
+                            phases: phase_bands,
+                            markers: &story_markers(d),
                         },
                     ),
                 )?;
@@ -489,11 +451,25 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             );
         }
         out.push_str("</table>\n");
-        note(&mut out, "Session-level prediction: the mean over the predicted windows after the story was shown (while sharing: toward the stories retrieved for what was said).");
+        note(out, "Session-level prediction: the mean over the predicted windows after the story was shown (while sharing: toward the stories retrieved for what was said).");
     }
 
-    // Facial behaviour
-    section(&mut out, SESSION_SECTIONS[4]);
+    Ok(())
+}
+
+/// The session page's Facial behaviour section.
+fn face_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section {
+        duration,
+        phase_bands,
+        frame_source,
+        ..
+    } = *cx;
+    let behind = Backdrop {
+        phases: phase_bands,
+        markers: &[],
+    };
+    section(out, SESSION_SECTIONS[4]);
     let is_face_col = |c: &str| {
         (c.starts_with("AU") && c.ends_with("_r"))
             || matches!(
@@ -501,11 +477,11 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 "pose_Rx" | "pose_Ry" | "pose_Rz" | "gaze_angle_x" | "gaze_angle_y"
             )
     };
-    match read_frames(&frame_source, "face", &is_face_col)? {
-        None => note(&mut out, "The facial stage did not run for this session (`[face] enabled = false`, or the session stopped before it stored anything)."),
+    match read_frames(frame_source, "face", &is_face_col)? {
+        None => note(out, "The facial stage did not run for this session (`[face] enabled = false`, or the session stopped before it stored anything)."),
         Some(face) => {
             if face.from_windows {
-                note(&mut out, FROM_WINDOWS);
+                note(out, FROM_WINDOWS);
             }
             let aus: Vec<(String, Vec<(f64, f64)>)> = face
                 .columns
@@ -516,8 +492,8 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 .collect();
             out.push_str("<h3>Action unit intensity (0-5; grey: no face)</h3>\n");
             plot(
-                &mut out,
-                plots::heat_strip(&aus, &phase_bands, duration, 5.0),
+                out,
+                plots::heat_strip(&aus, phase_bands, duration, 5.0),
             )?;
             out.push_str(&plots::heat_scale_html(5.0, "intensity"));
             let deg = |v: &Vec<(f64, f64)>| -> Vec<(f64, f64)> {
@@ -545,20 +521,20 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 ("pose_Rz", "roll (Rz)"),
             ]);
             plot(
-                &mut out,
+                out,
                 plots::line_chart("rotation (degrees)", (-60.0, 60.0), duration, &pose, &behind),
             )?;
             out.push_str(&plots::legend_html(&pose));
             out.push_str("<h3>Eye gaze</h3>\n");
             let gaze = lines(&[("gaze_angle_x", "left-right"), ("gaze_angle_y", "up-down")]);
             plot(
-                &mut out,
+                out,
                 plots::line_chart("gaze angle (degrees)", (-45.0, 45.0), duration, &gaze, &behind),
             )?;
             out.push_str(&plots::legend_html(&gaze));
             out.push_str("<h3>Face presence</h3>\n");
             plot(
-                &mut out,
+                out,
                 plots::line_chart(
                     "face found (share of frames)",
                     (0.0, 1.05),
@@ -576,29 +552,40 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         }
     }
 
-    // Voice
-    section(&mut out, SESSION_SECTIONS[5]);
+    Ok(())
+}
+
+/// The session page's Voice section.
+fn voice_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section {
+        duration,
+        phase_bands,
+        frame_source,
+        ..
+    } = *cx;
+    let behind = Backdrop {
+        phases: phase_bands,
+        markers: &[],
+    };
+    section(out, SESSION_SECTIONS[5]);
     let voice_cols = |c: &str| {
         matches!(
             c,
             "F0final_sma" | "voicingFinalUnclipped_sma" | "F0semitoneFrom27.5Hz_sma3nz"
         )
     };
-    let acoustic = match read_frames(&frame_source, "acoustic_compare", &voice_cols)? {
+    let acoustic = match read_frames(frame_source, "acoustic_compare", &voice_cols)? {
         Some(f) => Some(f),
-        None => read_frames(&frame_source, "acoustic_egemaps", &voice_cols)?,
+        None => read_frames(frame_source, "acoustic_egemaps", &voice_cols)?,
     };
-    let level = read_frames(&frame_source, "audio_signal", &|c: &str| {
+    let level = read_frames(frame_source, "audio_signal", &|c: &str| {
         matches!(c, "level_dbfs" | "voice_activity")
     })?;
     if acoustic.iter().chain(level.iter()).any(|f| f.from_windows) {
-        note(&mut out, FROM_WINDOWS);
+        note(out, FROM_WINDOWS);
     }
     if acoustic.is_none() && level.is_none() {
-        note(
-            &mut out,
-            "No acoustic features were stored for this session.",
-        );
+        note(out, "No acoustic features were stored for this session.");
     }
     if let Some(a) = &acoustic {
         if let Some(f0) = a.column("F0final_sma") {
@@ -609,7 +596,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
                 .collect();
             out.push_str("<h3>Pitch (F0)</h3>\n");
             plot(
-                &mut out,
+                out,
                 plots::line_chart(
                     "F0 (Hz), voiced frames",
                     (50.0, 400.0),
@@ -630,7 +617,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         if let Some(db) = l.column("level_dbfs") {
             out.push_str("<h3>Loudness</h3>\n");
             plot(
-                &mut out,
+                out,
                 plots::line_chart(
                     "level (dBFS)",
                     (-80.0, 0.0),
@@ -674,16 +661,21 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             "<h3>Voicing and voice activity (participant speech in the timeline above)</h3>\n",
         );
         plot(
-            &mut out,
+            out,
             plots::line_chart("share (0-1)", (0.0, 1.05), duration, &voicing, &behind),
         )?;
         out.push_str(&plots::legend_html(&voicing));
     }
 
-    // Data quality
-    section(&mut out, SESSION_SECTIONS[6]);
+    Ok(())
+}
+
+/// The session page's Data quality section.
+fn quality_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section { quality, .. } = *cx;
+    section(out, SESSION_SECTIONS[6]);
     match &quality {
-        None => note(&mut out, "No quality report was stored: the session did not finish (the report is computed at the end of a run)."),
+        None => note(out, "No quality report was stored: the session did not finish (the report is computed at the end of a run)."),
         Some(q) => {
             out.push_str("<table><tr><th>measure</th><th>value</th><th>verdict</th><th>threshold (good / check; beyond: bad)</th></tr>\n");
             let rows = verdict::quality_rows(q);
@@ -718,14 +710,24 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         }
     }
 
-    // Transcript
-    section(&mut out, SESSION_SECTIONS[7]);
+    Ok(())
+}
+
+/// The session page's Transcript section.
+fn transcript_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section {
+        d,
+        utterances,
+        opts,
+        ..
+    } = *cx;
+    section(out, SESSION_SECTIONS[7]);
     let said: Vec<_> = utterances
         .iter()
         .filter(|u| u.speaker == "participant")
         .collect();
     if d.synced_content.as_ref().is_some_and(|c| !c.transcripts) {
-        note(&mut out, "The participant's utterances are not synced to this database (`[sync] transcripts = false` on the station).");
+        note(out, "The participant's utterances are not synced to this database (`[sync] transcripts = false` on the station).");
     } else if !opts.transcript {
         let _ = writeln!(
             out,
@@ -733,10 +735,7 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
             said.len()
         );
     } else if said.is_empty() {
-        note(
-            &mut out,
-            "The participant said nothing that was transcribed.",
-        );
+        note(out, "The participant said nothing that was transcribed.");
     } else {
         out.push_str("<table><tr><th>time</th><th>participant</th></tr>\n");
         for u in said {
@@ -750,10 +749,16 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         out.push_str("</table>\n");
     }
 
-    // Appendix
-    section(&mut out, SESSION_SECTIONS[8]);
+    Ok(())
+}
+
+/// The session page's Appendix section.
+fn appendix_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let Section { d, modalities, .. } = *cx;
+    let s = &d.summary;
+    section(out, SESSION_SECTIONS[8]);
     out.push_str("<h3>Modalities</h3>\n<div class=\"scroll\"><table><tr><th>modality</th><th>values a frame</th><th>producer</th><th>layout version</th><th>present on</th></tr>\n");
-    for m in &modalities {
+    for m in modalities {
         let present = d
             .modalities
             .iter()
@@ -773,9 +778,8 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         );
     }
     out.push_str("</table></div>\n");
-    predictors_appendix(&mut out, &d);
-    out.push_str("</body></html>\n");
-    Ok(out)
+    predictors_appendix(out, d);
+    Ok(())
 }
 
 /// An action unit's code with its FACS name (Ekman and Friesen's), e.g. `AU12 lip corner
@@ -855,7 +859,7 @@ fn predictors_appendix(out: &mut String, d: &SessionDetail) {
 
 /// The top of the page: the quality verdict and, per story shown, what was predicted
 /// against what the participant rated.
-fn glance(out: &mut String, d: &SessionDetail, quality: Option<&super::QualityReport>) {
+fn glance(out: &mut String, d: &SessionDetail, quality: Option<&crate::report::QualityReport>) {
     section(out, SESSION_SECTIONS[0]);
     out.push_str("<div class=\"glance\">\n");
     match quality {
@@ -933,232 +937,4 @@ fn glance(out: &mut String, d: &SessionDetail, quality: Option<&super::QualityRe
         out.push_str("</table></div>\n");
     }
     out.push_str("</div>\n");
-}
-
-/// The longitudinal page of `participant`: one row or point per session, oldest first.
-pub fn participant_page(store: &Store, participant: &str) -> Result<String, PageError> {
-    let ids = store.participant_sessions(participant)?;
-    if ids.is_empty() {
-        return Err(PageError::NoSuchParticipant {
-            id: participant.to_string(),
-            path: store.path().to_path_buf(),
-        });
-    }
-    let details: Vec<SessionDetail> = ids
-        .iter()
-        .map(|id| store.session_detail(id))
-        .collect::<Result<_, _>>()?;
-    let starts: Vec<Option<String>> = ids
-        .iter()
-        .map(|id| store.start_time(id))
-        .collect::<Result<_, _>>()?;
-    let mut out = head(&format!("empathic participant report: {participant}"));
-    let _ = writeln!(
-        out,
-        "<h1>Participant {}</h1>\n<p class=\"note\">empathic {} participant report: every \
-         session of this participant in {}, oldest first.</p>",
-        esc(participant),
-        env!("CARGO_PKG_VERSION"),
-        esc(&store.path().display().to_string())
-    );
-    section(&mut out, PARTICIPANT_SECTIONS[0]);
-    out.push_str("<table><tr><th>#</th><th>session</th><th>date</th><th>station</th><th>status</th><th>duration</th><th>stories</th></tr>\n");
-    for (k, (d, start)) in details.iter().zip(&starts).enumerate() {
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td><td>{}</td><td>{}</td></tr>",
-            k + 1,
-            esc(&d.summary.id),
-            esc(start.as_deref().unwrap_or(&d.summary.created_at)),
-            esc(&d.summary.station_id),
-            esc(&d.summary.status),
-            d.summary
-                .status_reason
-                .as_deref()
-                .map(|r| format!(": {}", esc(r)))
-                .unwrap_or_default(),
-            plots::mmss(d.summary.duration_secs),
-            d.stories.len()
-        );
-    }
-    out.push_str("</table>\n");
-
-    // Ratings per session
-    section(&mut out, PARTICIPANT_SECTIONS[1]);
-    let rated: Vec<(f64, f64)> = details
-        .iter()
-        .enumerate()
-        .flat_map(|(k, d)| {
-            d.stories
-                .iter()
-                .filter_map(move |s| s.rating.map(|r| ((k + 1) as f64, f64::from(r))))
-        })
-        .collect();
-    if rated.is_empty() {
-        note(&mut out, "No self-ratings stored.");
-    } else {
-        plot(
-            &mut out,
-            super::plots::session_chart(
-                "self-rating (1-5)",
-                (0.5, 5.5),
-                details.len(),
-                &[Series {
-                    label: "self-rating of a story".into(),
-                    points: rated,
-                    color: PALETTE[0],
-                    dots: true,
-                    dashed: false,
-                }],
-            ),
-        )?;
-    }
-    out.push_str("<table><tr><th>#</th><th>session</th><th>stories and self-ratings</th></tr>\n");
-    for (k, d) in details.iter().enumerate() {
-        let stories: Vec<String> = d
-            .stories
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} ({})",
-                    esc(&s.title),
-                    s.rating.map_or("not rated".into(), |r| r.to_string())
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-            k + 1,
-            esc(&d.summary.id),
-            if stories.is_empty() {
-                "-".into()
-            } else {
-                stories.join("; ")
-            }
-        );
-    }
-    out.push_str("</table>\n");
-
-    // Predictions against ratings
-    section(&mut out, PARTICIPANT_SECTIONS[2]);
-    // Per predictor: synthetic, (rating, predicted) pairs, uncalibrated.
-    type Rated = (bool, Vec<(f64, f64)>, bool);
-    let mut by_predictor: BTreeMap<String, Rated> = BTreeMap::new();
-    for d in &details {
-        for p in d.predictions.iter().filter(|p| !p.retrieved) {
-            if let Some(r) = p.rating {
-                let e = by_predictor.entry(p.predictor.clone()).or_default();
-                e.0 |= p.synthetic;
-                e.2 |= crate::fusion::uncalibrated(&p.predictor, &p.calibration);
-                e.1.push((f64::from(r), p.score));
-            }
-        }
-    }
-    if by_predictor.is_empty() {
-        note(
-            &mut out,
-            "No session-level prediction toward a rated story is stored for this participant.",
-        );
-    } else {
-        let series: Vec<Series> = by_predictor
-            .iter()
-            .enumerate()
-            .map(|(i, (id, (synthetic, pts, uncalibrated)))| Series {
-                label: format!(
-                    "{id}{}",
-                    if *synthetic {
-                        " [synthetic: not an empathy model]"
-                    } else if *uncalibrated {
-                        " [uncalibrated]"
-                    } else {
-                        ""
-                    }
-                ),
-                points: pts.clone(),
-                color: PALETTE[i % PALETTE.len()],
-                dots: true,
-                dashed: false,
-            })
-            .collect();
-        plot(
-            &mut out,
-            super::plots::scatter("self-rating (1-5)", "predicted (1-5)", &series),
-        )?;
-        note(&mut out, "One point per rated story and predictor: the session-level prediction (mean over the windows after the story was shown) against the self-rating. Points on the diagonal are right.");
-    }
-
-    // Surveys
-    section(&mut out, PARTICIPANT_SECTIONS[3]);
-    let surveys = store.surveys(participant)?;
-    if surveys.is_empty() {
-        note(&mut out, "No survey answers stored.");
-    } else {
-        let mut grid: BTreeMap<(String, String), [Option<f64>; 3]> = BTreeMap::new();
-        for r in &surveys {
-            let k = match r.time_point.as_str() {
-                "pre_study" => 0,
-                "mid_study" => 1,
-                _ => 2,
-            };
-            grid.entry((r.instrument.clone(), r.item.clone()))
-                .or_default()[k] = Some(r.value);
-        }
-        out.push_str("<table><tr><th>instrument</th><th>item</th><th>pre-study</th><th>mid-study</th><th>post-study</th></tr>\n");
-        for ((instrument, item), v) in grid {
-            let cell = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x}"));
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&instrument),
-                esc(&item),
-                cell(v[0]),
-                cell(v[1]),
-                cell(v[2])
-            );
-        }
-        out.push_str("</table>\n");
-    }
-
-    // Data quality per session
-    section(&mut out, PARTICIPANT_SECTIONS[4]);
-    let measures = verdict::MEASURES;
-    out.push_str("<table><tr><th>#</th><th>session</th>");
-    for m in measures {
-        let _ = write!(out, "<th>{}</th>", esc(m));
-    }
-    out.push_str("</tr>\n");
-    for (k, d) in details.iter().enumerate() {
-        let _ = write!(out, "<tr><td>{}</td><td>{}</td>", k + 1, esc(&d.summary.id));
-        match d
-            .summary
-            .quality
-            .clone()
-            .and_then(|q| serde_json::from_value::<super::QualityReport>(q).ok())
-        {
-            None => {
-                let _ = write!(
-                    out,
-                    "<td colspan=\"{}\">no quality report ({})</td>",
-                    measures.len(),
-                    esc(&d.summary.status)
-                );
-            }
-            Some(q) => {
-                for row in verdict::quality_rows(&q) {
-                    let _ = write!(
-                        out,
-                        "<td class=\"{}\">{}</td>",
-                        row.verdict.class(),
-                        esc(&row.value)
-                    );
-                }
-            }
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</table>\n");
-    note(&mut out, "Cell colours: green good, yellow check, red bad; the thresholds are in each session's report.");
-    out.push_str("</body></html>\n");
-    Ok(out)
 }

@@ -1,0 +1,86 @@
+//! `empathic replay`: a recorded session folder through the pipeline into the store, with
+//! a progress bar and a one-screen summary.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::options::{ConfigOption, DbOption, JsonOption};
+use super::{db_path, exit_code, fail, load_config, print_json, progress_bar, Failure};
+use crate::clock::{MonotonicClock, Speed};
+use crate::exit::ExitKind;
+use crate::runtime::replay::{replay as run_replay, ReplayOptions};
+use crate::runtime::stop_flag;
+
+/// Replay a recorded session folder through the pipeline into the session store.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Folder with video.avi, audio.wav and optionally session.json and events.jsonl.
+    session_dir: PathBuf,
+    #[command(flatten)]
+    db: DbOption,
+    #[command(flatten)]
+    config: ConfigOption,
+    /// `max`: as fast as possible; `realtime`: at the pace it was recorded.
+    #[arg(long, default_value = "max")]
+    speed: Speed,
+    /// Replace a session already stored complete under the same id.
+    #[arg(long)]
+    replace: bool,
+    #[command(flatten)]
+    json: JsonOption,
+}
+
+impl Args {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        replay(
+            self.session_dir,
+            self.db.db,
+            self.config.path(),
+            self.speed,
+            self.replace,
+            self.json.json,
+        )
+    }
+}
+
+/// `empathic replay`.
+pub fn replay(
+    session_dir: PathBuf,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    speed: Speed,
+    replace: bool,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let stop = stop_flag().map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let progress = progress_bar("frames");
+    let opts = ReplayOptions {
+        session_dir,
+        db_path: db_path(db, &config),
+        config,
+        speed,
+        replace,
+        progress: Arc::new(super::Bar(progress.clone())),
+    };
+    let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);
+    progress.finish_and_clear();
+    let summary = result.map_err(fail)?;
+    if json {
+        print_json(&summary)?;
+    } else {
+        out!("{}", summary.render());
+    }
+    // A replay stopped by a signal did not finish: say so in the exit code.
+    Ok(if summary.status == "complete" {
+        ExitCode::SUCCESS
+    } else {
+        exit_code(ExitKind::Runtime)
+    })
+}

@@ -1,0 +1,133 @@
+//! The window consumers: what receives every emitted window on its own thread (the store's
+//! `StoreWindows`, the fusion stage's `PredictWindows`, and any a caller adds).
+
+use super::*;
+
+/// A consumer of every emitted window, on its own thread behind a bounded queue (the store
+/// and the fusion stage are two).
+///
+/// Windows come in emission order; `finish` is called once after the last one (end of
+/// stream or stop), so a consumer that holds windows back can flush them.
+pub trait WindowConsumer: Send {
+    /// The thread's name, e.g. `store-windows`.
+    fn thread_name(&self) -> String;
+    fn consume(&mut self, window: &Window) -> Result<(), RunError>;
+    fn finish(&mut self) -> Result<(), RunError> {
+        Ok(())
+    }
+}
+
+/// The fusion stage as a window consumer (`fusion-windows`): predictions for every window
+/// go to the store writer.
+///
+/// Batching: at `--speed max` windows are predicted in blocks of [`FUSION_BATCH`]
+/// consecutive windows (one model call per predictor and block; the last block may be
+/// shorter), paced runs one window at a time (no added latency). Blocks are fixed by window
+/// order, not by timing, so two runs at one speed store identical predictions: ONNX
+/// Runtime's result for a window can differ in the last bits with the batch it is in
+/// (measured below 1e-6), so batching by what happens to be queued would not.
+pub struct PredictWindows {
+    stage: crate::fusion::FusionStage,
+    writer: StoreWriter,
+    block: usize,
+    held: Vec<Window>,
+}
+
+impl PredictWindows {
+    pub fn new(stage: crate::fusion::FusionStage, writer: StoreWriter, speed: Speed) -> Self {
+        let block = match speed {
+            Speed::Max => FUSION_BATCH,
+            Speed::Realtime => 1,
+        };
+        Self {
+            stage,
+            writer,
+            block,
+            held: Vec::with_capacity(block),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), RunError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<&Window> = self.held.iter().collect();
+        let rows: Vec<PredictionRow> = self
+            .stage
+            .predict_batch(&refs)
+            .into_iter()
+            .map(stored_prediction)
+            .collect();
+        tracing::trace!(
+            windows = refs.len(),
+            predictions = rows.len(),
+            "windows predicted"
+        );
+        self.held.clear();
+        Ok(self.writer.predictions(rows)?)
+    }
+}
+
+/// A prediction in its stored form.
+fn stored_prediction(p: crate::fusion::Prediction) -> PredictionRow {
+    PredictionRow {
+        window_index: p.window_index,
+        predictor: p.predictor,
+        story_id: p.story_id,
+        retrieved: p.retrieved,
+        raw_cosine: p.raw_cosine,
+        score: p.score,
+        calibration: p.calibration,
+        modalities: p.modalities,
+        coverage: p.coverage,
+        synthetic: p.synthetic,
+    }
+}
+
+impl WindowConsumer for PredictWindows {
+    fn thread_name(&self) -> String {
+        "fusion-windows".into()
+    }
+
+    fn consume(&mut self, window: &Window) -> Result<(), RunError> {
+        // A window is cheap to clone: its frames and stories are shared.
+        self.held.push(window.clone());
+        if self.held.len() >= self.block {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), RunError> {
+        self.flush()
+    }
+}
+
+/// The store as a window consumer: each window's stored form, through the writer.
+pub struct StoreWindows {
+    writer: StoreWriter,
+    layout: ModalityLayout,
+    sources: QualitySources,
+}
+
+impl StoreWindows {
+    pub fn new(writer: StoreWriter, layout: &ModalityLayout) -> Self {
+        Self {
+            writer,
+            layout: layout.clone(),
+            sources: QualitySources::new(layout),
+        }
+    }
+}
+
+impl WindowConsumer for StoreWindows {
+    fn thread_name(&self) -> String {
+        "store-windows".into()
+    }
+
+    fn consume(&mut self, window: &Window) -> Result<(), RunError> {
+        self.writer
+            .window(WindowRow::from_window(window, &self.layout, &self.sources))?;
+        Ok(())
+    }
+}

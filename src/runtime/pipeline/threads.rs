@@ -1,0 +1,446 @@
+//! The bodies of the pipeline's threads, in graph order: capture, the video and audio
+//! feature threads, the frame stages, the session events and text, the aligner and window
+//! assembler, and the window consumers' loop. Each takes its queues and returns when its
+//! input ends or the run stops; [`super::run`] wires them.
+
+use super::*;
+
+/// What a capture thread shares with the run: pacing, the clock and the stop flags.
+#[derive(Clone, Copy)]
+pub(super) struct CaptureContext<'a> {
+    pub(super) pacer: &'a Pacer,
+    pub(super) realtime_priority: u8,
+    pub(super) clock: &'a dyn Clock,
+    pub(super) stop: &'a AtomicBool,
+    /// Set when `stop` ended the capture before the end of its input.
+    pub(super) stopped: &'a AtomicBool,
+    pub(super) figures: &'a Figures,
+}
+
+/// The capture loop of one source: reads an item, stops early when the stop flag is set,
+/// paces the item to its stamp, hands it on. Returns how many items the queue evicted
+/// (live video only; every other queue blocks).
+pub(super) fn capture<T>(
+    thread: &str,
+    mut next: impl FnMut() -> Result<Option<T>, RunError>,
+    stamp: impl Fn(&T) -> Nanos,
+    tx: PolicySender<T>,
+    cx: CaptureContext<'_>,
+) -> Result<u64, RunError> {
+    crate::runtime::realtime_priority(cx.realtime_priority);
+    let mut meter = Meter::new(thread);
+    while let Some(item) = meter.time(&mut next)? {
+        if cx.stop.load(Ordering::SeqCst) {
+            cx.stopped.store(true, Ordering::SeqCst);
+            break;
+        }
+        let t_ns = stamp(&item);
+        cx.pacer.wait(cx.clock, t_ns);
+        tracing::trace!(t_ns, "captured");
+        if tx.send(item).is_err() {
+            // The consumer ended (its error is reported by its own thread).
+            break;
+        }
+    }
+    let drops = tx.dropped();
+    meter.done(cx.figures, Some(&tx));
+    Ok(drops)
+}
+
+/// Puts frames on the slot grid, fills gaps with absent slots and runs the signal stage.
+/// Slots leave with one feature entry per modality, the signal stage's filled in.
+pub(super) fn video_features(
+    rx: PolicyReceiver<VideoFrame>,
+    tx: PolicySender<PendingSlot>,
+    (modality, mut signal): (ModalityId, VideoSignalStage),
+    layout: &ModalityLayout,
+    period_ns: f64,
+    figures: &Figures,
+) -> Result<VideoFeaturesDone, RunError> {
+    let mut meter = Meter::new("video-features");
+    let mut timeline = VideoTimeline::new(1e9 / period_ns);
+    for frame in &rx {
+        let SlotDecision::Take {
+            slot,
+            missing_before,
+        } = timeline.observe(frame.t_ns, &frame.image)
+        else {
+            continue;
+        };
+        let make_slot = |s: u64, decoded: bool| VideoSlot {
+            index: s,
+            start_ns: timeline.slot_time_ns(s),
+            end_ns: timeline.slot_time_ns(s + 1),
+            decoded,
+            features: layout.absent(),
+        };
+        let mut slots: Vec<PendingSlot> = (slot - missing_before..slot)
+            .map(|s| PendingSlot {
+                slot: make_slot(s, false),
+                frame: None,
+                ctx: FrameContext::default(),
+            })
+            .collect();
+        let mut ctx = FrameContext::default();
+        let mut taken = make_slot(slot, true);
+        taken.features[modality.index()] = meter.time(|| signal.process(&frame, &mut ctx))?;
+        slots.push(PendingSlot {
+            slot: taken,
+            frame: Some(frame),
+            ctx,
+        });
+        for s in slots {
+            if tx.send(s).is_err() {
+                return Err(next_stopped("video-features", "the next frame stage"));
+            }
+        }
+    }
+    meter.done(figures, Some(&tx));
+    Ok(VideoFeaturesDone {
+        timeline: timeline.stats().clone(),
+        totals: signal.totals().clone(),
+    })
+}
+
+/// One frame stage on its own thread (stages are pipelined, so at `--speed max` the facial
+/// stage and the CNN use both cores; a frame waits at most one stage's time per stage).
+/// Fills in the stage's modality and hands the slot on.
+pub(super) fn frame_stage(
+    thread: &str,
+    slot: FrameStageSlot,
+    rx: PolicyReceiver<PendingSlot>,
+    tx: PolicySender<PendingSlot>,
+    figures: &Figures,
+) -> Result<ModalityPresence, RunError> {
+    let FrameStageSlot {
+        modality,
+        mut stage,
+    } = slot;
+    let mut meter = Meter::new(thread);
+    let mut presence = ModalityPresence {
+        modality: stage.spec().name.to_string(),
+        present_frames: 0,
+        decoded_frames: 0,
+    };
+    for mut p in &rx {
+        let v = match &p.frame {
+            Some(frame) => {
+                presence.decoded_frames += 1;
+                meter.time(|| stage.process(frame, &mut p.ctx))?
+            }
+            None => None,
+        };
+        tracing::trace!(
+            slot = p.slot.index,
+            present = v.is_some(),
+            "frame stage done"
+        );
+        presence.present_frames += u64::from(v.is_some());
+        p.slot.features[modality.index()] = v;
+        if tx.send(p).is_err() {
+            return Err(next_stopped(thread, "the next frame stage"));
+        }
+    }
+    meter.done(figures, Some(&tx));
+    Ok(presence)
+}
+
+/// Hands the slots, all frame stages done, to the aligner (dropping the frames).
+pub(super) fn forward_slots(
+    rx: PolicyReceiver<PendingSlot>,
+    tx: PolicySender<VideoSlot>,
+) -> Result<(), RunError> {
+    for p in &rx {
+        if tx.send(p.slot).is_err() {
+            return Err(next_stopped("video-forward", "the aligner"));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn audio_features(
+    rx: PolicyReceiver<AudioBlock>,
+    tx: PolicySender<Vec<(ModalityId, Vec<AudioRow>)>>,
+    (signal_id, mut signal): (ModalityId, AudioSignalStage),
+    mut stages: Vec<AudioStageSlot>,
+    figures: &Figures,
+) -> Result<AudioFeaturesDone, RunError> {
+    use crate::features::AudioStage;
+    let mut meter = Meter::new("audio-features");
+    let mut timeline = AudioTimelineStats::default();
+    let send = |rows| {
+        tx.send(rows)
+            .map_err(|_| next_stopped("audio-features", "the aligner"))
+    };
+    for block in &rx {
+        timeline.observe(block.t_ns, block.samples.len(), block.sample_rate_hz);
+        let rows = meter.time(|| -> Result<_, RunError> {
+            let mut rows = vec![(signal_id, signal.process(&block)?)];
+            for s in &mut stages {
+                rows.push((s.modality, s.stage.process(&block)?));
+            }
+            Ok(rows)
+        })?;
+        send(rows)?;
+    }
+    let mut rows = vec![(signal_id, signal.finish()?)];
+    for s in &mut stages {
+        rows.push((s.modality, s.stage.finish()?));
+        if let Some(w) = s.stage.end_warning() {
+            tracing::warn!("{w}");
+        }
+    }
+    send(rows)?;
+    meter.done(figures, Some(&tx));
+    Ok(AudioFeaturesDone {
+        timeline,
+        totals: signal.totals().clone(),
+    })
+}
+
+/// Reads session events as they become known, stores them, and hands them to the text
+/// stage. Returns every event of the session.
+pub(super) fn session_events(
+    mut source: Box<dyn EventSource>,
+    tx: PolicySender<EventBatch>,
+    writer: &StoreWriter,
+    stop: &AtomicBool,
+) -> Result<Vec<Event>, RunError> {
+    let mut all = Vec::new();
+    while let Some(batch) = source.next_batch()? {
+        writer.events(batch.events.clone())?;
+        all.extend(batch.events.iter().cloned());
+        if tx.send(batch).is_err() {
+            return Err(next_stopped("session-events", "the text stage"));
+        }
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    Ok(all)
+}
+
+/// Embeds the participant's utterances as their events arrive and tells the aligner what
+/// is known: utterances, phases and how far.
+pub(super) fn text_features(
+    rx: PolicyReceiver<EventBatch>,
+    tx: PolicySender<TextUpdate>,
+    mut stage: TextStage,
+    figures: &Figures,
+) -> Result<(), RunError> {
+    let mut meter = Meter::new("text-features");
+    for batch in &rx {
+        // One item of work per batch: utterances, stories shown and retrievals embedded.
+        let (utterances, stories, retrievals) = meter.time(|| {
+            Ok::<_, crate::models::ModelError>((
+                stage.embed_utterances(&batch.events)?,
+                stage.embed_stories(&batch.events)?,
+                stage.retrieve(&batch.events)?,
+            ))
+        })?;
+        let phases = batch
+            .events
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Phase { phase } => Some(PhaseSpan {
+                    phase,
+                    start_ns: e.t_ns,
+                    end_ns: Nanos::MAX,
+                }),
+                _ => None,
+            })
+            .collect();
+        let update = TextUpdate {
+            utterances,
+            stories,
+            retrievals,
+            phases,
+            known_until_ns: batch.known_until_ns,
+        };
+        if tx.send(update).is_err() {
+            return Err(next_stopped("text-features", "the aligner"));
+        }
+    }
+    meter.done(figures, Some(&tx));
+    Ok(())
+}
+
+/// The stories known to the aligner: shown ones and retrieval sets, in time order.
+#[derive(Default)]
+pub(super) struct InPlay {
+    pub(super) shown: Vec<Arc<StoryInPlay>>,
+    pub(super) retrievals: Vec<(Nanos, Vec<Arc<StoryInPlay>>)>,
+}
+
+impl InPlay {
+    /// In play at `t`: the stories shown before it; before any is shown, the latest
+    /// retrieval made before it.
+    fn at(&self, t: Nanos) -> Vec<Arc<StoryInPlay>> {
+        let shown: Vec<Arc<StoryInPlay>> = self
+            .shown
+            .iter()
+            .filter(|s| s.shown_ns < t)
+            .cloned()
+            .collect();
+        if !shown.is_empty() {
+            return shown;
+        }
+        self.retrievals
+            .iter()
+            .rev()
+            .find(|(at, _)| *at < t)
+            .map(|(_, set)| set.clone())
+            .unwrap_or_default()
+    }
+}
+
+pub(super) struct AlignInputs {
+    /// Slots the aligner may hold before it stops taking video.
+    pub(super) max_pending: usize,
+    pub(super) slots: PolicyReceiver<VideoSlot>,
+    pub(super) rows: PolicyReceiver<Vec<(ModalityId, Vec<AudioRow>)>>,
+    pub(super) text: PolicyReceiver<TextUpdate>,
+}
+
+/// Joins video slots with audio rows and text, assembles windows, hands frames to the
+/// writer and windows to every consumer.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn align_windows(
+    inputs: AlignInputs,
+    mut aligner: FrameAligner,
+    windows: &crate::config::WindowConfig,
+    period_ns: f64,
+    writer: &StoreWriter,
+    consumers: Vec<PolicySender<Arc<Window>>>,
+    progress: &dyn Progress,
+    figures: &Figures,
+    latency_from: Option<(&dyn Clock, Nanos)>,
+) -> Result<AlignDone, RunError> {
+    let mut meter = Meter::new("align-windows");
+    let mut latencies_us: Vec<u32> = Vec::new();
+    let mut assembler = WindowAssembler::new(windows.length_frames, windows.hop_frames, period_ns);
+    let mut phases: Vec<PhaseSpan> = Vec::new();
+    let mut stories = InPlay::default();
+    let mut frames = 0u64;
+    let mut emit =
+        |record: FrameRecord, phases: &[PhaseSpan], stories: &InPlay| -> Result<(), RunError> {
+            let record = Arc::new(record);
+            if let (Some((clock, start)), true) = (latency_from, record.decoded) {
+                // Capture (the slot's time on the session clock) to handed to the writer.
+                let age = clock.now_ns().saturating_sub(start + record.t_ns);
+                latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
+            }
+            writer.frame(record.clone())?;
+            frames += 1;
+            progress.advance(1);
+            if let Some(mut w) = assembler.push(record) {
+                // Decided now, from the phase events known (all up to the last frame's start).
+                w.phase = phase_at(phases, w.mid_ns());
+                w.stories = stories.at(w.end_ns);
+                let w = Arc::new(w);
+                for c in &consumers {
+                    if c.send(w.clone()).is_err() {
+                        return Err(next_stopped("align-windows", "a window consumer"));
+                    }
+                }
+            }
+            Ok(())
+        };
+    let (mut video_done, mut audio_done, mut text_done) = (false, false, false);
+    let none_slots = never::<VideoSlot>();
+    let none_rows = never::<Vec<(ModalityId, Vec<AudioRow>)>>();
+    let none_text = never::<TextUpdate>();
+    while !(video_done && audio_done && text_done) {
+        // Hold back video while slots wait for audio or text, so memory stays bounded.
+        let take_video = !video_done
+            && ((audio_done && text_done) || aligner.pending_slots() < inputs.max_pending);
+        let slot_rx = if take_video {
+            inputs.slots.receiver()
+        } else {
+            &none_slots
+        };
+        let rows_rx = if audio_done {
+            &none_rows
+        } else {
+            inputs.rows.receiver()
+        };
+        let text_rx = if text_done {
+            &none_text
+        } else {
+            inputs.text.receiver()
+        };
+        select! {
+            recv(slot_rx) -> msg => match msg {
+                Ok(slot) => aligner.push_video(slot),
+                Err(_) => video_done = true,
+            },
+            recv(rows_rx) -> msg => match msg {
+                Ok(per_modality) => {
+                    for (m, r) in per_modality {
+                        aligner.push_audio(m, r);
+                    }
+                }
+                Err(_) => {
+                    audio_done = true;
+                    aligner.end_audio();
+                }
+            },
+            recv(text_rx) -> msg => match msg {
+                Ok(update) => {
+                    phases.extend(update.phases);
+                    stories
+                        .shown
+                        .extend(update.stories.into_iter().map(Arc::new));
+                    stories.retrievals.extend(
+                        update
+                            .retrievals
+                            .into_iter()
+                            .map(|(t, set)| (t, set.into_iter().map(Arc::new).collect())),
+                    );
+                    if let Some(track) = aligner.text_track() {
+                        for (start, end, v) in update.utterances {
+                            track.push(start, end, v);
+                        }
+                        track.known_until(update.known_until_ns);
+                    }
+                }
+                Err(_) => {
+                    text_done = true;
+                    if let Some(track) = aligner.text_track() {
+                        track.end();
+                    }
+                }
+            },
+        }
+        for record in meter.time(|| aligner.drain_ready()) {
+            emit(record, &phases, &stories)?;
+        }
+    }
+    for record in aligner.finish() {
+        emit(record, &phases, &stories)?;
+    }
+    let windows_emitted = assembler.windows_emitted();
+    meter.done(figures, consumers.first());
+    Ok(AlignDone {
+        frames,
+        windows: windows_emitted,
+        latency: LatencySummary::of(latencies_us),
+    })
+}
+
+/// One window consumer on its own thread.
+pub(super) fn consume_windows(
+    thread: &str,
+    mut consumer: Box<dyn WindowConsumer>,
+    rx: PolicyReceiver<Arc<Window>>,
+    figures: &Figures,
+) -> Result<(), RunError> {
+    let mut meter = Meter::new(thread);
+    for w in &rx {
+        meter.time(|| consumer.consume(&w))?;
+    }
+    // Not an item of its own: a flush of windows already counted.
+    consumer.finish()?;
+    meter.done::<()>(figures, None);
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! The store's errors: each names what was being done and the file, and says whether it is
+//! bad input (a file the user can fix) or a runtime failure (disk, lock).
+
+use std::path::PathBuf;
+
+use crate::exit::{Classify, ExitKind};
+
+/// Errors of the session store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the session database: {detail}")]
+    Open {
+        path: PathBuf,
+        /// The path (once), SQLite's reason and, for a file it cannot open, why.
+        detail: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("session database error while {context}: {source}")]
+    Sqlite {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("session database has schema version {found}, newer than this build knows ({known}); upgrade empathic: {path}")]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("session `{id}` is already stored as complete; pass --replace to replace it: {path}")]
+    AlreadyStored { id: String, path: PathBuf },
+    #[error("no session `{id}` in {path}")]
+    NoSuchSession { id: String, path: PathBuf },
+    #[error("session `{id}` is being written by process {pid} on {host} right now; one process owns a session at a time: wait for it to end, or give this run another session id: {path}")]
+    Busy {
+        id: String,
+        pid: u32,
+        host: String,
+        path: PathBuf,
+    },
+    #[error("the session store writer stopped: {0}")]
+    WriterGone(String),
+    #[error("cannot encode {what} for the session database: {message}")]
+    Encode { what: &'static str, message: String },
+    #[error("{message}")]
+    Invalid { message: String },
+    #[error("an earlier write to the session database failed, nothing more is written: {reason}")]
+    Poisoned { reason: String },
+}
+
+impl StoreError {
+    /// Whether SQLite said the disk (or `store.max_db_mib`) is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite { source, .. } | StoreError::Open { source, .. } => {
+                source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Classify for StoreError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            StoreError::AlreadyStored { .. }
+            | StoreError::Busy { .. }
+            | StoreError::NoSuchSession { .. }
+            | StoreError::Invalid { .. } => ExitKind::BadInput,
+            _ => ExitKind::Runtime,
+        }
+    }
+}
+
+/// Wraps a rusqlite error with what was being done.
+pub(crate) fn sql(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| {
+        let busy = matches!(
+            source.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        let context = if busy {
+            format!("{context} (another process held the database's lock for longer than store.busy_timeout_ms)")
+        } else {
+            context.to_string()
+        };
+        StoreError::Sqlite { context, source }
+    }
+}
