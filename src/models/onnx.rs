@@ -24,7 +24,7 @@ static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 /// `~/.cache/Microsoft/DeveloperTools/.onnxruntime/` for upload to Microsoft when a
 /// network is there. A station in someone's home sends nothing anywhere the study did not
 /// choose, so `main` sets it to `1` before any thread exists (unless it is already set),
-/// and `tests/models.rs` checks that no such queue appears.
+/// and `tests/it/models.rs` checks that no such queue appears.
 pub const TELEMETRY_OFF: &str = "ORT_DISABLE_TELEMETRY";
 
 /// Where the ONNX Runtime library is looked for, in order.

@@ -249,7 +249,7 @@ impl Store {
     }
 
     /// The connection, for the integration tests' and benchmarks' raw checks of what was
-    /// stored. Nothing under `src/` calls it (`tests/architecture.rs` checks).
+    /// stored. Nothing under `src/` calls it (`tests/it/architecture.rs` checks).
     #[doc(hidden)]
     pub fn connection_for_tests(&self) -> &Connection {
         &self.conn

@@ -66,7 +66,7 @@ pub fn later_demo_session(dest: &Path) -> PathBuf {
 
 /// Runs the `empathic` binary. `EMPATHIC_TEST_RUNNER` (development only) prefixes it with a
 /// command, e.g. `qemu-x86_64 -cpu Haswell` to run it on another CPU class (see
-/// `tests/golden.rs`).
+/// `tests/it/golden.rs`).
 pub fn empathic(args: &[&str]) -> Output {
     let runner = std::env::var("EMPATHIC_TEST_RUNNER").unwrap_or_default();
     let mut words = runner.split_whitespace();
