@@ -260,6 +260,16 @@ struct Section<'a> {
     modalities: &'a [ExportModality],
 }
 
+impl Section<'_> {
+    /// The phases shaded behind a time plot.
+    fn behind(&self) -> Backdrop<'_> {
+        Backdrop {
+            phases: self.phase_bands,
+            markers: &[],
+        }
+    }
+}
+
 /// The session page's Timeline section.
 fn timeline_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
     let Section {
@@ -465,10 +475,7 @@ fn face_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
         frame_source,
         ..
     } = *cx;
-    let behind = Backdrop {
-        phases: phase_bands,
-        markers: &[],
-    };
+    let behind = cx.behind();
     section(out, SESSION_SECTIONS[4]);
     let is_face_col = |c: &str| {
         (c.starts_with("AU") && c.ends_with("_r"))
@@ -559,14 +566,10 @@ fn face_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
 fn voice_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
     let Section {
         duration,
-        phase_bands,
         frame_source,
         ..
     } = *cx;
-    let behind = Backdrop {
-        phases: phase_bands,
-        markers: &[],
-    };
+    let behind = cx.behind();
     section(out, SESSION_SECTIONS[5]);
     let voice_cols = |c: &str| {
         matches!(
