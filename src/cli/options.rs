@@ -34,6 +34,17 @@ pub struct JsonOption {
     pub json: bool,
 }
 
+/// `--db`, `--config` and `--json`: what a reading command takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ReadOptions {
+    #[command(flatten)]
+    pub db: DbOption,
+    #[command(flatten)]
+    pub config: ConfigOption,
+    #[command(flatten)]
+    pub json: JsonOption,
+}
+
 /// The broker and study of `sync` and `collect`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BrokerArgs {

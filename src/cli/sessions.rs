@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::options::{ConfigOption, DbOption, JsonOption};
+use super::options::ReadOptions;
 use super::{db_path, fail, load_config, open_existing_store, print_json, Failure};
 use crate::report;
 
@@ -19,35 +19,24 @@ enum Command {
     /// One line per session.
     List {
         #[command(flatten)]
-        db: DbOption,
-        #[command(flatten)]
-        config: ConfigOption,
-        #[command(flatten)]
-        json: JsonOption,
+        read: ReadOptions,
     },
     /// One session in detail.
     Show {
         /// The session id (as `sessions list` shows it).
         id: String,
         #[command(flatten)]
-        db: DbOption,
-        #[command(flatten)]
-        config: ConfigOption,
-        #[command(flatten)]
-        json: JsonOption,
+        read: ReadOptions,
     },
 }
 
 impl Args {
     pub fn run(self) -> Result<ExitCode, Failure> {
         match self.command {
-            Command::List { db, config, json } => sessions_list(db.db, config.path(), json.json),
-            Command::Show {
-                id,
-                db,
-                config,
-                json,
-            } => sessions_show(&id, db.db, config.path(), json.json),
+            Command::List { read } => sessions_list(read.db.db, read.config.path(), read.json.json),
+            Command::Show { id, read } => {
+                sessions_show(&id, read.db.db, read.config.path(), read.json.json)
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::options::{ConfigOption, DbOption, JsonOption};
+use super::options::{ConfigOption, DbOption, ReadOptions};
 use super::{
     db_path, fail, load_config, open_existing_store, print_json, progress_bar, Failure, ModelFiles,
 };
@@ -37,11 +37,7 @@ enum Command {
         #[arg(short, default_value_t = 3)]
         k: usize,
         #[command(flatten)]
-        db: DbOption,
-        #[command(flatten)]
-        config: ConfigOption,
-        #[command(flatten)]
-        json: JsonOption,
+        read: ReadOptions,
     },
     /// Stories for what the participant shared in a session, leaving out stories they saw
     /// in earlier sessions.
@@ -52,11 +48,7 @@ enum Command {
         #[arg(short, default_value_t = 3)]
         k: usize,
         #[command(flatten)]
-        db: DbOption,
-        #[command(flatten)]
-        config: ConfigOption,
-        #[command(flatten)]
-        json: JsonOption,
+        read: ReadOptions,
     },
 }
 
@@ -64,20 +56,20 @@ impl Args {
     pub fn run(self) -> Result<ExitCode, Failure> {
         match self.command {
             Command::Import { file, db, config } => stories_import(&file, db.db, config.path()),
-            Command::Search {
-                text,
-                k,
-                db,
-                config,
-                json,
-            } => stories_search(&text, k, db.db, config.path(), json.json),
+            Command::Search { text, k, read } => {
+                stories_search(&text, k, read.db.db, read.config.path(), read.json.json)
+            }
             Command::Retrieve {
                 session_id,
                 k,
-                db,
-                config,
-                json,
-            } => stories_retrieve(&session_id, k, db.db, config.path(), json.json),
+                read,
+            } => stories_retrieve(
+                &session_id,
+                k,
+                read.db.db,
+                read.config.path(),
+                read.json.json,
+            ),
         }
     }
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::options::{BrokerArgs, ConfigOption, DbOption, JsonOption};
+use super::options::{BrokerArgs, ConfigOption, DbOption, ReadOptions};
 use super::{db_path, fail, load_config, open_existing_store, print_json, Failure};
 use crate::exit::ExitKind;
 use crate::sync::{parse_broker, publish, SyncError, SyncOptions};
@@ -47,19 +47,15 @@ enum SyncCommand {
     /// Pending, synced, bytes waiting, last error.
     Status {
         #[command(flatten)]
-        db: DbOption,
-        #[command(flatten)]
-        config: ConfigOption,
-        #[command(flatten)]
-        json: JsonOption,
+        read: ReadOptions,
     },
 }
 
 impl SyncArgs {
     pub fn run(self) -> Result<ExitCode, Failure> {
         match self.command {
-            Some(SyncCommand::Status { db, config, json }) => {
-                status(db.db, config.path(), json.json)
+            Some(SyncCommand::Status { read }) => {
+                status(read.db.db, read.config.path(), read.json.json)
             }
             None => push(
                 self.db.db,
