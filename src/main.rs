@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err((kind, message)) => {
             eprintln!("error: {message}");
-            ExitCode::from(kind.code() as u8)
+            cli::exit_code(kind)
         }
     }
 }

@@ -65,7 +65,7 @@ pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
 }
 
 /// The process exit code of an exit kind.
-pub(crate) fn exit_code(kind: ExitKind) -> std::process::ExitCode {
+pub fn exit_code(kind: ExitKind) -> std::process::ExitCode {
     std::process::ExitCode::from(kind.code() as u8)
 }
 

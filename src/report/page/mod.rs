@@ -21,6 +21,7 @@ use crate::store::{SessionDetail, Store, StoreError};
 
 mod participant;
 mod session;
+mod summary;
 
 pub use participant::participant_page;
 pub use session::session_page;

@@ -1,0 +1,462 @@
+//! The config's sections: one struct per TOML table with its documented defaults
+//! (`firmware-config/station.toml` lists them); [`super::Config`] holds one of each.
+
+use super::*;
+
+/// The live service (`empathic run`): its control socket and timing.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiveConfig {
+    /// Unix socket the robot's dialogue app talks to (JSON lines).
+    pub socket: PathBuf,
+    /// Group given the socket (empty: the service's own group).
+    pub socket_group: String,
+    /// Permission bits of the socket, octal as a string (e.g. "660").
+    pub socket_mode: String,
+    /// How long frames wait for transcripts: an utterance is stamped at its start but sent
+    /// when it ends, so frames within this of now are held until it may have arrived.
+    /// Utterances arriving later than this after their start still count, but frames
+    /// already stored carry no text for them (the live run then differs from a replay).
+    pub transcript_wait_ms: u64,
+    /// SCHED_FIFO priority for the capture threads (1-99; 0: normal priority). Needs the
+    /// unit's `LimitRTPRIO=`; when refused the service logs it and carries on.
+    pub realtime_priority: u8,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/run/empathic/control.sock"),
+            socket_group: String::new(),
+            socket_mode: "660".into(),
+            transcript_wait_ms: 10_000,
+            realtime_priority: 20,
+        }
+    }
+}
+
+/// Raw media recorded by the live service.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordingConfig {
+    /// Record each live session into a folder `empathic replay` reads.
+    pub enabled: bool,
+    /// Where the session folders go.
+    pub dir: PathBuf,
+    /// Raw media stop (features and the database carry on) below this much free disk.
+    pub min_free_mib: u64,
+    /// Run (through `sh -c`) when recording starts and stops, e.g. to light the station's
+    /// ring light. Empty: nothing. The session id is in `$EMPATHIC_SESSION`.
+    pub on_start: String,
+    pub on_stop: String,
+    /// Raw media (video.avi, audio.wav) of sessions older than this many days are deleted
+    /// when the service starts (events and session.json are kept). 0: kept forever.
+    pub retention_days: u64,
+}
+
+impl Default for RecordingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: PathBuf::from("/var/lib/empathic/recordings"),
+            min_free_mib: 1024,
+            on_start: String::new(),
+            on_stop: String::new(),
+            retention_days: 0,
+        }
+    }
+}
+
+/// Study sync over MQTT (`empathic sync`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// `mqtt://HOST:PORT` or `mqtts://HOST:PORT` (TLS); empty: no broker configured (flags
+    /// can still give one).
+    pub broker: String,
+    /// The study's name, in every topic.
+    pub study: String,
+    /// Broker login (empty: none) and the file holding its password.
+    pub username: String,
+    pub password_file: PathBuf,
+    /// With an `mqtts://` broker: the CA (PEM) its certificate chains to, and optionally a
+    /// client certificate and key (PEM).
+    pub ca_file: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// What a session's record carries besides the session, phases, stories, ratings,
+    /// surveys, windows' quality and predictions (sizes per hour in the README): window
+    /// features (yes by default, for training), transcripts (no by default) and per-frame
+    /// features (no by default).
+    pub window_features: bool,
+    pub transcripts: bool,
+    pub frame_features: bool,
+    /// The collectors that must each confirm a message before the station counts it synced:
+    /// a collector's client id, or the share group of collectors splitting the load into one
+    /// database. Name every independent central database's collector here; empty: any one
+    /// collector's receipt suffices (one central database).
+    pub collectors: Vec<String>,
+}
+
+/// Which optional tables a session record carries (`[sync]` `window_features`,
+/// `transcripts`, `frame_features`), as the station's config last said; kept in the store
+/// (`sync_settings`) so every writer of a record (the pipeline, recovery at open, a backfill)
+/// sees the same choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct SyncContent {
+    pub window_features: bool,
+    pub transcripts: bool,
+    pub frame_features: bool,
+}
+
+impl Default for SyncContent {
+    /// Window features yes (training needs them), transcripts no (a participant's words
+    /// are intimate), per-frame features no (hundreds of MB an hour).
+    fn default() -> Self {
+        Self {
+            window_features: true,
+            transcripts: false,
+            frame_features: false,
+        }
+    }
+}
+
+impl SyncConfig {
+    pub fn content(&self) -> SyncContent {
+        SyncContent {
+            window_features: self.window_features,
+            transcripts: self.transcripts,
+            frame_features: self.frame_features,
+        }
+    }
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            broker: String::new(),
+            study: "study".into(),
+            username: String::new(),
+            password_file: PathBuf::new(),
+            ca_file: PathBuf::new(),
+            client_cert: PathBuf::new(),
+            client_key: PathBuf::new(),
+            window_features: true,
+            transcripts: false,
+            frame_features: false,
+            collectors: Vec::new(),
+        }
+    }
+}
+
+/// What `empathic report` may show.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// Include the participant's utterances verbatim (off by default: words are intimate,
+    /// and a report is a file that travels).
+    pub transcript: bool,
+}
+
+/// Which predictor runs on which phases' windows (see `fusion`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FusionConfig {
+    /// Predictors; empty turns prediction off: `text-zero-shot`, a `fusion_model` of
+    /// `models/MODELS.toml` by name, or the path of a fusion model under ONNX contract v1
+    /// (`*.onnx`).
+    pub predictors: Vec<String>,
+    /// The phases whose windows are predicted (a window's phase is the one at its midpoint).
+    pub phases: Vec<crate::session::Phase>,
+    /// While the participant shares their story and before any story is shown, the stories
+    /// in play are the top `retrieve_k` of the bank for what they have said so far (0: none).
+    pub retrieve_k: usize,
+}
+
+impl Default for FusionConfig {
+    fn default() -> Self {
+        Self {
+            predictors: vec!["text-zero-shot".into()],
+            phases: vec![
+                crate::session::Phase::StoryShare,
+                crate::session::Phase::Reflection,
+            ],
+            retrieve_k: 3,
+        }
+    }
+}
+
+/// Who this station is.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StationConfig {
+    /// Station id written on live sessions and on replayed sessions whose `session.json` has none.
+    pub id: String,
+}
+
+/// The station id of a config that sets none: fine for replays on a laptop, refused for
+/// publishing to a study (every unnamed station would share it).
+pub const DEFAULT_STATION_ID: &str = "unknown-station";
+
+impl Default for StationConfig {
+    fn default() -> Self {
+        Self {
+            id: DEFAULT_STATION_ID.into(),
+        }
+    }
+}
+
+/// The camera (live) and the nominal video rate (live and replay).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VideoConfig {
+    /// V4L2 device of the station camera (live capture; checked by `empathic doctor`), or
+    /// a Motion-JPEG AVI file played as a camera in real time (tests, demos).
+    pub device: PathBuf,
+    /// Nominal frame rate when a session does not state one; the rate asked of the camera.
+    pub nominal_fps: f64,
+    /// Frame size asked of the camera (Motion-JPEG).
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Default for VideoConfig {
+    fn default() -> Self {
+        Self {
+            device: PathBuf::from("/dev/video0"),
+            nominal_fps: 15.0,
+            width: 640,
+            height: 480,
+        }
+    }
+}
+
+/// The microphone (live) and the audio timeline (live and replay).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AudioConfig {
+    /// ALSA/PulseAudio device name of the station microphone (live capture).
+    pub device: String,
+    /// Rate every audio stream is resampled to before the feature stages.
+    pub sample_rate_hz: u32,
+    /// Size of the audio blocks handed to the audio stages.
+    pub block_ms: u32,
+    /// openSMILE-compatible LLD set stored per frame: `compare` (ComParE-2016, 65) or
+    /// `egemaps` (eGeMAPSv02, 25).
+    pub lld_set: crate::features::acoustic::LldSet,
+}
+
+impl Default for AudioConfig {
+    fn default() -> Self {
+        Self {
+            device: "default".into(),
+            sample_rate_hz: 16_000,
+            block_ms: 20,
+            lld_set: crate::features::acoustic::LldSet::Compare,
+        }
+    }
+}
+
+/// Sliding windows handed to the fusion models.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowConfig {
+    /// Frames per window (120 = 8 s at 15 fps, as in the paper).
+    pub length_frames: usize,
+    /// Frames between the starts of consecutive windows (15 = 1 s at 15 fps).
+    pub hop_frames: usize,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        Self {
+            length_frames: 120,
+            hop_frames: 15,
+        }
+    }
+}
+
+/// Text per frame from the transcript.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TextConfig {
+    /// Whose utterances give the per-frame text vector.
+    pub speaker: String,
+    /// After an utterance ends, frames keep its vector for this long.
+    pub horizon_ms: u64,
+}
+
+impl Default for TextConfig {
+    fn default() -> Self {
+        Self {
+            speaker: "participant".into(),
+            horizon_ms: 3000,
+        }
+    }
+}
+
+/// Thresholds of the signal-quality stages.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QualityConfig {
+    /// A 10 ms audio frame is voiced when its RMS level is above this absolute level ...
+    pub vad_floor_dbfs: f64,
+    /// ... and at least this far above the tracked noise floor.
+    pub vad_margin_db: f64,
+    /// A sample counts as clipped at or above this absolute value (full scale is 1.0).
+    pub clipping_level: f64,
+}
+
+impl Default for QualityConfig {
+    fn default() -> Self {
+        Self {
+            vad_floor_dbfs: -50.0,
+            vad_margin_db: 9.0,
+            clipping_level: 0.99,
+        }
+    }
+}
+
+/// Queue sizes between the runtime's threads.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Decoded frames waiting for the video stages (replay blocks when full; live drops oldest).
+    pub video_queue_frames: usize,
+    /// Audio blocks waiting for the audio stages (never dropped).
+    pub audio_queue_blocks: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            video_queue_frames: 8,
+            audio_queue_blocks: 256,
+        }
+    }
+}
+
+/// The session store.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// SQLite file used when `--db` is not given.
+    pub db_path: PathBuf,
+    /// The writer commits once this many rows are pending ...
+    pub batch_max_rows: usize,
+    /// ... or once the oldest pending row is this old.
+    pub batch_max_ms: u64,
+    /// How long a write waits for a lock another process holds on the database (a
+    /// `sessions list` mid-commit, a backup) before the run fails with that reason.
+    pub busy_timeout_ms: u64,
+    /// The most the database file may grow to, in MiB (0: no limit but the disk). A
+    /// station shares its disk with the robot: past the limit the run fails as on a full
+    /// disk, with everything committed before kept.
+    pub max_db_mib: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            db_path: PathBuf::from("empathic.db"),
+            batch_max_rows: 512,
+            batch_max_ms: 500,
+            busy_timeout_ms: 10_000,
+            max_db_mib: 0,
+        }
+    }
+}
+
+/// Where models and the ONNX Runtime library are.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsConfig {
+    /// Folder with the ONNX models and their manifest.
+    pub dir: PathBuf,
+    /// The ONNX Runtime shared library. Empty: `ORT_DYLIB_PATH`, then
+    /// `libonnxruntime.so.1` next to the executable.
+    pub onnxruntime_library: Option<PathBuf>,
+    /// Manifest name of the sentence encoder (`empathic embed`, stories, text per frame).
+    pub sentence_encoder: String,
+    /// Manifest name of the appearance encoder (per-frame CNN features); empty: no
+    /// appearance features (replay then runs about 10x faster).
+    pub appearance_encoder: String,
+    /// What the appearance encoder looks at: `face` (the participant's aligned face crop
+    /// from the facial stage; absent on frames without a face) or `frame` (the whole frame).
+    pub appearance_input: crate::features::appearance::AppearanceInput,
+}
+
+/// Where the models are when the config does not say: `$EMPATHIC_MODELS`; `models/` in
+/// the working directory (a checkout); beside the executable (`<bin>/models`, an unpacked
+/// install); `<bin>/../share/empathic/models` (`/usr/bin` with `/usr/share`); the checkout
+/// a development build was made from (`target/release/..`). The first folder holding a
+/// `MODELS.toml` wins; with none, `models` (and the error names it). So `empathic doctor`
+/// finds its models from any working directory.
+pub fn default_models_dir() -> PathBuf {
+    let has_manifest = |d: &Path| d.join(crate::models::manifest::MANIFEST_FILE).is_file();
+    if let Some(d) = std::env::var_os("EMPATHIC_MODELS") {
+        return PathBuf::from(d);
+    }
+    let mut candidates = vec![PathBuf::from("models")];
+    if let Some(bin) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.canonicalize().ok())
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(bin.join("models"));
+        candidates.push(bin.join("../share/empathic/models"));
+        candidates.push(bin.join("../../models"));
+    }
+    candidates
+        .into_iter()
+        .find(|d| has_manifest(d))
+        .unwrap_or_else(|| PathBuf::from("models"))
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        Self {
+            dir: default_models_dir(),
+            onnxruntime_library: None,
+            sentence_encoder: "all-MiniLM-L6-v2".into(),
+            // 160x160: 0.54-0.60x the CPU of 224x224 (docs/performance.md, issue 18); "efficientnet-lite0" is
+            // the same weights at 224.
+            appearance_encoder: "efficientnet-lite0-160".into(),
+            appearance_input: crate::features::appearance::AppearanceInput::Face,
+        }
+    }
+}
+
+/// The facial stage and the camera it reads.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaceConfig {
+    /// OpenFace-style facial behaviour per frame (the `face` modality).
+    pub enabled: bool,
+    /// Camera intrinsics in pixels, used when a session's `session.json` gives none.
+    /// Left out: OpenFace's default fx = fy = 500 * width / 640 and the image centre.
+    pub fx: Option<f64>,
+    pub fy: Option<f64>,
+    pub cx: Option<f64>,
+    pub cy: Option<f64>,
+    /// The eyeball model gaze is measured with: `"openface"` (OpenFace 2.0's geometry, the
+    /// default, for analyses and models built on OpenFace) or `"anatomical"`.
+    pub gaze_model: crate::features::face::GazeModel,
+    /// Store MediaPipe's 52 blendshape coefficients per frame as the `blendshapes`
+    /// modality (computed either way: the action units read them).
+    pub blendshapes: bool,
+}
+
+impl Default for FaceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            fx: None,
+            fy: None,
+            cx: None,
+            cy: None,
+            gaze_model: Default::default(),
+            blendshapes: true,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! A received MQTT message's envelope: parsed and checked against its topic before any
+//! rule looks at it.
+
+use super::*;
+
+/// A chunk envelope, checked.
+pub(super) struct Envelope {
+    pub(super) id: String,
+    pub(super) kind: String,
+    pub(super) study: String,
+    pub(super) station: String,
+    pub(super) subject: String,
+    pub(super) sha: String,
+    pub(super) data: String,
+    pub(super) chunk: i64,
+    pub(super) chunks: i64,
+    /// The station's outbox sequence number (absent from older publishers: then arrival
+    /// order stands in for it).
+    pub(super) seq: Option<i64>,
+}
+
+impl Envelope {
+    pub(super) fn receipt_topic(&self) -> String {
+        format!("empathic/v1/{}/{}/receipt", self.study, self.station)
+    }
+}
+
+pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, String> {
+    if payload.len() > MAX_ENVELOPE_BYTES {
+        return Err(format!(
+            "{} bytes, over the {MAX_ENVELOPE_BYTES} limit",
+            payload.len()
+        ));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
+    let text = |k: &str| v[k].as_str().map(str::to_string);
+    let (Some(id), Some(kind), Some(study), Some(station), Some(subject), Some(sha), Some(data)) = (
+        text("message_id"),
+        text("kind"),
+        text("study"),
+        text("station"),
+        text("subject"),
+        text("sha256"),
+        text("data"),
+    ) else {
+        return Err("an envelope field is missing or not text".into());
+    };
+    if v["v"].as_u64() != Some(u64::from(ENVELOPE_VERSION)) {
+        return Err(format!(
+            "envelope version {} (this build reads {ENVELOPE_VERSION})",
+            v["v"]
+        ));
+    }
+    let (Some(chunk), Some(chunks)) = (v["chunk"].as_u64(), v["chunks"].as_u64()) else {
+        return Err("chunk numbers missing".into());
+    };
+    if chunks == 0 || chunk >= chunks || chunks > 100_000 {
+        return Err(format!("chunk {chunk} of {chunks}"));
+    }
+    if !matches!(kind.as_str(), "session" | "tombstone" | "purge") {
+        return Err(format!("kind `{kind}` is not session, tombstone or purge"));
+    }
+    if topic != format!("empathic/v1/{study}/{station}/{kind}") {
+        return Err(format!(
+            "topic {topic} does not match the envelope ({study}/{station}/{kind})"
+        ));
+    }
+    let seq = match &v["seq"] {
+        serde_json::Value::Null => None,
+        s => Some(
+            s.as_i64()
+                .filter(|s| *s > 0)
+                .ok_or_else(|| format!("seq {s} is not a positive integer"))?,
+        ),
+    };
+    Ok(Envelope {
+        id,
+        kind,
+        study,
+        station,
+        subject,
+        sha,
+        data,
+        chunk: chunk as i64,
+        chunks: chunks as i64,
+        seq,
+    })
+}
