@@ -7,7 +7,7 @@ DEMO_REPORT ?= demo-report.html
 # benchmarks that load models in their own process.
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: setup build demo test lint bench clean train-demo install
+.PHONY: setup build demo test lint bench clean train-demo install collector install-collector
 
 setup:
 	./scripts/setup.sh
@@ -29,12 +29,14 @@ demo: build
 	@echo "session report (open it in any browser; it works offline):"
 	./target/release/empathic report demo-0001 --db $(DEMO_DB) --out $(DEMO_REPORT)
 
-test: setup
+# The collector build is built first: tests/it/collector_build.rs runs it.
+test: setup collector
 	$(CARGO) test --release --locked
 
 lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
+	$(CARGO) clippy --release --locked --no-default-features --lib --bins --target-dir $(COLLECTOR_TARGET) -- -D warnings
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
@@ -76,6 +78,21 @@ install: build
 	  systemctl daemon-reload 2>/dev/null || true; \
 	  echo "installed: edit /etc/empathic/station.toml, then: systemctl enable --now empathic"; \
 	fi
+
+# The collector build, for the study's server: sync, the collector, the central databases,
+# sessions, report, evaluate, export and participant; no capture, features or models, so it
+# links neither OpenCV, ALSA, the camera library nor ONNX Runtime and needs only a Rust
+# toolchain and a C compiler (SQLite is bundled). Its own target folder, so it and the full
+# build do not rebuild each other (docs/sync.md, "The collector build").
+COLLECTOR_TARGET ?= target/collector
+collector:
+	$(CARGO) build --release --locked --no-default-features --target-dir $(COLLECTOR_TARGET)
+
+install-collector: collector
+	objcopy --strip-all $(COLLECTOR_TARGET)/release/empathic $(COLLECTOR_TARGET)/release/empathic.stripped
+	install -D -m 0755 $(COLLECTOR_TARGET)/release/empathic.stripped $(DESTDIR)$(PREFIX)/bin/empathic
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/empathic/README.md
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/empathic/docs docs/*.md
 
 clean:
 	$(CARGO) clean

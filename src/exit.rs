@@ -3,6 +3,21 @@
 //! Contract: 0 ok, 1 runtime failure (something on this machine went wrong: disk, database,
 //! thread, signal), 2 bad input or usage (a file, config or argument the user can fix).
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// A stop flag set by SIGINT and SIGTERM. A second signal while stopping exits at once
+/// (exit code 1), for when a flush hangs on a dead disk.
+pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Order matters: the conditional exit must see the flag before this signal sets it.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    Ok(stop)
+}
+
 /// What kind of failure an error is, which decides the process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitKind {

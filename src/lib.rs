@@ -22,12 +22,14 @@ pub mod capture;
 pub mod cli;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "sensing")]
 pub mod doctor;
 pub mod exit;
 pub mod features;
 pub mod fusion;
 pub mod models;
 pub mod report;
+#[cfg(feature = "sensing")]
 pub mod runtime;
 pub mod session;
 pub mod store;

@@ -4,6 +4,8 @@
 //! off, `empathic::models::onnx::TELEMETRY_OFF`); nothing else lives here.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "sensing")]
+#[cfg(feature = "sensing")]
 mod alsa_log;
 
 use std::process::ExitCode;
@@ -13,10 +15,16 @@ use clap::{Parser, Subcommand};
 use empathic::cli::{self, Failure};
 
 #[derive(Parser)]
-#[command(
-    name = "empathic",
-    version,
-    about = "Senses empathy on an in-home social robot"
+#[command(name = "empathic", version)]
+#[cfg_attr(
+    feature = "sensing",
+    command(about = "Senses empathy on an in-home social robot")
+)]
+#[cfg_attr(
+    not(feature = "sensing"),
+    command(
+        about = "Senses empathy on an in-home social robot: the collector build (sync, collect and the reading commands; no capture, features or models)"
+    )
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,32 +33,44 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[cfg(feature = "sensing")]
     Replay(cli::replay::Args),
     Sessions(cli::sessions::Args),
+    #[cfg(feature = "sensing")]
     Extract(cli::extract::Args),
+    #[cfg(feature = "sensing")]
     Embed(cli::embed::Args),
+    #[cfg(feature = "sensing")]
     Stories(cli::stories::Args),
+    #[cfg(feature = "sensing")]
     Models(cli::models::Args),
     Export(cli::export::Args),
     Evaluate(cli::evaluate::Args),
     Report(cli::report::Args),
     Sync(cli::sync::SyncArgs),
+    #[cfg(feature = "sensing")]
     Run(cli::live::RunArgs),
+    #[cfg(feature = "sensing")]
     Ctl(cli::live::CtlArgs),
+    #[cfg(feature = "sensing")]
     Status(cli::live::StatusArgs),
+    #[cfg(feature = "sensing")]
     Recording(cli::live::RecordingArgs),
     Participant(cli::participant::Args),
     Collect(cli::sync::CollectArgs),
+    #[cfg(feature = "sensing")]
     Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
     share_one_malloc_arena();
     // Before any thread exists (setting the environment later would race with readers).
+    #[cfg(feature = "sensing")]
     if std::env::var_os(empathic::models::onnx::TELEMETRY_OFF).is_none() {
         std::env::set_var(empathic::models::onnx::TELEMETRY_OFF, "1");
     }
     init_logging();
+    #[cfg(feature = "sensing")]
     alsa_log::route_messages();
     let cli = Cli::parse();
     match dispatch(cli.command) {
@@ -102,22 +122,32 @@ fn init_logging() {
 /// Each command's `Args::run` (its body is in `cli/`).
 fn dispatch(command: Command) -> Result<ExitCode, Failure> {
     match command {
+        #[cfg(feature = "sensing")]
         Command::Replay(a) => a.run(),
         Command::Sessions(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Extract(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Embed(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Stories(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Models(a) => a.run(),
         Command::Export(a) => a.run(),
         Command::Evaluate(a) => a.run(),
         Command::Report(a) => a.run(),
         Command::Sync(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Run(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Ctl(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Status(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Recording(a) => a.run(),
         Command::Participant(a) => a.run(),
         Command::Collect(a) => a.run(),
+        #[cfg(feature = "sensing")]
         Command::Doctor(a) => a.run(),
     }
 }

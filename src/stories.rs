@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::exit::{Classify, ExitKind};
+#[cfg(feature = "sensing")]
 use crate::features::text::SentenceEncoder;
 use crate::models::ModelError;
 use crate::store::{Store, StoreError};
@@ -112,6 +113,7 @@ pub fn read_bank(path: &Path) -> Result<Vec<Story>, StoryError> {
 
 /// Embeds and stores `stories` under `model`, in one transaction. Returns how many.
 /// `progress` is called after each story is embedded.
+#[cfg(feature = "sensing")]
 pub fn import(
     store: &mut Store,
     stories: &[Story],

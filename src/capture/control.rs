@@ -8,7 +8,14 @@
 //! `{"ok":true, ...}` or `{"ok":false,"error":"<reason>"}`. [`SessionRules`] is the
 //! session's state as far as the protocol cares, and refuses what would make a session
 //! inconsistent: a phase out of order, a rating outside 1-5 or for a story not shown, a
-//! second rating of a story, an utterance ending in the future.
+//! second rating of a story, an utterance ending in the future. [`request`] is the client
+//! side (`empathic ctl`, `status`, a purge asking whether a session runs), built in every
+//! configuration, the collector's too.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -163,6 +170,45 @@ impl SessionRules {
 
     pub fn phase(&self) -> Option<Phase> {
         self.phase
+    }
+}
+
+/// Sends one request to a running service and returns its answer line.
+pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
+            socket.display()
+        )
+    })?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    writeln!(stream, "{request}")
+        .map_err(|e| format!("cannot send to {}: {e}", socket.display()))?;
+    let mut line = String::new();
+    BufReader::new(stream)
+        .read_line(&mut line)
+        .map_err(|e| format!("no answer from {}: {e}", socket.display()))?;
+    if line.is_empty() {
+        return Err(format!(
+            "no answer from {}: the service closed the connection",
+            socket.display()
+        ));
+    }
+    serde_json::from_str(&line).map_err(|e| format!("bad answer from {}: {e}", socket.display()))
+}
+
+/// [`request`] for a request that must be answered `ok`: a refusal (say, too many
+/// connections) is an error, not an answer to print.
+pub fn request_ok(socket: &Path, body: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let answer = request(socket, body)?;
+    if answer["ok"] == true {
+        Ok(answer)
+    } else {
+        Err(format!(
+            "the service at {} refused: {}",
+            socket.display(),
+            answer["error"].as_str().unwrap_or("no reason given")
+        ))
     }
 }
 

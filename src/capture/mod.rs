@@ -13,12 +13,15 @@
 pub mod absent;
 pub mod audio_file;
 pub mod avi;
+#[cfg(feature = "sensing")]
 pub mod camera;
 pub mod control;
 pub mod events;
+#[cfg(feature = "sensing")]
 pub mod microphone;
 pub mod resample;
 pub mod timeline;
+#[cfg(feature = "sensing")]
 pub mod video_file;
 
 use std::path::PathBuf;

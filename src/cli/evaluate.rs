@@ -72,12 +72,22 @@ fn fitted_participants(config: &Config, predictor: &str) -> Result<Option<Vec<St
     else {
         return Ok(None);
     };
-    let model = crate::fusion::onnx_model::OnnxPredictor::open(
-        &entry.path(&config.models.dir),
-        config.models.onnxruntime_library.as_deref(),
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(model.fitted_participants())
+    #[cfg(feature = "sensing")]
+    {
+        let model = crate::fusion::onnx_model::OnnxPredictor::open(
+            &entry.path(&config.models.dir),
+            config.models.onnxruntime_library.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(model.fitted_participants())
+    }
+    #[cfg(not(feature = "sensing"))]
+    {
+        Err(format!(
+            "this build cannot open fusion model `{}` (built without the `sensing` feature: the collector build)",
+            entry.name
+        ))
+    }
 }
 
 /// One predictor's session-level units as stored and through its population map, and

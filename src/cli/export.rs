@@ -32,10 +32,25 @@ use ndarray::{Array1, Array2};
 use ndarray_npy::WriteNpyExt;
 use serde::Serialize;
 
-use super::{db_path, fail, load_config, open_existing_store, progress_bar, Failure, ModelFiles};
+use super::{db_path, fail, load_config, open_existing_store, progress_bar, Failure};
 use crate::exit::ExitKind;
 use crate::store::ExportModality;
 use crate::store::Store;
+
+/// What embeds stories for an export: the sentence encoder; in the collector build (no
+/// `sensing`, no ONNX Runtime) no value of it exists, so such an export never embeds.
+#[cfg(feature = "sensing")]
+pub type StoryEncoder = crate::features::text::SentenceEncoder;
+/// What embeds stories for an export: none in the collector build (no ONNX Runtime).
+#[cfg(not(feature = "sensing"))]
+pub enum StoryEncoder {}
+
+#[cfg(not(feature = "sensing"))]
+impl StoryEncoder {
+    fn embed(&mut self, _texts: &[&str]) -> Result<Vec<Vec<f32>>, std::convert::Infallible> {
+        match *self {}
+    }
+}
 
 /// Export stored data.
 #[derive(clap::Args)]
@@ -137,7 +152,7 @@ pub fn export_windows(
     out: &Path,
     phase: Option<&str>,
     session: Option<&str>,
-    encoder: Option<(&str, &mut crate::features::text::SentenceEncoder)>,
+    encoder: Option<(&str, &mut StoryEncoder)>,
     progress: &indicatif::ProgressBar,
 ) -> Result<Exported, Failure> {
     if out.exists()
@@ -413,6 +428,37 @@ impl WriteNpy for Array1<u16> {
     }
 }
 
+/// The encoder that embeds a bank stored without embeddings (a central database).
+#[cfg(feature = "sensing")]
+fn story_encoder(
+    config: &crate::config::Config,
+    model: &str,
+    _store: &Store,
+) -> Result<Option<StoryEncoder>, Failure> {
+    Ok(Some(
+        super::ModelFiles::open(config)?.sentence_encoder(model)?,
+    ))
+}
+
+/// The collector build has no sentence encoder: the export goes without `stories/` and says
+/// how to get them.
+#[cfg(not(feature = "sensing"))]
+fn story_encoder(
+    _config: &crate::config::Config,
+    model: &str,
+    store: &Store,
+) -> Result<Option<StoryEncoder>, Failure> {
+    if store.export_reads().stories().map_err(fail)?.is_empty() {
+        return Ok(None);
+    }
+    tracing::warn!(
+        "the stories are not embedded with {model} in this database and this build cannot embed them \
+         (the collector build has no ONNX Runtime): the export has no stories/ folder; \
+         export with the full empathic build to include them"
+    );
+    Ok(None)
+}
+
 /// `empathic export windows` as the command runs it: the store opened, stories embedded
 /// when the database holds none, a progress bar, the summary line.
 fn export_command(
@@ -435,7 +481,7 @@ fn export_command(
     let mut encoder = if has_embeddings {
         None
     } else {
-        Some(ModelFiles::open(&config)?.sentence_encoder(&model)?)
+        story_encoder(&config, &model, &store)?
     };
     let progress = progress_bar("sessions");
     let result = export_windows(

@@ -229,34 +229,6 @@ pub fn status(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn consent(
-    id: &str,
-    given: bool,
-    raw_media: bool,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-) -> Result<ExitCode, Failure> {
-    crate::session::manifest::check_id("participant id", id)
-        .map_err(|m| (ExitKind::BadInput, m))?;
-    let config = load_config(config)?;
-    let path = super::db_path(db, &config);
-    // Consent may be the first thing recorded on a new station: create the store.
-    let store = crate::store::Store::open(&path).map_err(fail)?;
-    let consent = if given { "given" } else { "withdrawn" };
-    store
-        .set_consent(id, consent, given && raw_media)
-        .map_err(fail)?;
-    outln!(
-        "participant {id}: consent {consent}{}",
-        if given && raw_media {
-            ", raw media may leave the station"
-        } else {
-            ""
-        }
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Finishes the unfinished recordings in `dir` (a recordings folder, or one session
 /// folder: then every unfinished one beside it too, as the service would at its start).
 pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {

@@ -30,22 +30,32 @@ macro_rules! out {
     };
 }
 
+#[cfg(feature = "sensing")]
 pub mod doctor;
+#[cfg(feature = "sensing")]
 pub mod embed;
 pub mod evaluate;
 pub mod export;
+#[cfg(feature = "sensing")]
 pub mod extract;
+#[cfg(feature = "sensing")]
 pub mod extract_audio;
+#[cfg(feature = "sensing")]
 pub mod extract_face;
+#[cfg(feature = "sensing")]
 pub mod live;
+#[cfg(feature = "sensing")]
 pub mod models;
 pub mod options;
 pub mod participant;
+#[cfg(feature = "sensing")]
 pub mod replay;
 pub mod report;
 pub mod sessions;
+#[cfg(feature = "sensing")]
 pub mod stories;
 pub mod sync;
+#[cfg(feature = "sensing")]
 pub mod tracked_video;
 
 use std::io::IsTerminal;
@@ -55,6 +65,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::Config;
 use crate::exit::{Classify, ExitKind};
+#[cfg(feature = "sensing")]
 use crate::features::text::SentenceEncoder;
 use crate::models::manifest::Manifest;
 use crate::store::Store;
@@ -108,6 +119,7 @@ pub fn progress_bar(unit: &str) -> ProgressBar {
 /// A run's progress drawn as a bar (hidden when stderr is no terminal).
 pub struct Bar(pub ProgressBar);
 
+#[cfg(feature = "sensing")]
 impl crate::runtime::pipeline::Progress for Bar {
     fn set_total(&self, frames: u64) {
         self.0.set_length(frames);
@@ -179,6 +191,7 @@ impl<'a> ModelFiles<'a> {
     }
 
     /// The sentence encoder `name` of the manifest.
+    #[cfg(feature = "sensing")]
     pub fn sentence_encoder(&self, name: &str) -> Result<SentenceEncoder, Failure> {
         let entry = self.manifest.get(name, self.dir()).map_err(fail)?;
         SentenceEncoder::open(self.dir(), entry, self.onnxruntime_library()).map_err(fail)

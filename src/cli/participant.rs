@@ -1,10 +1,12 @@
 //! `empathic participant consent|purge`: what study staff record of a participant, and a
-//! withdrawal (the bodies are `live::consent` and `sync::purge`).
+//! withdrawal (the purge's body is `sync::purge`: it reaches the outbox and the service).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::options::{ConfigOption, DbOption};
-use super::Failure;
+use super::{fail, load_config, Failure};
+use crate::exit::ExitKind;
 
 /// Participants.
 #[derive(clap::Args)]
@@ -54,8 +56,37 @@ impl Args {
                 raw_media,
                 db,
                 config,
-            } => super::live::consent(&id, given, raw_media, db.db, config.path()),
+            } => consent(&id, given, raw_media, db.db, config.path()),
             Command::Purge { id, db, config } => super::sync::purge(&id, db.db, config.path()),
         }
     }
+}
+
+/// Records participant `id`'s consent in the station's store (created if absent).
+pub fn consent(
+    id: &str,
+    given: bool,
+    raw_media: bool,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
+    crate::session::manifest::check_id("participant id", id)
+        .map_err(|m| (ExitKind::BadInput, m))?;
+    let config = load_config(config)?;
+    let path = super::db_path(db, &config);
+    // Consent may be the first thing recorded on a new station: create the store.
+    let store = crate::store::Store::open(&path).map_err(fail)?;
+    let consent = if given { "given" } else { "withdrawn" };
+    store
+        .set_consent(id, consent, given && raw_media)
+        .map_err(fail)?;
+    outln!(
+        "participant {id}: consent {consent}{}",
+        if given && raw_media {
+            ", raw media may leave the station"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -214,7 +214,7 @@ pub fn push(
             ));
         }
     }
-    let stop = crate::runtime::stop_flag().map_err(|e| {
+    let stop = crate::exit::stop_flag().map_err(|e| {
         (
             ExitKind::Runtime,
             format!("cannot install signal handlers: {e}"),
@@ -293,7 +293,7 @@ pub fn collect(
     let broker = o.broker.clone().unwrap_or(config.sync.broker.clone());
     let (address, auth) = target(&config, &broker, &o)?;
     let study = o.study.unwrap_or(config.sync.study.clone());
-    let stop = crate::runtime::stop_flag().map_err(|e| {
+    let stop = crate::exit::stop_flag().map_err(|e| {
         (
             ExitKind::Runtime,
             format!("cannot install signal handlers: {e}"),
@@ -360,7 +360,7 @@ pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<Exi
 /// When the station's service runs a session of participant `id`, stops it and waits until
 /// it has ended (its rows are then complete and closed, ready to be purged).
 fn stop_live_session_of(id: &str, config: &crate::config::Config) -> Result<(), Failure> {
-    use crate::runtime::live::request_ok as request;
+    use crate::capture::control::request_ok as request;
     let socket = &config.live.socket;
     let running_for =
         |status: &serde_json::Value| status["session"]["participant_id"].as_str() == Some(id);

@@ -204,7 +204,7 @@ impl Config {
             }
         }
         within("text.horizon_ms", self.text.horizon_ms, 0, 600_000)?;
-        if self.models.appearance_input == crate::features::appearance::AppearanceInput::Face
+        if self.models.appearance_input == AppearanceInput::Face
             && !self.models.appearance_encoder.is_empty()
             && !self.face.enabled
         {

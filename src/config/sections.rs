@@ -383,7 +383,7 @@ pub struct ModelsConfig {
     pub appearance_encoder: String,
     /// What the appearance encoder looks at: `face` (the participant's aligned face crop
     /// from the facial stage; absent on frames without a face) or `frame` (the whole frame).
-    pub appearance_input: crate::features::appearance::AppearanceInput,
+    pub appearance_input: AppearanceInput,
 }
 
 /// Where the models are when the config does not say: `$EMPATHIC_MODELS`; `models/` in
@@ -422,7 +422,7 @@ impl Default for ModelsConfig {
             // 160x160: 0.54-0.60x the CPU of 224x224 (docs/performance.md, issue 18); "efficientnet-lite0" is
             // the same weights at 224.
             appearance_encoder: "efficientnet-lite0-160".into(),
-            appearance_input: crate::features::appearance::AppearanceInput::Face,
+            appearance_input: AppearanceInput::Face,
         }
     }
 }
@@ -441,7 +441,7 @@ pub struct FaceConfig {
     pub cy: Option<f64>,
     /// The eyeball model gaze is measured with: `"openface"` (OpenFace 2.0's geometry, the
     /// default, for analyses and models built on OpenFace) or `"anatomical"`.
-    pub gaze_model: crate::features::face::GazeModel,
+    pub gaze_model: GazeModel,
     /// Store MediaPipe's 52 blendshape coefficients per frame as the `blendshapes`
     /// modality (computed either way: the action units read them).
     pub blendshapes: bool,
@@ -457,6 +457,51 @@ impl Default for FaceConfig {
             cy: None,
             gaze_model: Default::default(),
             blendshapes: true,
+        }
+    }
+}
+
+/// What the appearance encoder looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AppearanceInput {
+    /// The participant's aligned face crop (needs the facial stage).
+    Face,
+    /// The whole frame.
+    Frame,
+}
+
+/// Where the eyeball centre sits, which sets what "gaze" means.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Deserialize,
+    serde::Serialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
+pub enum GazeModel {
+    /// OpenFace 2.0's documented geometry (`features::face::OPENFACE_EYEBALL_OFFSET_MM` from the eye
+    /// corners): the gaze OpenFace users and models trained on its features expect.
+    #[default]
+    #[value(help = "OpenFace 2.0's eyeball geometry (eye-corner midpoint + R (0, -3.5, 7) mm)")]
+    OpenFace,
+    /// Adult anatomy (`features::face::EYEBALL_OFFSET_MM` from the middle of the eye opening): closer to
+    /// the physical direction (into the lens when the person looks into it).
+    #[value(help = "adult anatomy (0.75 mm above, 7.5 mm behind the eye opening's middle)")]
+    Anatomical,
+}
+
+impl GazeModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            GazeModel::OpenFace => "openface",
+            GazeModel::Anatomical => "anatomical",
         }
     }
 }

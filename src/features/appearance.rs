@@ -35,15 +35,7 @@ pub fn input_size(entry: &ModelEntry) -> i32 {
     }
 }
 
-/// What the appearance encoder looks at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AppearanceInput {
-    /// The participant's aligned face crop (needs the facial stage).
-    Face,
-    /// The whole frame.
-    Frame,
-}
+pub use crate::config::AppearanceInput;
 
 pub struct AppearanceEncoder {
     name: String,

@@ -13,13 +13,18 @@
 //! appearance, acoustic and text extractors implement these traits.
 
 pub mod acoustic;
+#[cfg(feature = "sensing")]
 pub mod appearance;
+#[cfg(feature = "sensing")]
 pub mod face;
 pub mod retrieval;
 pub mod signal;
+#[cfg(feature = "sensing")]
 pub mod text;
 
-use crate::capture::{AudioBlock, VideoFrame};
+use crate::capture::AudioBlock;
+#[cfg(feature = "sensing")]
+use crate::capture::VideoFrame;
 use crate::exit::{Classify, ExitKind};
 use crate::Nanos;
 
@@ -106,6 +111,7 @@ impl ModalitySpec {
 
 /// What earlier frame stages found on the same frame, for later ones (stages run in
 /// layout order on one thread).
+#[cfg(feature = "sensing")]
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FrameContext {
     /// The participant's aligned face crop (eyes levelled, 1.5x the face), from the facial
@@ -117,6 +123,7 @@ pub struct FrameContext {
 }
 
 /// A per-video-frame stage.
+#[cfg(feature = "sensing")]
 pub trait FrameStage: Send {
     fn spec(&self) -> &ModalitySpec;
     /// The frame's vector (length `spec().dims()`), or `None` when the modality is absent.

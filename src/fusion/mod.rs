@@ -16,6 +16,7 @@
 
 pub mod calibration;
 pub mod evaluate;
+#[cfg(feature = "sensing")]
 pub mod onnx_model;
 pub mod zero_shot;
 

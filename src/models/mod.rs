@@ -7,7 +7,9 @@
 //! and a known-answer test for each model. Nothing here downloads anything.
 
 pub mod manifest;
+#[cfg(feature = "sensing")]
 pub mod onnx;
+#[cfg(feature = "sensing")]
 pub mod verify;
 
 use std::path::PathBuf;

@@ -19,8 +19,6 @@ pub mod sequence;
 pub mod stages;
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -71,17 +69,7 @@ impl Classify for RunError {
     }
 }
 
-/// A stop flag set by SIGINT and SIGTERM. A second signal while stopping exits at once
-/// (exit code 1), for when a flush hangs on a dead disk.
-pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // Order matters: the conditional exit must see the flag before this signal sets it.
-        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
-    Ok(stop)
-}
+pub use crate::exit::stop_flag;
 
 /// The store writer actor on its own thread (`store-writer`), with a handle to it.
 pub struct WriterThread {

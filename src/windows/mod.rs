@@ -18,6 +18,7 @@
 //!
 //! All are plain structs with no clock and no threads; the runtime drives them.
 
+#[cfg(feature = "sensing")]
 pub mod align;
 pub mod assembler;
 pub mod layout;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use crate::session::Phase;
 use crate::Nanos;
 
+#[cfg(feature = "sensing")]
 pub use align::{FrameAligner, VideoSlot};
 pub use assembler::WindowAssembler;
 pub use layout::{Modality, ModalityId, ModalityLayout, Stream};

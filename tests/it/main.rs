@@ -11,6 +11,7 @@ mod architecture;
 mod bad_input;
 mod bad_input_corpus;
 mod cli;
+mod collector_build;
 mod crash;
 mod face;
 mod fusion_onnx;

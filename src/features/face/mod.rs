@@ -74,40 +74,7 @@ pub const EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -0.75, 7.5];
 /// 45) plus this offset in the head frame (mm, y down), radius [`EYEBALL_RADIUS_MM`].
 pub const OPENFACE_EYEBALL_OFFSET_MM: [f64; 3] = [0.0, -3.5, 7.0];
 
-/// Where the eyeball centre sits, which sets what "gaze" means.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Deserialize,
-    serde::Serialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-#[value(rename_all = "lowercase")]
-pub enum GazeModel {
-    /// OpenFace 2.0's documented geometry ([`OPENFACE_EYEBALL_OFFSET_MM`] from the eye
-    /// corners): the gaze OpenFace users and models trained on its features expect.
-    #[default]
-    #[value(help = "OpenFace 2.0's eyeball geometry (eye-corner midpoint + R (0, -3.5, 7) mm)")]
-    OpenFace,
-    /// Adult anatomy ([`EYEBALL_OFFSET_MM`] from the middle of the eye opening): closer to
-    /// the physical direction (into the lens when the person looks into it).
-    #[value(help = "adult anatomy (0.75 mm above, 7.5 mm behind the eye opening's middle)")]
-    Anatomical,
-}
-
-impl GazeModel {
-    pub fn name(self) -> &'static str {
-        match self {
-            GazeModel::OpenFace => "openface",
-            GazeModel::Anatomical => "anatomical",
-        }
-    }
-}
+pub use crate::config::GazeModel;
 
 /// One frame's facial behaviour.
 #[derive(Debug, Clone)]

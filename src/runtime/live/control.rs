@@ -1,11 +1,11 @@
-//! The control socket: the server side (bind, accept, one thread per client, bounded
-//! lines, idle timeout, answers) and the client side (`request`, used by `empathic ctl`,
-//! `status` and `participant purge`).
+//! The control socket's server side: bind, accept, one thread per client, bounded lines,
+//! idle timeout, answers. The client side (`request`, used by `empathic ctl`, `status` and
+//! `participant purge`) is in `capture::control` with the protocol, so the collector build
+//! has it too.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -293,44 +293,5 @@ pub(super) fn handle<'scope>(
                 .map_err(|_| "the session's pipeline has stopped".to_string())?;
             Ok(serde_json::json!({"t_ms": t_ms}))
         }
-    }
-}
-
-/// Sends one request to a running service and returns its answer line.
-pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json::Value, String> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| {
-        format!(
-            "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
-            socket.display()
-        )
-    })?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
-    writeln!(stream, "{request}")
-        .map_err(|e| format!("cannot send to {}: {e}", socket.display()))?;
-    let mut line = String::new();
-    BufReader::new(stream)
-        .read_line(&mut line)
-        .map_err(|e| format!("no answer from {}: {e}", socket.display()))?;
-    if line.is_empty() {
-        return Err(format!(
-            "no answer from {}: the service closed the connection",
-            socket.display()
-        ));
-    }
-    serde_json::from_str(&line).map_err(|e| format!("bad answer from {}: {e}", socket.display()))
-}
-
-/// [`request`] for a request that must be answered `ok`: a refusal (say, too many
-/// connections) is an error, not an answer to print.
-pub fn request_ok(socket: &Path, body: &serde_json::Value) -> Result<serde_json::Value, String> {
-    let answer = request(socket, body)?;
-    if answer["ok"] == true {
-        Ok(answer)
-    } else {
-        Err(format!(
-            "the service at {} refused: {}",
-            socket.display(),
-            answer["error"].as_str().unwrap_or("no reason given")
-        ))
     }
 }

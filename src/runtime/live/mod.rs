@@ -48,7 +48,8 @@ use control::{accept_loop, bind_socket};
 use devices::pause;
 use retention::{apply_retention, finish_interrupted_recordings};
 
-pub use control::{request, request_ok, IDLE_TIMEOUT, MAX_REQUEST_BYTES};
+pub use crate::capture::control::{request, request_ok};
+pub use control::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
 
 /// A device as `status` reports it.
 #[derive(Debug, Clone, Default, Serialize)]

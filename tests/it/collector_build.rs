@@ -1,0 +1,157 @@
+//! The collector build (`make collector`: `--no-default-features`, no `sensing`) links
+//! neither OpenCV, ALSA, the camera library nor ONNX Runtime, and does study staff's whole
+//! job on a real broker: it collects a station's sync into a central database, then lists,
+//! shows, reports, evaluates and exports what it holds.
+//!
+//! The binary is `target/collector/release/empathic` (`make test` builds it first), or
+//! `EMPATHIC_COLLECTOR_BIN`. Absent on a laptop's `cargo test`, the test says so and skips;
+//! under CI (`EMPATHIC_REQUIRE_FIXTURES=1`) an absent binary fails it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::common::broker::{free_port, start_broker, sync_args};
+use crate::common::central::{sessions_in, wait_subscribed, wait_until};
+use crate::common::{
+    config_without_vision_models, demo_session, fixtures_required, path_str, replay_cli, root,
+    stderr, stdout,
+};
+
+fn collector_bin() -> Option<PathBuf> {
+    let bin = std::env::var_os("EMPATHIC_COLLECTOR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/collector/release/empathic"));
+    if bin.is_file() {
+        return Some(bin);
+    }
+    assert!(
+        !fixtures_required(),
+        "the collector build is not at {} and CI requires it: `make collector` builds it (`make test` does first)",
+        bin.display()
+    );
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped the collector build's test: no binary at {} (run `make collector`)",
+        bin.display()
+    );
+    None
+}
+
+fn run(bin: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .env("EMPATHIC_LOG", "warn")
+        // No model folder and no ONNX Runtime: the collector must need neither.
+        .env("EMPATHIC_MODELS", "/nonexistent/empathic-models")
+        .env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
+    let Some(bin) = collector_bin() else {
+        return;
+    };
+
+    // What the dynamic loader is asked for: no OpenCV, ALSA, V4L or ONNX Runtime.
+    let ldd = Command::new("ldd").arg(&bin).output().unwrap();
+    let linked = stdout(&ldd);
+    for lib in ["opencv", "asound", "v4l", "onnxruntime", "pulse"] {
+        assert!(
+            !linked.contains(lib),
+            "the collector build links {lib}:\n{linked}"
+        );
+    }
+    let help = stdout(&run(&bin, &["--help"]));
+    for present in [
+        "collect", "sync", "sessions", "report", "export", "evaluate",
+    ] {
+        assert!(help.contains(present), "{present} missing:\n{help}");
+    }
+    let replay = run(&bin, &["replay", "demo/session"]);
+    assert_eq!(replay.status.code(), Some(2), "{}", stderr(&replay));
+
+    // A station (the full build) replays the demo; the collector build receives it.
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let central = tmp.path().join("central.db");
+    let mut collector = Command::new(&bin)
+        .args([
+            "collect",
+            "--central",
+            path_str(&central),
+            "--broker",
+            &format!("mqtt://127.0.0.1:{}", broker.port),
+            "--study",
+            "test-study",
+            "--client-id",
+            "c-collector-build",
+        ])
+        .env("EMPATHIC_LOG", "warn")
+        .env("EMPATHIC_MODELS", "/nonexistent/empathic-models")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_subscribed(broker.port, &[path_str(&central)], Duration::from_secs(20));
+    let fast = config_without_vision_models(tmp.path());
+    let station = tmp.path().join("station.db");
+    let o = replay_cli(&demo_session(), &station, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The station's sync, from the collector build too (sync is in it).
+    let args = sync_args(&station, broker.port, "station-1", &["--until-synced"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run(&bin, &args);
+    assert!(o.status.success(), "sync: {}", stderr(&o));
+    wait_until("the demo session in the central database", || {
+        central.exists()
+            && rusqlite::Connection::open(&central)
+                .map(|c| sessions_in(&c) == ["demo-0001"])
+                .unwrap_or(false)
+    });
+    let _ = collector.kill();
+    let _ = collector.wait();
+
+    // Staff read what arrived, with the collector build only.
+    let db = path_str(&central);
+    let o = run(&bin, &["sessions", "list", "--db", db, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1));
+    let o = run(&bin, &["sessions", "show", "demo-0001", "--db", db]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = tmp.path().join("report.html");
+    let o = run(
+        &bin,
+        &["report", "demo-0001", "--db", db, "--out", path_str(&page)],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&page)
+        .unwrap()
+        .contains("demo-0001"));
+    let o = run(&bin, &["evaluate", "--db", db, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = tmp.path().join("export");
+    let o = run(
+        &bin,
+        &["export", "windows", "--db", db, "--out", path_str(&out)],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("manifest.json").is_file());
+    // A bank the central database holds without embeddings cannot be embedded by this
+    // build: the export says so (and is otherwise whole).
+    let stories: i64 = rusqlite::Connection::open(&central)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM stories", [], |r| r.get(0))
+        .unwrap();
+    assert!(stories > 0, "the shown stories reach the central database");
+    assert!(
+        stderr(&o).contains("cannot embed"),
+        "no word about the missing stories: {}",
+        stderr(&o)
+    );
+    assert!(!out.join("stories").exists());
+}
