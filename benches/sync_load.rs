@@ -6,7 +6,9 @@
 //! database holds everything, the lag from the broker's acknowledgement (the station's
 //! `sent_at`) to the central commit (p50/p95), and CPU seconds of the collector thread, the
 //! publishers, Mosquitto and PostgreSQL. `EMPATHIC_LOAD_STATIONS`, `EMPATHIC_LOAD_SESSIONS`
-//! and `EMPATHIC_LOAD_LIMIT_SECS` (default 300 per database) change the bounds.
+//! and `EMPATHIC_LOAD_LIMIT_SECS` (default 300 per database) change the bounds. Each
+//! database is loaded twice: plain, and sealed (every station with its own enrolled key,
+//! payloads sealed to the study, receipts signed), so the two rows give sealing's cost.
 //!
 //! Needs `target/release/empathic` (`make bench` builds it) for the seed record, and
 //! Debian's `mosquitto` and `postgresql` (`make setup`).
@@ -201,15 +203,35 @@ fn main() {
         seed.0.len() / 1024
     );
     let pg = postgres_cluster::Postgres::start();
+    // Each database plain and sealed (`[sync] security`): signed by each station, sealed to
+    // the study, receipts signed by the collector; the difference is sealing's cost.
     let targets = [
         (
             "SQLite",
             tmp.path().join("central.db").display().to_string(),
+            false,
         ),
-        ("PostgreSQL", pg.database("load")),
+        (
+            "SQLite sealed",
+            tmp.path().join("central-sealed.db").display().to_string(),
+            true,
+        ),
+        ("PostgreSQL", pg.database("load"), false),
+        ("PostgreSQL sealed", pg.database("load_sealed"), true),
     ];
+    let keys = tmp.path().join("keys");
+    let study_public = empathic::sync::keys::generate(
+        &keys.join("study.key"),
+        empathic::sync::keys::KeyKind::X25519,
+    )
+    .expect("the study key");
+    let collector_public = empathic::sync::keys::generate(
+        &keys.join("collector.key"),
+        empathic::sync::keys::KeyKind::Ed25519,
+    )
+    .expect("the collector key");
     println!(
-        "{:<11} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}",
+        "{:<17} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}",
         "central",
         "messages",
         "secs",
@@ -222,8 +244,8 @@ fn main() {
         "mosquitto",
         "postgres"
     );
-    for (name, target) in targets {
-        let dir = tmp.path().join(name);
+    for (name, target, sealed) in targets {
+        let dir = tmp.path().join(name.replace(' ', "-"));
         std::fs::create_dir_all(&dir).expect("a folder");
         let port = broker::free_port();
         let mut broker = start_broker(&dir, port);
@@ -236,14 +258,63 @@ fn main() {
             port,
             auth: Default::default(),
             study: "load".into(),
-            client_id: format!("load-collector-{name}"),
+            client_id: format!("load-collector-{}", name.replace(' ', "-")),
             share_group: None,
         };
+        // Sealed: every station enrolled with its own key before the collector starts.
+        let sealings: Vec<Option<empathic::sync::Sealing>> = (0..stations)
+            .map(|k| {
+                sealed.then(|| {
+                    let path = dir.join(format!("station-{k:02}.key"));
+                    let public = empathic::sync::keys::generate(
+                        &path,
+                        empathic::sync::keys::KeyKind::Ed25519,
+                    )
+                    .expect("a station key");
+                    empathic::sync::central::Central::open(&target)
+                        .and_then(|mut c| {
+                            c.enrol("load", &format!("station-{k:02}"), Some(&public), false)
+                        })
+                        .expect("enrol the station");
+                    empathic::sync::Sealing {
+                        key: std::sync::Arc::new(
+                            empathic::sync::keys::SigningKey::load(&path).expect("the station key"),
+                        ),
+                        study_key: study_public.clone(),
+                        study: empathic::sync::keys::StudyPublicKey::parse(&study_public)
+                            .expect("the study key"),
+                        collectors: vec![empathic::sync::keys::VerifyingKey::parse(
+                            &collector_public,
+                        )
+                        .expect("the collector key")],
+                    }
+                })
+            })
+            .collect();
+        let gate = empathic::sync::central::Gate {
+            accept_plain: !sealed,
+            study_key: sealed.then(|| {
+                empathic::sync::keys::StudySecretKey::load(&keys.join("study.key"))
+                    .expect("the study key")
+            }),
+        };
+        let signing = sealed.then(|| {
+            empathic::sync::keys::SigningKey::load(&keys.join("collector.key"))
+                .expect("the collector key")
+        });
         let collector = {
             let (stop, target) = (stop.clone(), target.clone());
             std::thread::Builder::new()
                 .name("collector".into())
-                .spawn(move || empathic::sync::collect::collect(&target, &collect_opts, &stop))
+                .spawn(move || {
+                    empathic::sync::collect::collect(
+                        &target,
+                        &collect_opts,
+                        &gate,
+                        signing.as_ref(),
+                        &stop,
+                    )
+                })
                 .expect("the collector thread")
         };
         std::thread::sleep(Duration::from_millis(1500));
@@ -257,7 +328,8 @@ fn main() {
         let publishers: Vec<_> = dbs
             .iter()
             .enumerate()
-            .map(|(k, db)| {
+            .zip(sealings)
+            .map(|((k, db), sealing)| {
                 let db = db.clone();
                 let stop = stop.clone();
                 let opts = empathic::sync::SyncOptions {
@@ -267,6 +339,7 @@ fn main() {
                     station: format!("station-{k:02}"),
                     auth: Default::default(),
                     collectors: Vec::new(),
+                    sealing,
                 };
                 std::thread::Builder::new()
                     .name("publisher".into())
@@ -326,7 +399,7 @@ fn main() {
         let messages = received.len();
         let mb = (messages * seed.0.len()) as f64 / 1e6;
         println!(
-            "{name:<11} {messages:>9} {secs:>8.1} {:>7.1} {:>8.2} {:>6.0}ms {:>6.0}ms {:>8.1}s {:>9.1}s {:>8.1}s {:>7.1}s",
+            "{name:<17} {messages:>9} {secs:>8.1} {:>7.1} {:>8.2} {:>6.0}ms {:>6.0}ms {:>8.1}s {:>9.1}s {:>8.1}s {:>7.1}s",
             messages as f64 / secs,
             mb / secs,
             percentile(&mut lags, 0.5),
@@ -336,6 +409,28 @@ fn main() {
             broker_cpu,
             pg_cpu
         );
+        if sealed {
+            // What sealing puts on the wire per record: the sealed payload as kept in the
+            // outbox (base64), against the record itself.
+            if let Some(db) = dbs.first() {
+                let c = rusqlite::Connection::open(db).expect("a station store");
+                let (plain, wire): (f64, f64) = c
+                    .query_row(
+                        "SELECT avg(length(payload)), avg(length(sealed)) FROM outbox WHERE sealed IS NOT NULL",
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .expect("read the outbox");
+                println!(
+                    "  sealed on the wire: {:.1} kB a record of {:.1} kB ({:.2}x; {} chunk(s) of {} kB)",
+                    wire / 1e3,
+                    plain / 1e3,
+                    wire / plain,
+                    (wire as usize).div_ceil(empathic::sync::CHUNK_CHARS),
+                    empathic::sync::CHUNK_CHARS / 1024
+                );
+            }
+        }
         if failed > 0 || messages as u64 != stations * sessions {
             println!(
                 "  {failed} publisher(s) did not finish within {} s; {messages} of {} records stored",

@@ -58,6 +58,7 @@ enum Command {
     Recording(cli::live::RecordingArgs),
     Participant(cli::participant::Args),
     Collect(cli::sync::CollectArgs),
+    Keys(cli::keys::Args),
     #[cfg(feature = "sensing")]
     Doctor(cli::doctor::Args),
 }
@@ -147,6 +148,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Recording(a) => a.run(),
         Command::Participant(a) => a.run(),
         Command::Collect(a) => a.run(),
+        Command::Keys(a) => a.run(),
         #[cfg(feature = "sensing")]
         Command::Doctor(a) => a.run(),
     }

@@ -1215,7 +1215,7 @@ fn the_service_publishes_each_ended_session_to_the_study() {
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
-        "\n[sync]\nbroker = \"mqtt://127.0.0.1:{port}\"\nstudy = \"test-study\"\n"
+        "\n[sync]\nbroker = \"mqtt://127.0.0.1:{port}\"\nstudy = \"test-study\"\nsecurity = \"plain\"\n"
     ));
     std::fs::write(&config, text).unwrap();
     consent(&config, "P-LIVE");

@@ -220,6 +220,19 @@ pub fn status(
         ),
         None => outln!("session   none running ({} run since start)", s["sessions_run"]),
     }
+    if let Some(sync) = s["sync"].as_object() {
+        let security = match sync.get("security").and_then(|v| v.as_str()) {
+            Some("plain") => format!("PLAIN: {}", crate::sync::PLAIN_WARNING),
+            Some(other) => other.to_string(),
+            None => "?".into(),
+        };
+        outln!(
+            "sync      {} pending, {} awaiting a receipt, {} synced; security {security}",
+            sync.get("pending").unwrap_or(&serde_json::Value::Null),
+            sync.get("sent").unwrap_or(&serde_json::Value::Null),
+            sync.get("synced").unwrap_or(&serde_json::Value::Null)
+        );
+    }
     if let Some(free) = s["disk_free_mib"].as_u64() {
         outln!("disk      {free} MiB free");
     }

@@ -42,6 +42,7 @@ pub mod extract;
 pub mod extract_audio;
 #[cfg(feature = "sensing")]
 pub mod extract_face;
+pub mod keys;
 #[cfg(feature = "sensing")]
 pub mod live;
 #[cfg(feature = "sensing")]

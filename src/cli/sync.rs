@@ -30,6 +30,10 @@ pub struct SyncArgs {
     /// one collector's receipt).
     #[arg(long = "collector", value_name = "NAME")]
     collectors: Vec<String>,
+    /// Sealed (signed and sealed to the study) or plain (the broker reads everything)
+    /// (default: `[sync] security`, itself sealed by default).
+    #[arg(long, value_enum)]
+    security: Option<crate::config::SyncSecurity>,
     /// Exit once nothing is pending (otherwise keep publishing what comes).
     #[arg(long)]
     until_synced: bool,
@@ -68,6 +72,7 @@ impl SyncArgs {
                     password_file: self.target.password_file,
                     ca: self.target.ca,
                     collectors: self.collectors,
+                    security: self.security,
                 },
                 self.until_synced,
                 self.timeout,
@@ -78,17 +83,15 @@ impl SyncArgs {
 }
 
 /// For study staff: receive every station's sync messages into the central database
-/// (a SQLite file, or PostgreSQL), exactly once (until SIGINT/SIGTERM).
+/// (a SQLite file, or PostgreSQL), exactly once (until SIGINT/SIGTERM); `collect enrol`,
+/// `revoke` and `stations` say which stations it lets in.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct CollectArgs {
-    /// The central SQLite file (created when missing; the other commands read it with
-    /// `--db FILE`).
-    #[arg(long, conflicts_with = "central", required_unless_present = "central")]
-    db: Option<PathBuf>,
-    /// The central database as `postgres://USER@HOST:PORT/DB` (or a SQLite file); the
-    /// other commands read it with `--db postgres://...`.
-    #[arg(long)]
-    central: Option<String>,
+    #[command(subcommand)]
+    command: Option<CollectCommand>,
+    #[command(flatten)]
+    central: CentralOption,
     #[command(flatten)]
     config: ConfigOption,
     #[command(flatten)]
@@ -100,29 +103,225 @@ pub struct CollectArgs {
     /// subscription: each message goes to one of them); each needs its own client id.
     #[arg(long)]
     share_group: Option<String>,
+    /// `sealed`: take signed, sealed messages from enrolled stations (and plain ones only
+    /// from stations enrolled with --allow-plain); `plain`: also take plain messages from
+    /// any station (a first try: the broker reads them, and anyone it lets in can forge).
+    #[arg(long, value_enum, default_value = "sealed")]
+    security: crate::config::SyncSecurity,
+    /// The study's secret sealing key (`empathic keys init study`), which opens sealed
+    /// payloads; required with --security sealed.
+    #[arg(long, default_value = "keys/study.key")]
+    study_key: PathBuf,
+    /// This collector's signing key (`empathic keys init collector`), which signs its
+    /// receipts; required with --security sealed.
+    #[arg(long, default_value = "keys/collector.key")]
+    signing_key: PathBuf,
+}
+
+/// `--db FILE` or `--central URL`: the central database.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CentralOption {
+    /// The central SQLite file (created when missing; the other commands read it with
+    /// `--db FILE`).
+    #[arg(long, conflicts_with = "central", required_unless_present = "central")]
+    db: Option<PathBuf>,
+    /// The central database as `postgres://USER@HOST:PORT/DB` (or a SQLite file); the
+    /// other commands read it with `--db postgres://...`.
+    #[arg(long)]
+    central: Option<String>,
+}
+
+impl CentralOption {
+    fn target(&self) -> String {
+        self.central
+            .clone()
+            .or(self.db.as_ref().map(|d| d.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    }
+}
+
+#[derive(clap::Subcommand)]
+enum CollectCommand {
+    /// Let a station in: its public signing key (`ed25519:...`, printed by `empathic keys
+    /// init station` on it), and/or --allow-plain for a study changing over to sealed sync.
+    Enrol {
+        /// The station id (`[station] id` on it).
+        station: String,
+        /// Its public signing key; enrol a second one to rotate, then revoke the first.
+        key: Option<String>,
+        /// Also take its plain (unsigned) messages, during a changeover.
+        #[arg(long)]
+        allow_plain: bool,
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+    },
+    /// Stop letting in a station's key (after a rotation), or everything from a stolen
+    /// station: what was stored from it stays; what it sends later is quarantined.
+    Revoke {
+        /// The station id.
+        station: String,
+        /// Only this key (default: every key of the station, and its plain allowance).
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+    },
+    /// Every station's enrolments, and what arrived from it: sealed and plain records,
+    /// quarantined messages.
+    Stations {
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+        #[command(flatten)]
+        json: super::options::JsonOption,
+    },
 }
 
 impl CollectArgs {
     pub fn run(self) -> Result<ExitCode, Failure> {
-        collect(
-            &self
-                .central
-                .or(self.db.map(|d| d.to_string_lossy().into_owned()))
-                .unwrap_or_default(),
-            self.config.path(),
-            Overrides {
-                broker: self.target.broker,
-                study: self.target.study,
-                station: None,
-                username: self.target.username,
-                password_file: self.target.password_file,
-                ca: self.target.ca,
-                collectors: Vec::new(),
-            },
-            &self.client_id,
-            self.share_group.as_deref(),
-        )
+        match self.command {
+            Some(CollectCommand::Enrol {
+                station,
+                key,
+                allow_plain,
+                central,
+                config,
+                study,
+            }) => {
+                let (mut db, study) = open_central(&central, config.path(), study)?;
+                db.enrol(&study, &station, key.as_deref(), allow_plain)
+                    .map_err(|e| (ExitKind::BadInput, e))?;
+                outln!(
+                    "enrolled station {station} of study {study}{}{}",
+                    key.map(|k| format!(" with key {k}")).unwrap_or_default(),
+                    if allow_plain {
+                        " (plain messages allowed)"
+                    } else {
+                        ""
+                    }
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(CollectCommand::Revoke {
+                station,
+                key,
+                central,
+                config,
+                study,
+            }) => {
+                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let n = db
+                    .revoke(&study, &station, key.as_deref())
+                    .map_err(|e| (ExitKind::BadInput, e))?;
+                if n == 0 {
+                    return Err((
+                        ExitKind::BadInput,
+                        format!("station {station} of study {study} has no enrolment in force to revoke"),
+                    ));
+                }
+                outln!("revoked {n} enrolment(s) of station {station}: its later messages are quarantined, what was stored stays");
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(CollectCommand::Stations {
+                central,
+                config,
+                study,
+                json,
+            }) => {
+                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let enrolments = db.enrolments(&study).map_err(|e| (ExitKind::Runtime, e))?;
+                let counts = db
+                    .station_counts(&study)
+                    .map_err(|e| (ExitKind::Runtime, e))?;
+                if json.json {
+                    print_json(&serde_json::json!({
+                        "study": study,
+                        "enrolments": enrolments,
+                        "received": counts,
+                    }))?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                outln!("enrolments of study {study}:");
+                for e in &enrolments {
+                    outln!(
+                        "  {:<16} {:<56} {}{}",
+                        e.station,
+                        if e.key.is_empty() {
+                            "(plain allowed)"
+                        } else {
+                            e.key.as_str()
+                        },
+                        e.enrolled_at,
+                        e.revoked_at
+                            .as_deref()
+                            .map(|r| format!(" REVOKED {r}"))
+                            .unwrap_or_default()
+                    );
+                }
+                outln!("received (records sealed / PLAIN / quarantined messages):");
+                for c in &counts {
+                    outln!(
+                        "  {:<16} {} / {}{} / {}",
+                        c.station,
+                        c.sealed,
+                        c.plain,
+                        if c.plain > 0 {
+                            " (readable by the broker)"
+                        } else {
+                            ""
+                        },
+                        c.quarantined
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            None => collect(
+                &self.central.target(),
+                self.config.path(),
+                Overrides {
+                    broker: self.target.broker,
+                    study: self.target.study,
+                    station: None,
+                    username: self.target.username,
+                    password_file: self.target.password_file,
+                    ca: self.target.ca,
+                    collectors: Vec::new(),
+                    security: Some(self.security),
+                },
+                &self.client_id,
+                self.share_group.as_deref(),
+                &self.study_key,
+                &self.signing_key,
+            ),
+        }
     }
+}
+
+/// The central database and the study a `collect` subcommand works on.
+fn open_central(
+    central: &CentralOption,
+    config: Option<&Path>,
+    study: Option<String>,
+) -> Result<(crate::sync::central::Central, String), Failure> {
+    let config = load_config(config)?;
+    let study = study.unwrap_or(config.sync.study.clone());
+    let db = crate::sync::central::Central::open(&central.target())
+        .map_err(|e| (ExitKind::BadInput, e))?;
+    Ok((db, study))
 }
 
 /// Flags over the config's `[sync]` and `[station]`.
@@ -135,6 +334,8 @@ pub struct Overrides {
     pub ca: Option<PathBuf>,
     /// The collectors whose receipts make a message synced (empty: the config's).
     pub collectors: Vec<String>,
+    /// Sealed or plain (None: the config's).
+    pub security: Option<crate::config::SyncSecurity>,
 }
 
 /// The broker's address and the client's credentials: config, then flags.
@@ -165,7 +366,10 @@ pub fn push(
     timeout: Option<f64>,
     backfill: bool,
 ) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
+    let mut config = load_config(config)?;
+    if let Some(security) = o.security {
+        config.sync.security = security;
+    }
     let db = db_path(db, &config);
     // Opened (and migrated) here first so a missing or foreign file is a usage error.
     let store = open_existing_store(&db)?;
@@ -185,7 +389,8 @@ pub fn push(
         ));
     }
     let (address, auth) = target(&config, &broker, &o)?;
-    let opts = SyncOptions {
+    let mut opts = SyncOptions {
+        sealing: None,
         host: address.host,
         port: address.port,
         study: o.study.unwrap_or(config.sync.study.clone()),
@@ -214,6 +419,11 @@ pub fn push(
             ));
         }
     }
+    opts.sealing = crate::sync::Sealing::from_config(&config.sync)
+        .map_err(|e| (ExitKind::BadInput, e.to_string()))?;
+    if opts.sealing.is_none() {
+        eprintln!("sync: WARNING: {}", crate::sync::PLAIN_WARNING);
+    }
     let stop = crate::exit::stop_flag().map_err(|e| {
         (
             ExitKind::Runtime,
@@ -241,9 +451,20 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
     let config = load_config(config)?;
     let store = open_existing_store(&db_path(db, &config))?;
     let s = store.outbox().status().map_err(fail)?;
+    let security = config.sync.security;
     if json {
-        print_json(&s)?;
+        let mut v = serde_json::to_value(&s).map_err(|e| (ExitKind::Runtime, e.to_string()))?;
+        v["security"] = security.name().into();
+        print_json(&v)?;
     } else {
+        match security {
+            crate::config::SyncSecurity::Sealed => {
+                outln!("security  sealed (signed by this station, sealed to the study's key)")
+            }
+            crate::config::SyncSecurity::Plain => {
+                outln!("security  PLAIN: {}", crate::sync::PLAIN_WARNING)
+            }
+        }
         outln!(
             "outbox    {} pending, {} sent awaiting a collector's receipt ({} bytes), {} synced",
             s.pending,
@@ -276,14 +497,41 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
 }
 
 /// `empathic collect`.
+#[allow(clippy::too_many_arguments)]
 pub fn collect(
     central: &str,
     config: Option<&Path>,
     o: Overrides,
     client_id: &str,
     share_group: Option<&str>,
+    study_key: &Path,
+    signing_key: &Path,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
+    let sealed = o.security != Some(crate::config::SyncSecurity::Plain);
+    let keys_err = |flag: &str, e: crate::sync::keys::KeyError| {
+        (
+            ExitKind::BadInput,
+            format!("{flag}: {e} (sealed collection needs it; `empathic keys init` makes keys, or --security plain for a first try)"),
+        )
+    };
+    // Sealed: both keys must be there. Plain: used when present.
+    let gate = crate::sync::collect::Gate {
+        accept_plain: !sealed,
+        study_key: match crate::sync::keys::StudySecretKey::load(study_key) {
+            Ok(k) => Some(k),
+            Err(e) if sealed => return Err(keys_err("--study-key", e)),
+            Err(_) => None,
+        },
+    };
+    let signing = match crate::sync::keys::SigningKey::load(signing_key) {
+        Ok(k) => Some(k),
+        Err(e) if sealed => return Err(keys_err("--signing-key", e)),
+        Err(_) => None,
+    };
+    if !sealed {
+        eprintln!("collect: WARNING: {}", crate::sync::PLAIN_WARNING);
+    }
     if let Some(g) = share_group.filter(|g| g.is_empty() || g.contains(['/', '+', '#'])) {
         return Err((
             ExitKind::BadInput,
@@ -307,8 +555,8 @@ pub fn collect(
         client_id: client_id.to_string(),
         share_group: share_group.map(str::to_string),
     };
-    let records =
-        crate::sync::collect::collect(central, &opts, &stop).map_err(|e| (ExitKind::Runtime, e))?;
+    let records = crate::sync::collect::collect(central, &opts, &gate, signing.as_ref(), &stop)
+        .map_err(|e| (ExitKind::Runtime, e))?;
     eprintln!(
         "collect: {records} record(s) stored in {}",
         crate::sync::central::redacted(central)

@@ -96,6 +96,39 @@ pub struct SyncConfig {
     /// database. Name every independent central database's collector here; empty: any one
     /// collector's receipt suffices (one central database).
     pub collectors: Vec<String>,
+    /// `sealed` (the default): every message signed with this station's key and its payload
+    /// sealed to the study's key, receipts counted only when signed by a collector of
+    /// `collector_keys`. `plain`: readable by whoever runs the broker, and forgeable by any
+    /// client it lets in; for a first try on a laptop only.
+    pub security: SyncSecurity,
+    /// The station's signing key (`empathic keys init station` makes it; mode 0600).
+    pub signing_key: PathBuf,
+    /// The study's public sealing key (`x25519:...`, from `empathic keys init study`).
+    pub study_key: String,
+    /// The public keys (`ed25519:...`) of the collectors whose receipts count.
+    pub collector_keys: Vec<String>,
+}
+
+/// How sync protects what it carries (`[sync] security`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncSecurity {
+    /// Signed by the station, sealed to the study, receipts signed by collectors.
+    #[default]
+    Sealed,
+    /// Plain JSON: the broker reads everything and any client it lets in can forge.
+    Plain,
+}
+
+impl SyncSecurity {
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncSecurity::Sealed => "sealed",
+            SyncSecurity::Plain => "plain",
+        }
+    }
 }
 
 /// Which optional tables a session record carries (`[sync]` `window_features`,
@@ -145,6 +178,10 @@ impl Default for SyncConfig {
             transcripts: false,
             frame_features: false,
             collectors: Vec::new(),
+            security: SyncSecurity::Sealed,
+            signing_key: PathBuf::from("keys/station.key"),
+            study_key: String::new(),
+            collector_keys: Vec::new(),
         }
     }
 }

@@ -62,7 +62,7 @@ pub trait CentralTx {
     fn commit(self: Box<Self>) -> Result<(), String>;
 }
 
-/// The collector's tables (central format 2).
+/// The collector's tables (central format 3).
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS collect_records (
     message_id  TEXT PRIMARY KEY,
@@ -96,6 +96,15 @@ CREATE TABLE IF NOT EXISTS collect_purges (
     purged_at      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     seq            INTEGER
 );
+CREATE TABLE IF NOT EXISTS collect_stations (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    allow_plain INTEGER NOT NULL DEFAULT 0,
+    enrolled_at TEXT NOT NULL,
+    revoked_at  TEXT,
+    PRIMARY KEY (study, station, key)
+);
 CREATE TABLE IF NOT EXISTS collect_quarantine (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     topic       TEXT NOT NULL,
@@ -106,8 +115,9 @@ CREATE TABLE IF NOT EXISTS collect_quarantine (
 );
 ";
 
-/// Columns format 2 added to format 1's tables.
+/// Columns formats 2 and 3 added to format 1's tables.
 const ADDED: &[(&str, &str, &str)] = &[
+    ("collect_records", "sealed", "INTEGER NOT NULL DEFAULT 0"),
     ("collect_records", "participant", "TEXT"),
     ("collect_records", "seq", "INTEGER"),
     ("collect_records", "applied", "INTEGER NOT NULL DEFAULT 0"),

@@ -40,6 +40,16 @@ impl Outbox<'_> {
         outbox::pending(self.0.connection(), limit, connected_at)
     }
 
+    /// Message `seq`'s payload sealed to `study_key` at an earlier send, if any.
+    pub fn sealed(&self, seq: i64, study_key: &str) -> Result<Option<String>, StoreError> {
+        outbox::sealed(self.0.connection(), seq, study_key)
+    }
+
+    /// Keeps message `seq`'s sealed payload, so every resend carries the same bytes.
+    pub fn keep_sealed(&self, seq: i64, study_key: &str, sealed: &str) -> Result<(), StoreError> {
+        outbox::keep_sealed(self.0.connection(), seq, study_key, sealed)
+    }
+
     /// Message `seq` was acknowledged by the broker.
     pub fn mark_sent(&self, seq: i64) -> Result<(), StoreError> {
         outbox::mark_sent(self.0.connection(), seq)

@@ -19,7 +19,18 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "what a story exposure showed, when it differs from the bank",
         V8,
     ),
+    (9, "sealed sync: each message's payload as sealed", V9),
 ];
+
+/// Version 9: with `[sync] security = "sealed"`, a message's payload sealed to the study's
+/// key (`sealed`, base64) and that key (`sealed_to`), kept from the first send so every
+/// resend carries the same bytes: a sealed box is random, and a collector holding chunks of
+/// an interrupted send must be able to complete them with the next. Sealed anew when the
+/// study's key changed. NULL for plain sync and before the first send.
+const V9: &str = r#"
+ALTER TABLE outbox ADD COLUMN sealed_to TEXT;
+ALTER TABLE outbox ADD COLUMN sealed TEXT;
+"#;
 
 /// Version 8: a `story_shown` event whose title or text differs from the stored story of
 /// that id (an edited bank, a dialogue app that shortened the story) keeps what the

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use rumqttc::{Client, Event, MqttOptions, Packet, Publish, QoS};
 
-pub use super::central::{Central, Stored, MAX_ENVELOPE_BYTES};
+pub use super::central::{Central, Gate, Stored, MAX_ENVELOPE_BYTES};
+use super::keys::SigningKey;
 
 /// The largest packet MQTT can carry (its remaining-length field's maximum).
 const MQTT_MAX_PACKET_BYTES: usize = 268_435_455;
@@ -36,8 +37,16 @@ pub struct CollectOptions {
     pub share_group: Option<String>,
 }
 
-/// Receives until `stop`; reconnects with backoff.
-pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u64, String> {
+/// Receives until `stop`, letting in what `gate` admits and signing receipts with
+/// `signing` (sealed sync; `None`: unsigned receipts, which sealed stations ignore);
+/// reconnects with backoff.
+pub fn collect(
+    central: &str,
+    c: &CollectOptions,
+    gate: &Gate,
+    signing: Option<&SigningKey>,
+    stop: &AtomicBool,
+) -> Result<u64, String> {
     let CollectOptions {
         host,
         port,
@@ -86,13 +95,9 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
                         topic.clone(),
                         QoS::AtLeastOnce,
                         false,
-                        // Two strings: serialising cannot fail.
-                        serde_json::to_string(&super::Receipt {
-                            message_id: message_id.clone(),
-                            collector: Some(name.to_string()),
-                            sha256: Some(sha256.clone()),
-                        })
-                        .unwrap_or_default(),
+                        // Strings only: serialising cannot fail.
+                        serde_json::to_string(&receipt(topic, message_id, sha256, name, signing))
+                            .unwrap_or_default(),
                     )
                     .is_ok(),
             };
@@ -115,7 +120,7 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
                     outgoing.push_back(Outgoing::Ack(p));
                     continue;
                 }
-                let Some(stored) = store_until_stored(&mut central, &p, stop) else {
+                let Some(stored) = store_until_stored(&mut central, &p, gate, stop) else {
                     break;
                 };
                 if let Some((topic, message_id, sha256)) = stored.receipt() {
@@ -142,6 +147,39 @@ pub fn collect(central: &str, c: &CollectOptions, stop: &AtomicBool) -> Result<u
     Ok(records)
 }
 
+/// The receipt for `message_id` on `topic` (`empathic/v1/{study}/{station}/receipt`),
+/// signed over `keys::signed_receipt` when the collector has a signing key.
+fn receipt(
+    topic: &str,
+    message_id: &str,
+    sha256: &str,
+    collector: &str,
+    signing: Option<&SigningKey>,
+) -> super::Receipt {
+    let mut r = super::Receipt {
+        message_id: message_id.to_string(),
+        collector: Some(collector.to_string()),
+        sha256: Some(sha256.to_string()),
+        signer: None,
+        sig: None,
+    };
+    if let Some(key) = signing {
+        let mut parts = topic.split('/').skip(2);
+        let (study, station) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let signed = super::keys::signed_receipt(
+            study,
+            station,
+            message_id,
+            sha256,
+            collector,
+            key.public(),
+        );
+        r.sig = Some(key.sign(&signed));
+        r.signer = Some(key.public().to_string());
+    }
+    r
+}
+
 /// What the collector owes the broker after a commit.
 enum Outgoing {
     Ack(Publish),
@@ -155,10 +193,15 @@ enum Outgoing {
 /// Stores `p`, retrying with backoff while the database fails (a PostgreSQL restart, a
 /// locked file): the message is acknowledged only once stored, and the broker holds back
 /// what follows meanwhile. `None` when stopped first.
-fn store_until_stored(central: &mut Central, p: &Publish, stop: &AtomicBool) -> Option<Stored> {
+fn store_until_stored(
+    central: &mut Central,
+    p: &Publish,
+    gate: &Gate,
+    stop: &AtomicBool,
+) -> Option<Stored> {
     let mut wait = Duration::from_millis(250);
     loop {
-        match central.store_publish(&p.topic, &p.payload) {
+        match central.store_publish_with(&p.topic, &p.payload, gate) {
             Ok(stored) => return Some(stored),
             Err(e) => {
                 tracing::error!(error = %e, retry_in_ms = wait.as_millis() as u64, "collect: could not store a message");

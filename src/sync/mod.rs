@@ -22,6 +22,7 @@
 
 pub mod central;
 pub mod collect;
+pub mod keys;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +35,10 @@ use crate::store::{Store, StoreError};
 
 /// Payload characters per chunk (well under brokers' default packet limits).
 pub const CHUNK_CHARS: usize = 64 * 1024;
-/// The envelope format version.
+/// The envelope format version of plain sync.
 pub const ENVELOPE_VERSION: u32 = 1;
+/// The envelope format version of sealed sync: signed, the payload sealed to the study.
+pub const SEALED_ENVELOPE_VERSION: u32 = 2;
 
 /// Where and as whom to publish.
 #[derive(Debug, Clone)]
@@ -48,7 +51,99 @@ pub struct SyncOptions {
     /// The collectors (client ids, or share groups) that must each confirm a message before
     /// it is synced; empty: any one collector's receipt.
     pub collectors: Vec<String>,
+    /// Sealed sync's keys; `None`: plain (`[sync] security = "plain"`).
+    pub sealing: Option<Sealing>,
 }
+
+/// What a station needs for sealed sync: its signing key, the study's public key that
+/// payloads are sealed to, and the collectors whose signed receipts count.
+#[derive(Clone)]
+pub struct Sealing {
+    pub key: std::sync::Arc<keys::SigningKey>,
+    pub study_key: String,
+    pub study: keys::StudyPublicKey,
+    pub collectors: Vec<keys::VerifyingKey>,
+}
+
+impl std::fmt::Debug for Sealing {
+    /// Public halves only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sealing")
+            .field("station_key", &self.key.public())
+            .field("study_key", &self.study_key)
+            .field("collectors", &self.collectors.len())
+            .finish()
+    }
+}
+
+impl Sealing {
+    /// From `[sync]`: `None` for plain sync (logged as a warning: the broker reads it all);
+    /// for sealed sync every key must be there and valid, else an error naming the setting.
+    pub fn from_config(c: &crate::config::SyncConfig) -> Result<Option<Sealing>, SyncError> {
+        if c.security == crate::config::SyncSecurity::Plain {
+            tracing::warn!("{PLAIN_WARNING}");
+            return Ok(None);
+        }
+        let key = keys::SigningKey::load(&c.signing_key).map_err(|e| {
+            SyncError::Keys(format!(
+                "sync.signing_key: {e} (make it with `empathic keys init station`, or set [sync] security = \"plain\" for a first try)"
+            ))
+        })?;
+        if c.study_key.trim().is_empty() {
+            return Err(SyncError::Keys(
+                "sync.study_key is empty: sealed sync needs the study's public key (x25519:..., from study staff's `empathic keys init study`)".into(),
+            ));
+        }
+        let study = keys::StudyPublicKey::parse(&c.study_key)
+            .map_err(|e| SyncError::Keys(format!("sync.study_key: {e}")))?;
+        if c.collector_keys.is_empty() {
+            return Err(SyncError::Keys(
+                "sync.collector_keys is empty: sealed sync counts only receipts signed by a collector named there (ed25519:..., from `empathic keys init collector`)".into(),
+            ));
+        }
+        let collectors = c
+            .collector_keys
+            .iter()
+            .map(|k| keys::VerifyingKey::parse(k))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SyncError::Keys(format!("sync.collector_keys: {e}")))?;
+        Ok(Some(Sealing {
+            key: std::sync::Arc::new(key),
+            study_key: c.study_key.trim().to_string(),
+            study,
+            collectors,
+        }))
+    }
+
+    /// Whether `r` is signed by one of the collectors this station trusts, for this study
+    /// and station (`Err` says why not).
+    pub fn check_receipt(&self, r: &Receipt, study: &str, station: &str) -> Result<(), String> {
+        let (Some(signer), Some(sig)) = (&r.signer, &r.sig) else {
+            return Err("unsigned (sealed sync counts only signed receipts)".into());
+        };
+        let Some(key) = self.collectors.iter().find(|k| k.text() == signer) else {
+            return Err(format!(
+                "signed by {signer}, not a key of sync.collector_keys"
+            ));
+        };
+        let signed = keys::signed_receipt(
+            study,
+            station,
+            &r.message_id,
+            r.sha256.as_deref().unwrap_or(""),
+            r.collector.as_deref().unwrap_or(""),
+            signer,
+        );
+        if key.verifies(&signed, sig) {
+            Ok(())
+        } else {
+            Err(format!("the signature by {signer} does not verify"))
+        }
+    }
+}
+
+/// What plain sync says wherever it is in force.
+pub const PLAIN_WARNING: &str = "sync security is PLAIN: whoever runs the broker reads every record, and any client it lets in can forge records and receipts; set [sync] security = \"sealed\" (docs/sync.md, \"Sealed sync\")";
 
 impl SyncOptions {
     /// `HOST:PORT`, as the broker state records it.
@@ -69,6 +164,12 @@ pub struct Receipt {
     /// only when it is the one of what it sent (a buggy or replayed receipt is ignored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Sealed sync: the collector's public key and its signature over
+    /// [`keys::signed_receipt`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
 }
 
 /// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
@@ -162,6 +263,9 @@ pub enum SyncError {
     Auth(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Sealed sync's keys are missing or unusable (names the setting).
+    #[error("{0}")]
+    Keys(String),
     #[error("gave up after {secs:.0} s and {attempts} failed connection attempt(s) with {pending} message(s) not yet synced (no collector receipt); last error: {last_error}")]
     Timeout {
         secs: f64,
@@ -195,10 +299,11 @@ pub fn parse_broker(url: &str) -> Result<BrokerAddress, SyncError> {
     })
 }
 
-/// The chunk envelopes of a message, in order.
-pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
+/// `text` cut into chunks of at most [`CHUNK_CHARS`] bytes on character boundaries (one
+/// empty chunk for empty text).
+fn chunks_of(text: &str) -> Vec<&str> {
     let mut parts = Vec::new();
-    let mut rest = m.payload.as_str();
+    let mut rest = text;
     while !rest.is_empty() {
         let mut cut = rest.len().min(CHUNK_CHARS);
         while !rest.is_char_boundary(cut) {
@@ -210,6 +315,12 @@ pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
     if parts.is_empty() {
         parts.push("");
     }
+    parts
+}
+
+/// The plain chunk envelopes of a message (format v1), in order.
+pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
+    let parts = chunks_of(&m.payload);
     let n = parts.len();
     parts
         .iter()
@@ -231,6 +342,79 @@ pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
             .to_string()
         })
         .collect()
+}
+
+/// The sealed chunk envelopes of a message (format v2), in order: `sealed` (the payload
+/// sealed to the study, base64) cut into chunks, each envelope signed by the station over
+/// every field but the signature ([`keys::signed_chunk`]). `sha256` stays the plaintext's,
+/// which the collector checks after opening and names in its receipt.
+pub fn sealed_envelopes(
+    m: &Pending,
+    sealed: &str,
+    opts: &SyncOptions,
+    key: &keys::SigningKey,
+) -> Vec<String> {
+    let parts = chunks_of(sealed);
+    let n = parts.len();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, data)| {
+            let signed = keys::signed_chunk(
+                &opts.study,
+                &opts.station,
+                &m.kind,
+                &m.subject,
+                &m.message_id,
+                m.seq,
+                i,
+                n,
+                &m.sha256,
+                key.public(),
+                data,
+            );
+            serde_json::json!({
+                "v": SEALED_ENVELOPE_VERSION,
+                "message_id": m.message_id,
+                "seq": m.seq,
+                "kind": m.kind,
+                "study": opts.study,
+                "station": opts.station,
+                "subject": m.subject,
+                "chunk": i,
+                "chunks": n,
+                "sha256": m.sha256,
+                "signer": key.public(),
+                "sig": key.sign(&signed),
+                "data": data,
+            })
+            .to_string()
+        })
+        .collect()
+}
+
+/// The envelopes `m` goes out as under `opts`: sealed (the sealed payload kept in the
+/// outbox from its first send, so resends carry the same bytes) or plain.
+fn wire_envelopes(
+    conn: &Outbox<'_>,
+    m: &Pending,
+    opts: &SyncOptions,
+) -> Result<Vec<String>, Round> {
+    let Some(s) = &opts.sealing else {
+        return Ok(envelopes(m, opts));
+    };
+    let sealed = match conn.sealed(m.seq, &s.study_key)? {
+        Some(sealed) => sealed,
+        None => {
+            let sealed = s
+                .study
+                .seal(m.payload.as_bytes())
+                .map_err(|e| Round::Auth(SyncError::Keys(e.to_string())))?;
+            conn.keep_sealed(m.seq, &s.study_key, &sealed)?;
+            sealed
+        }
+    };
+    Ok(sealed_envelopes(m, &sealed, opts, &s.key))
 }
 
 fn topic(opts: &SyncOptions, kind: &str) -> String {
@@ -438,7 +622,7 @@ fn connection_round(
         if current.is_none() && queue.is_empty() {
             match conn.pending(1, &connected_at)?.pop() {
                 Some(m) => {
-                    let chunks = envelopes(&m, opts);
+                    let chunks = wire_envelopes(conn, &m, opts)?;
                     let t = topic(opts, &m.kind);
                     expected += chunks.len() as u64;
                     let done_at = expected;
@@ -477,7 +661,17 @@ fn connection_round(
                     Ok(r) => {
                         let by = r.collector.as_deref();
                         let in_flight = current.as_ref().map(|(m, _)| m.message_id.as_str());
-                        match conn.receipt_matches(&r.message_id, r.sha256.as_deref(), in_flight)? {
+                        let signed = match &opts.sealing {
+                            Some(s) => s.check_receipt(&r, &opts.study, &opts.station),
+                            None => Ok(()),
+                        };
+                        let matches = match signed {
+                            Ok(()) => {
+                                conn.receipt_matches(&r.message_id, r.sha256.as_deref(), in_flight)?
+                            }
+                            Err(why) => Err(why),
+                        };
+                        match matches {
                             Ok(()) => {
                                 if conn.mark_synced(&r.message_id, by, &opts.collectors)? {
                                     outcome.confirmed += 1;

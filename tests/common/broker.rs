@@ -70,6 +70,8 @@ pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args([
             "collect",
+            "--security",
+            "plain",
             "--central",
             target,
             "--broker",
@@ -90,6 +92,8 @@ pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
 pub fn sync_args(db: &Path, port: u16, station: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "sync",
+        "--security",
+        "plain",
         "--db",
         path_str(db),
         "--broker",

@@ -1,7 +1,7 @@
 //! The collector build (`make collector`: `--no-default-features`, no `sensing`) links
 //! neither OpenCV, ALSA, the camera library nor ONNX Runtime, and does study staff's whole
-//! job on a real broker: it collects a station's sync into a central database, then lists,
-//! shows, reports, evaluates and exports what it holds.
+//! job on a real broker: it makes the keys, enrols the station, collects its sealed sync
+//! into a central database, then lists, shows, reports, evaluates and exports what it holds.
 //!
 //! The binary is `target/collector/release/empathic` (`make test` builds it first), or
 //! `EMPATHIC_COLLECTOR_BIN`. Absent on a laptop's `cargo test`, the test says so and skips;
@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::common::broker::{free_port, start_broker, sync_args};
+use crate::common::broker::{free_port, start_broker};
 use crate::common::central::{sessions_in, wait_subscribed, wait_until};
 use crate::common::{
-    config_without_vision_models, demo_session, fixtures_required, path_str, replay_cli, root,
+    config_without_vision_models_and, demo_session, fixtures_required, path_str, replay_cli, root,
     stderr, stdout,
 };
 
@@ -74,13 +74,46 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
     let replay = run(&bin, &["replay", "demo/session"]);
     assert_eq!(replay.status.code(), Some(2), "{}", stderr(&replay));
 
-    // A station (the full build) replays the demo; the collector build receives it.
+    // A station (the full build) replays the demo; the collector build receives it,
+    // sealed: the keys, the enrolment and the collection are the collector build's.
     let tmp = tempfile::tempdir().unwrap();
     let broker = start_broker(tmp.path(), free_port());
     let central = tmp.path().join("central.db");
+    let keys = tmp.path().join("keys");
+    let public = |whose: &str, file: &str| {
+        let o = run(
+            &bin,
+            &["keys", "init", whose, "--file", path_str(&keys.join(file))],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o).trim().to_string()
+    };
+    let (study, collector_key, station_key) = (
+        public("study", "study.key"),
+        public("collector", "collector.key"),
+        public("station", "station.key"),
+    );
+    let o = run(
+        &bin,
+        &[
+            "collect",
+            "enrol",
+            "station-1",
+            &station_key,
+            "--db",
+            path_str(&central),
+            "--study",
+            "test-study",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
     let mut collector = Command::new(&bin)
         .args([
             "collect",
+            "--study-key",
+            path_str(&keys.join("study.key")),
+            "--signing-key",
+            path_str(&keys.join("collector.key")),
             "--central",
             path_str(&central),
             "--broker",
@@ -97,14 +130,38 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
         .spawn()
         .unwrap();
     wait_subscribed(broker.port, &[path_str(&central)], Duration::from_secs(20));
-    let fast = config_without_vision_models(tmp.path());
+    let fast = config_without_vision_models_and(
+        tmp.path(),
+        "station.toml",
+        &format!(
+            "[sync]\nsigning_key = \"{}\"\nstudy_key = \"{study}\"\ncollector_keys = [\"{collector_key}\"]\n",
+            keys.join("station.key").display()
+        ),
+    );
     let station = tmp.path().join("station.db");
     let o = replay_cli(&demo_session(), &station, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
-    // The station's sync, from the collector build too (sync is in it).
-    let args = sync_args(&station, broker.port, "station-1", &["--until-synced"]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = run(&bin, &args);
+    // The station's sync, from the collector build too (sync is in it), sealed.
+    let broker_url = format!("mqtt://127.0.0.1:{}", broker.port);
+    let o = run(
+        &bin,
+        &[
+            "sync",
+            "--db",
+            path_str(&station),
+            "--config",
+            path_str(&fast),
+            "--broker",
+            &broker_url,
+            "--study",
+            "test-study",
+            "--station",
+            "station-1",
+            "--until-synced",
+            "--timeout",
+            "60",
+        ],
+    );
     assert!(o.status.success(), "sync: {}", stderr(&o));
     wait_until("the demo session in the central database", || {
         central.exists()
@@ -117,6 +174,25 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
 
     // Staff read what arrived, with the collector build only.
     let db = path_str(&central);
+    let o = run(
+        &bin,
+        &[
+            "collect",
+            "stations",
+            "--db",
+            db,
+            "--study",
+            "test-study",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let one = v["received"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["station"] == "station-1"))
+        .cloned();
+    assert_eq!(one.and_then(|r| r["sealed"].as_i64()), Some(1), "{v}");
     let o = run(&bin, &["sessions", "list", "--db", db, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();

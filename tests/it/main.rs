@@ -25,6 +25,7 @@ mod stories;
 mod sync;
 mod sync_central;
 mod sync_faults;
+mod sync_sealed;
 mod sync_secure;
 mod systemd;
 mod trust;

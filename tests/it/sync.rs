@@ -588,7 +588,13 @@ fn collectors_sharing_a_subscription_split_the_messages_and_store_each_once() {
     let collectors: Vec<Child> = (1..=2)
         .map(|k| {
             Command::new(env!("CARGO_BIN_EXE_empathic"))
-                .args(["collect", "--central", path_str(&central)])
+                .args([
+                    "collect",
+                    "--security",
+                    "plain",
+                    "--central",
+                    path_str(&central),
+                ])
                 .args(["--broker", &format!("mqtt://127.0.0.1:{}", broker.port)])
                 .args(["--study", "test-study", "--share-group", "staff"])
                 .args(["--client-id", &format!("collector-{k}")])

@@ -413,6 +413,7 @@ fn deliveries(db: &Path) -> Vec<(i64, String, String, Vec<String>)> {
         station: "station-1".into(),
         auth: Default::default(),
         collectors: Vec::new(),
+        sealing: None,
     };
     store
         .outbox()

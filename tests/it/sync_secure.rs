@@ -143,6 +143,8 @@ fn sync_as(
     Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args([
             "sync",
+            "--security",
+            "plain",
             "--db",
             path_str(db),
             "--until-synced",
@@ -175,7 +177,13 @@ fn tls_passwords_and_the_acl_hold() {
     let central = dir.join("central.db");
     let collector_pw = secret(dir, "collector.pw", "pw-c");
     let mut collector = Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args(["collect", "--central", path_str(&central)])
+        .args([
+            "collect",
+            "--security",
+            "plain",
+            "--central",
+            path_str(&central),
+        ])
         .args([
             "--broker",
             &format!("mqtts://127.0.0.1:{}", broker.port),

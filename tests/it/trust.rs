@@ -173,6 +173,7 @@ impl Forger {
                 station: "station-1".into(),
                 auth: Default::default(),
                 collectors: Vec::new(),
+                sealing: None,
             },
             next: 100,
         }

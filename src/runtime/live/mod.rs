@@ -280,8 +280,16 @@ fn publish_loop(service: &Service<'_>) {
         ));
         return;
     }
+    let sealing = match crate::sync::Sealing::from_config(&config.sync) {
+        Ok(s) => s,
+        Err(e) => {
+            service.set_error(format!("sync: not publishing: {e}"));
+            return;
+        }
+    };
     let opts = match crate::sync::parse_broker(&config.sync.broker) {
         Ok(address) => crate::sync::SyncOptions {
+            sealing,
             auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),
             host: address.host,
             port: address.port,
@@ -316,6 +324,10 @@ fn current_status(service: &Service<'_>) -> ServiceStatus {
             .status()
             .ok()
             .and_then(|s| serde_json::to_value(s).ok())
+            .map(|mut v| {
+                v["security"] = service.config.sync.security.name().into();
+                v
+            })
     };
     let state = service.state();
     let mut status = state.status.clone();

@@ -482,6 +482,33 @@ pub fn mark_sent(conn: &Connection, seq: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Message `seq`'s payload as sealed to `study_key`, when it was sealed to that key before.
+pub fn sealed(conn: &Connection, seq: i64, study_key: &str) -> Result<Option<String>, StoreError> {
+    conn.query_row(
+        "SELECT sealed FROM outbox WHERE seq = ?1 AND sealed_to = ?2",
+        rusqlite::params![seq, study_key],
+        |r| r.get(0),
+    )
+    .optional()
+    .map(Option::flatten)
+    .map_err(ctx("reading a sealed outbox payload"))
+}
+
+/// Keeps message `seq`'s payload as sealed to `study_key`, for its resends.
+pub fn keep_sealed(
+    conn: &Connection,
+    seq: i64,
+    study_key: &str,
+    sealed: &str,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE outbox SET sealed_to = ?2, sealed = ?3 WHERE seq = ?1",
+        rusqlite::params![seq, study_key, sealed],
+    )
+    .map_err(ctx("keeping a sealed outbox payload"))?;
+    Ok(())
+}
+
 /// Records `collector`'s receipt for message `message_id` (a collector committed it) and
 /// marks the message synced once every collector in `required` has answered (any one
 /// receipt when `required` is empty). A receipt that names no collector (`None`, an older

@@ -17,6 +17,9 @@ pub(super) struct Envelope {
     /// The station's outbox sequence number (absent from older publishers: then arrival
     /// order stands in for it).
     pub(super) seq: Option<i64>,
+    /// Sealed sync (format v2): the signer's public key and the signature over
+    /// `keys::signed_chunk`; `data` is then a piece of the payload sealed to the study.
+    pub(super) signed: Option<(String, String)>,
 }
 
 impl Envelope {
@@ -46,12 +49,23 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
     ) else {
         return Err("an envelope field is missing or not text".into());
     };
-    if v["v"].as_u64() != Some(u64::from(ENVELOPE_VERSION)) {
+    let version = v["v"].as_u64();
+    let signed = if version == Some(u64::from(SEALED_ENVELOPE_VERSION)) {
+        let (Some(signer), Some(sig)) = (text("signer"), text("sig")) else {
+            return Err("a sealed envelope without `signer` and `sig`".into());
+        };
+        if !v["seq"].is_i64() {
+            return Err("a sealed envelope without `seq`".into());
+        }
+        Some((signer, sig))
+    } else if version == Some(u64::from(ENVELOPE_VERSION)) {
+        None
+    } else {
         return Err(format!(
-            "envelope version {} (this build reads {ENVELOPE_VERSION})",
+            "envelope version {} (this build reads {ENVELOPE_VERSION} and {SEALED_ENVELOPE_VERSION})",
             v["v"]
         ));
-    }
+    };
     let (Some(chunk), Some(chunks)) = (v["chunk"].as_u64(), v["chunks"].as_u64()) else {
         return Err("chunk numbers missing".into());
     };
@@ -85,5 +99,6 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
         chunk: chunk as i64,
         chunks: chunks as i64,
         seq,
+        signed,
     })
 }

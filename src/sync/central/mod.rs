@@ -29,6 +29,7 @@
 
 mod postgres;
 
+mod enrol;
 mod envelope;
 mod rules;
 use envelope::*;
@@ -38,7 +39,8 @@ pub use postgres::redacted;
 
 use sha2::{Digest, Sha256};
 
-use super::ENVELOPE_VERSION;
+use super::keys;
+use super::{ENVELOPE_VERSION, SEALED_ENVELOPE_VERSION};
 use crate::store::central::{self, CentralTx, Val};
 use crate::store::replica;
 use crate::store::Store;
@@ -106,6 +108,46 @@ impl Stored {
             _ => None,
         }
     }
+}
+
+/// What a collector lets in: sealed messages from enrolled stations always (they are
+/// opened with `study_key`); plain ones from any station (`accept_plain`: a first try, or
+/// a study still on plain sync) or only from stations enrolled with `--allow-plain` (a
+/// changeover).
+#[derive(Default)]
+pub struct Gate {
+    pub accept_plain: bool,
+    pub study_key: Option<keys::StudySecretKey>,
+}
+
+impl Gate {
+    /// Today's first try: plain from anyone, no study key.
+    pub fn plain() -> Self {
+        Gate {
+            accept_plain: true,
+            study_key: None,
+        }
+    }
+}
+
+/// One enrolment of a station (`collect stations`), with what arrived from it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Enrolment {
+    pub station: String,
+    /// `ed25519:...`, or empty for a plain-only enrolment (`--allow-plain` without a key).
+    pub key: String,
+    pub allow_plain: bool,
+    pub enrolled_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// Per station: records stored sealed and plain, and messages quarantined.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StationCounts {
+    pub station: String,
+    pub sealed: i64,
+    pub plain: i64,
+    pub quarantined: i64,
 }
 
 /// Whether `target` names a PostgreSQL database rather than a file.
@@ -191,10 +233,32 @@ impl Central {
         Ok(())
     }
 
-    /// Stores one received publish; returns what it was. An `Err` means nothing was
-    /// stored (the database failed): the message must not be acknowledged.
+    /// [`Central::store_publish_with`] through [`Gate::plain`] (plain sync, any station).
     pub fn store_publish(&mut self, topic: &str, payload: &[u8]) -> Result<Stored, String> {
-        let env = match parse_envelope(topic, payload) {
+        self.store_publish_with(topic, payload, &Gate::plain())
+    }
+
+    /// Stores one received publish that `gate` lets in; returns what it was. An `Err`
+    /// means nothing was stored (the database failed): the message must not be
+    /// acknowledged. A chunk the gate refuses (unsigned where a signature is needed, signed
+    /// by a key not enrolled for the station it names, revoked, or with a signature that
+    /// does not verify) is quarantined before anything of it is kept, with no receipt.
+    pub fn store_publish_with(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        gate: &Gate,
+    ) -> Result<Stored, String> {
+        let admitted = match parse_envelope(topic, payload) {
+            Ok(env) => {
+                let mut tx = self.begin()?;
+                let verdict = admit(tx.as_mut(), &env, gate)?;
+                drop(tx);
+                verdict.map(|()| env)
+            }
+            Err(reason) => Err(reason),
+        };
+        let env = match admitted {
             Ok(e) => e,
             Err(reason) => {
                 self.quarantine(topic, payload, reason.clone(), None)?;
@@ -239,7 +303,7 @@ impl Central {
             tx.commit()?;
             return Ok(Stored::Chunk);
         }
-        let whole: String = parts
+        let wire: String = parts
             .into_iter()
             .filter_map(|mut r| r.pop().and_then(Val::into_text))
             .collect();
@@ -247,22 +311,17 @@ impl Central {
             "DELETE FROM collect_chunks WHERE message_id = ?1",
             &[Val::text(&env.id)],
         )?;
-        let digest: String = Sha256::digest(whole.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        if digest != env.sha {
-            tx.commit()?;
-            let reason = format!(
-                "message {}: reassembled sha256 {digest}, announced {}",
-                env.id, env.sha
-            );
-            self.quarantine(topic, payload, reason.clone(), None)?;
-            return Ok(Stored::Quarantined {
-                reason,
-                receipt: None,
-            });
-        }
+        let whole = match open_payload(&env, wire, gate) {
+            Ok(w) => w,
+            Err(reason) => {
+                tx.commit()?;
+                self.quarantine(topic, payload, reason.clone(), None)?;
+                return Ok(Stored::Quarantined {
+                    reason,
+                    receipt: None,
+                });
+            }
+        };
         let outcome = match check_seq(tx.as_mut(), &env)? {
             Err(reason) => Err(reason),
             Ok(()) => match env.kind.as_str() {
@@ -283,18 +342,136 @@ impl Central {
         if env.kind == "purge" {
             self.erase_deleted();
         }
-        tracing::info!(
-            station = %env.station,
-            seq = env.seq,
-            bytes = whole.len(),
-            "collect: stored {} {}",
-            env.kind,
-            env.subject
-        );
+        if env.signed.is_some() {
+            tracing::info!(
+                station = %env.station,
+                seq = env.seq,
+                bytes = whole.len(),
+                "collect: stored sealed {} {}",
+                env.kind,
+                env.subject
+            );
+        } else {
+            tracing::warn!(
+                station = %env.station,
+                seq = env.seq,
+                bytes = whole.len(),
+                "collect: stored PLAIN {} {} (unsigned, readable by the broker)",
+                env.kind,
+                env.subject
+            );
+        }
         Ok(Stored::Record {
             receipt_topic: env.receipt_topic(),
             message_id: env.id,
             sha256: env.sha,
         })
     }
+}
+
+/// Whether `gate` lets chunk `env` in (`Ok(Err(reason))`: quarantine it).
+fn admit(
+    tx: &mut dyn CentralTx,
+    env: &Envelope,
+    gate: &Gate,
+) -> Result<Result<(), String>, String> {
+    let Some((signer, sig)) = &env.signed else {
+        if gate.accept_plain {
+            return Ok(Ok(()));
+        }
+        let allowed = tx.rows(
+            "SELECT 1 FROM collect_stations WHERE study = ?1 AND station = ?2
+               AND allow_plain = 1 AND revoked_at IS NULL",
+            &[Val::text(&env.study), Val::text(&env.station)],
+        )?;
+        return Ok(if allowed.is_empty() {
+            Err(format!(
+                "unsigned (plain) message from station {}: this collector takes only sealed messages from it (`collect enrol {} --allow-plain` admits plain ones during a changeover)",
+                env.station, env.station
+            ))
+        } else {
+            Ok(())
+        });
+    };
+    let enrolled = tx.rows(
+        "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
+        &[Val::text(&env.study), Val::text(signer)],
+    )?;
+    let Some(row) = enrolled.into_iter().next() else {
+        return Ok(Err(format!(
+            "signed by {signer}, a key no station of study {} is enrolled with",
+            env.study
+        )));
+    };
+    let mut row = row.into_iter();
+    let owner = row.next().and_then(Val::into_text).unwrap_or_default();
+    let revoked = row.next().and_then(Val::into_text);
+    if owner != env.station {
+        return Ok(Err(format!(
+            "signed by station {owner}'s key but names station {}",
+            env.station
+        )));
+    }
+    if let Some(at) = revoked {
+        return Ok(Err(format!(
+            "signed by station {owner}'s key revoked at {at}"
+        )));
+    }
+    let Some(seq) = env.seq else {
+        return Ok(Err("a sealed envelope without `seq`".into()));
+    };
+    let signed = keys::signed_chunk(
+        &env.study,
+        &env.station,
+        &env.kind,
+        &env.subject,
+        &env.id,
+        seq,
+        env.chunk as usize,
+        env.chunks as usize,
+        &env.sha,
+        signer,
+        &env.data,
+    );
+    let verifies = keys::VerifyingKey::parse(signer)
+        .map(|k| k.verifies(&signed, sig))
+        .unwrap_or(false);
+    Ok(if verifies {
+        Ok(())
+    } else {
+        Err(format!(
+            "the signature by station {owner}'s key does not verify over this envelope"
+        ))
+    })
+}
+
+/// The payload of a whole message: plain as received, or sealed opened with the study's
+/// key; checked against the envelope's sha256 (the plaintext's) either way.
+fn open_payload(env: &Envelope, wire: String, gate: &Gate) -> Result<String, String> {
+    let whole = if env.signed.is_some() {
+        let Some(key) = &gate.study_key else {
+            return Err(format!(
+                "message {}: sealed, and this collector has no study key to open it (collect --study-key FILE)",
+                env.id
+            ));
+        };
+        let bytes = key
+            .open(&wire)
+            .map_err(|e| format!("message {}: {e}", env.id))?;
+        String::from_utf8(bytes)
+            .map_err(|_| format!("message {}: the opened payload is not UTF-8", env.id))?
+    } else {
+        wire
+    };
+    let digest: String = Sha256::digest(whole.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if digest != env.sha {
+        return Err(format!(
+            "message {}: reassembled sha256 {digest}, announced {}",
+            env.id, env.sha
+        ));
+    }
+    Ok(whole)
 }

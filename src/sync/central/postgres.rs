@@ -50,6 +50,16 @@ CREATE TABLE IF NOT EXISTS collect_purges (
     purged_at      TEXT NOT NULL,
     seq            BIGINT
 );
+ALTER TABLE collect_records ADD COLUMN IF NOT EXISTS sealed BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS collect_stations (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    allow_plain BIGINT NOT NULL DEFAULT 0,
+    enrolled_at TEXT NOT NULL,
+    revoked_at  TEXT,
+    PRIMARY KEY (study, station, key)
+);
 CREATE TABLE IF NOT EXISTS collect_quarantine (
     id          BIGSERIAL PRIMARY KEY,
     topic       TEXT NOT NULL,

@@ -18,8 +18,8 @@ pub(super) fn insert_record(
 ) -> Result<(), String> {
     tx.exec(
         "INSERT INTO collect_records (message_id, study, station, kind, subject, participant,
-             seq, payload, sha256, received_at, voided, applied)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+             seq, payload, sha256, received_at, voided, applied, sealed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         &[
             Val::text(&env.id),
             Val::text(&env.study),
@@ -33,6 +33,7 @@ pub(super) fn insert_record(
             Val::text(&crate::clock::utc_now()),
             Val::Int(Some(i64::from(f.voided))),
             Val::Int(Some(i64::from(f.applied))),
+            Val::Int(Some(i64::from(env.signed.is_some()))),
         ],
     )?;
     Ok(())

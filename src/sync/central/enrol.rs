@@ -1,0 +1,194 @@
+//! Which stations a collector lets in (`collect enrol`, `revoke`, `stations`): the
+//! `collect_stations` table of the central database, written once for SQLite and
+//! PostgreSQL over [`CentralTx`].
+//!
+//! Contract: a station is enrolled with its public signing key (one key belongs to one
+//! station of a study; a station may have several during a rotation) and, for a changeover,
+//! may be allowed plain messages (a row with an empty key). Revoking sets `revoked_at` and
+//! is never undone: what was stored from the key stays, what arrives signed by it later is
+//! quarantined. A revoked key cannot be enrolled again (make a new one).
+
+use super::*;
+
+impl Central {
+    /// Enrols `station` of `study` with `key` (`ed25519:...`) and/or allows it plain
+    /// messages. `Err` names what is refused: a malformed key, a key of another station, a
+    /// revoked key, or neither a key nor `allow_plain`.
+    pub fn enrol(
+        &mut self,
+        study: &str,
+        station: &str,
+        key: Option<&str>,
+        allow_plain: bool,
+    ) -> Result<(), String> {
+        if key.is_none() && !allow_plain {
+            return Err(format!(
+                "enrolling {station} needs its public key (ed25519:..., from `empathic keys init station` on it) or --allow-plain"
+            ));
+        }
+        let key = key
+            .map(|k| keys::VerifyingKey::parse(k).map(|v| v.text().to_string()))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let now = crate::clock::utc_now();
+        let mut tx = self.begin()?;
+        if let Some(key) = &key {
+            let held = tx.rows(
+                "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
+                &[Val::text(study), Val::text(key)],
+            )?;
+            if let Some(row) = held.into_iter().next() {
+                let mut row = row.into_iter();
+                let owner = row.next().and_then(Val::into_text).unwrap_or_default();
+                if let Some(at) = row.next().and_then(Val::into_text) {
+                    return Err(format!(
+                        "key {key} was revoked at {at} (station {owner}): a revoked key stays revoked; make a new one"
+                    ));
+                }
+                if owner != station {
+                    return Err(format!(
+                        "key {key} is already enrolled for station {owner}: one key belongs to one station"
+                    ));
+                }
+            } else {
+                tx.exec(
+                    "INSERT INTO collect_stations (study, station, key, allow_plain, enrolled_at)
+                     VALUES (?1, ?2, ?3, 0, ?4)",
+                    &[
+                        Val::text(study),
+                        Val::text(station),
+                        Val::text(key),
+                        Val::text(&now),
+                    ],
+                )?;
+            }
+        }
+        if allow_plain {
+            tx.exec(
+                "INSERT INTO collect_stations (study, station, key, allow_plain, enrolled_at)
+                 VALUES (?1, ?2, '', 1, ?3) ON CONFLICT DO NOTHING",
+                &[Val::text(study), Val::text(station), Val::text(&now)],
+            )?;
+            tx.exec(
+                "UPDATE collect_stations SET allow_plain = 1, revoked_at = NULL
+                 WHERE study = ?1 AND station = ?2 AND key = ''",
+                &[Val::text(study), Val::text(station)],
+            )?;
+        }
+        tx.commit()
+    }
+
+    /// Revokes `station`'s key `key`, or every key and its plain allowance when `key` is
+    /// `None` (a stolen station). Returns how many enrolments were revoked.
+    pub fn revoke(&mut self, study: &str, station: &str, key: Option<&str>) -> Result<u64, String> {
+        let key = key
+            .map(|k| keys::VerifyingKey::parse(k).map(|v| v.text().to_string()))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let now = crate::clock::utc_now();
+        let mut tx = self.begin()?;
+        let n = match &key {
+            Some(key) => tx.exec(
+                "UPDATE collect_stations SET revoked_at = ?4
+                 WHERE study = ?1 AND station = ?2 AND key = ?3 AND revoked_at IS NULL",
+                &[
+                    Val::text(study),
+                    Val::text(station),
+                    Val::text(key),
+                    Val::text(&now),
+                ],
+            )?,
+            None => tx.exec(
+                "UPDATE collect_stations SET revoked_at = ?3, allow_plain = 0
+                 WHERE study = ?1 AND station = ?2 AND revoked_at IS NULL",
+                &[Val::text(study), Val::text(station), Val::text(&now)],
+            )?,
+        };
+        tx.commit()?;
+        Ok(n)
+    }
+
+    /// Every enrolment of `study`, by station, then enrolment time.
+    pub fn enrolments(&mut self, study: &str) -> Result<Vec<Enrolment>, String> {
+        let mut tx = self.begin()?;
+        let rows = tx.rows(
+            "SELECT station, key, allow_plain, enrolled_at, revoked_at FROM collect_stations
+             WHERE study = ?1 ORDER BY station, enrolled_at, key",
+            &[Val::text(study)],
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let mut r = r.into_iter();
+                let mut text = || r.next().and_then(Val::into_text);
+                let station = text().unwrap_or_default();
+                let key = text().unwrap_or_default();
+                let allow_plain = r.next().and_then(|v| v.int()).unwrap_or(0) != 0;
+                let mut text = || r.next().and_then(Val::into_text);
+                Enrolment {
+                    station,
+                    key,
+                    allow_plain,
+                    enrolled_at: text().unwrap_or_default(),
+                    revoked_at: text(),
+                }
+            })
+            .collect())
+    }
+
+    /// Per station of `study` that sent anything: records stored sealed and plain, and
+    /// messages quarantined under its topics.
+    pub fn station_counts(&mut self, study: &str) -> Result<Vec<StationCounts>, String> {
+        let mut tx = self.begin()?;
+        let mut counts: std::collections::BTreeMap<String, StationCounts> = Default::default();
+        for r in tx.rows(
+            "SELECT station, sealed, COUNT(*) FROM collect_records WHERE study = ?1
+             GROUP BY station, sealed",
+            &[Val::text(study)],
+        )? {
+            let mut r = r.into_iter();
+            let station = r.next().and_then(Val::into_text).unwrap_or_default();
+            let sealed = r.next().and_then(|v| v.int()).unwrap_or(0) != 0;
+            let n = r.next().and_then(|v| v.int()).unwrap_or(0);
+            let c = counts
+                .entry(station.clone())
+                .or_insert_with(|| StationCounts::none(station));
+            if sealed {
+                c.sealed += n;
+            } else {
+                c.plain += n;
+            }
+        }
+        let prefix = format!("empathic/v1/{study}/");
+        for r in tx.rows(
+            "SELECT topic, COUNT(*) FROM collect_quarantine GROUP BY topic",
+            &[],
+        )? {
+            let mut r = r.into_iter();
+            let topic = r.next().and_then(Val::into_text).unwrap_or_default();
+            let n = r.next().and_then(|v| v.int()).unwrap_or(0);
+            let Some(station) = topic
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split('/').next())
+            else {
+                continue;
+            };
+            counts
+                .entry(station.to_string())
+                .or_insert_with(|| StationCounts::none(station.to_string()))
+                .quarantined += n;
+        }
+        Ok(counts.into_values().collect())
+    }
+}
+
+impl StationCounts {
+    fn none(station: String) -> Self {
+        StationCounts {
+            station,
+            sealed: 0,
+            plain: 0,
+            quarantined: 0,
+        }
+    }
+}

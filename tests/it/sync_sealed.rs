@@ -1,0 +1,662 @@
+//! Sealed sync (issue 31) on a real Mosquitto: stations sign and seal, the collector opens
+//! and signs its receipts; a client the broker lets in can neither read a session's words
+//! or ratings, nor forge a record, tombstone, purge or receipt; keys rotate and a stolen
+//! station is revoked.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
+
+use crate::common::broker::{free_port, start_broker};
+use crate::common::central::{quarantined, record_rows, sessions_in, wait_subscribed, wait_until};
+use crate::common::store::column;
+use crate::common::{
+    config_without_vision_models_and, copy_session, demo_session, empathic, later_demo_session,
+    path_str, replay_cli, stderr, stdout,
+};
+use empathic::store::outbox::Pending;
+use empathic::sync::keys::{self, KeyKind, SigningKey, StudyPublicKey};
+use empathic::sync::{envelopes, sealed_envelopes, SyncOptions};
+
+const STUDY: &str = "test-study";
+
+/// `empathic keys init WHOSE --file FILE`; returns the public half it printed.
+fn key(whose: &str, file: &Path) -> String {
+    let o = empathic(&["keys", "init", whose, "--file", path_str(file)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o).trim().to_string()
+}
+
+fn collector(central: &Path, port: u16, keys: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["collect", "--db", path_str(central)])
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--study", STUDY, "--client-id", "sealed-collector"])
+        .args(["--study-key", path_str(&keys.join("study.key"))])
+        .args(["--signing-key", path_str(&keys.join("collector.key"))])
+        .env("EMPATHIC_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn stop(mut c: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let _ = c.wait();
+}
+
+/// A station's config: sealed sync with its key, the study's and the collector's public
+/// keys; transcripts synced (so the participant's words are in the record to be hidden).
+fn station_config(dir: &Path, name: &str, key: &Path, study: &str, collector: &str) -> PathBuf {
+    config_without_vision_models_and(
+        dir,
+        name,
+        &format!(
+            "[sync]\ntranscripts = true\nsecurity = \"sealed\"\nsigning_key = \"{}\"\nstudy_key = \"{study}\"\ncollector_keys = [\"{collector}\"]\n",
+            key.display()
+        ),
+    )
+}
+
+fn sync(db: &Path, config: &Path, port: u16, station: &str, timeout: &str) -> std::process::Output {
+    empathic(&[
+        "sync",
+        "--db",
+        path_str(db),
+        "--config",
+        path_str(config),
+        "--broker",
+        &format!("mqtt://127.0.0.1:{port}"),
+        "--study",
+        STUDY,
+        "--station",
+        station,
+        "--until-synced",
+        "--timeout",
+        timeout,
+    ])
+}
+
+/// Every payload published on the broker, as a subscriber to `#` sees it.
+/// What the spy saw: (topic, payload) of every publish.
+type Seen = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+struct Spy {
+    seen: Seen,
+    done: Arc<AtomicBool>,
+}
+
+impl Spy {
+    fn start(port: u16) -> Spy {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let done = Arc::new(AtomicBool::new(false));
+        let mut opts = MqttOptions::new("spy", "127.0.0.1", port);
+        opts.set_keep_alive(Duration::from_secs(5))
+            .set_max_packet_size(1 << 24, 1 << 24);
+        let (client, mut conn) = Client::new(opts, 64);
+        client.subscribe("#", QoS::AtLeastOnce).unwrap();
+        let (s, d) = (seen.clone(), done.clone());
+        std::thread::Builder::new()
+            .name("spy".into())
+            .spawn(move || {
+                let _client = client;
+                while !d.load(Ordering::Relaxed) {
+                    if let Ok(Ok(Event::Incoming(Packet::Publish(p)))) =
+                        conn.recv_timeout(Duration::from_millis(100))
+                    {
+                        s.lock()
+                            .unwrap()
+                            .push((p.topic.clone(), p.payload.to_vec()));
+                    }
+                }
+            })
+            .unwrap();
+        // Subscribed before anything is published.
+        std::thread::sleep(Duration::from_millis(500));
+        Spy { seen, done }
+    }
+}
+
+impl Drop for Spy {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Publishes `items` (topic, payload) as a client the broker lets in, waiting for the
+/// broker to take each.
+fn publish_raw(port: u16, name: &str, items: &[(String, String)]) {
+    let mut opts = MqttOptions::new(name, "127.0.0.1", port);
+    opts.set_keep_alive(Duration::from_secs(5))
+        .set_max_packet_size(1 << 24, 1 << 24);
+    let (client, mut conn) = Client::new(opts, items.len() + 8);
+    for (t, p) in items {
+        client
+            .publish(t.clone(), QoS::AtLeastOnce, false, p.clone())
+            .unwrap();
+    }
+    let (mut acks, deadline) = (0, Instant::now() + Duration::from_secs(20));
+    while acks < items.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the broker did not take {name}'s messages"
+        );
+        match conn.recv_timeout(Duration::from_millis(100)) {
+            Ok(Ok(Event::Incoming(Packet::PubAck(_)))) => acks += 1,
+            Ok(Err(e)) => panic!("{name}: {e}"),
+            _ => {}
+        }
+    }
+}
+
+fn opts(station: &str) -> SyncOptions {
+    SyncOptions {
+        host: "unused".into(),
+        port: 0,
+        study: STUDY.into(),
+        station: station.into(),
+        auth: Default::default(),
+        collectors: Vec::new(),
+        sealing: None,
+    }
+}
+
+/// A session message of `db`'s outbox (its latest of `kind`), as the station stored it.
+fn outbox_message(db: &Path, kind: &str) -> Pending {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row(
+        "SELECT seq, message_id, kind, subject, payload, sha256 FROM outbox WHERE kind = ?1
+         ORDER BY seq DESC LIMIT 1",
+        [kind],
+        |r| {
+            Ok(Pending {
+                seq: r.get(0)?,
+                message_id: r.get(1)?,
+                kind: r.get(2)?,
+                subject: r.get(3)?,
+                payload: r.get(4)?,
+                sha256: r.get(5)?,
+            })
+        },
+    )
+    .unwrap()
+}
+
+/// `m` as a new message (`id`, `seq`, `kind`, `subject`, `payload`), sealed to the study
+/// and signed with `signer`, on `station`'s topic.
+#[allow(clippy::too_many_arguments)]
+fn forged(
+    station: &str,
+    signer: &SigningKey,
+    study: &StudyPublicKey,
+    id: &str,
+    seq: i64,
+    kind: &str,
+    subject: &str,
+    payload: &str,
+) -> Vec<(String, String)> {
+    use sha2::Digest;
+    let m = Pending {
+        seq,
+        message_id: id.into(),
+        kind: kind.into(),
+        subject: subject.into(),
+        payload: payload.into(),
+        sha256: format!("{:x}", sha2::Sha256::digest(payload.as_bytes())),
+    };
+    let sealed = study.seal(payload.as_bytes()).unwrap();
+    let topic = format!("empathic/v1/{STUDY}/{station}/{kind}");
+    sealed_envelopes(&m, &sealed, &opts(station), signer)
+        .into_iter()
+        .map(|e| (topic.clone(), e))
+        .collect()
+}
+
+/// What the central file holds: every session's carried rows, and the collector's records.
+fn central_state(central: &Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(central).unwrap();
+    let mut all = Vec::new();
+    for id in sessions_in(&c) {
+        all.push(format!("session {id}"));
+        all.extend(record_rows(&c, &id, true));
+    }
+    all.extend(column::<String>(
+        &c,
+        "SELECT message_id || ' ' || kind || ' ' || voided || ' ' || applied FROM collect_records ORDER BY message_id",
+    ));
+    all
+}
+
+fn quarantine_reasons(central: &Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(central).unwrap();
+    column(&c, "SELECT reason FROM collect_quarantine ORDER BY id")
+}
+
+fn wait_quarantined(central: &Path, n: i64) {
+    wait_until(&format!("{n} messages in quarantine"), || {
+        quarantined(path_str(central)) >= n
+    });
+}
+
+fn sync_status(db: &Path, config: &Path) -> serde_json::Value {
+    let o = empathic(&[
+        "sync",
+        "status",
+        "--db",
+        path_str(db),
+        "--config",
+        path_str(config),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+#[test]
+fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let broker = start_broker(dir, free_port());
+    let port = broker.port;
+    let keys = dir.join("keys");
+    let study_public = key("study", &keys.join("study.key"));
+    let collector_public = key("collector", &keys.join("collector.key"));
+    let s1_public = key("station", &keys.join("s1.key"));
+    let s2_public = key("station", &keys.join("s2.key"));
+    assert!(study_public.starts_with("x25519:") && s1_public.starts_with("ed25519:"));
+    // A secret key file is the owner's only, and never overwritten.
+    let again = empathic(&[
+        "keys",
+        "init",
+        "station",
+        "--file",
+        path_str(&keys.join("s1.key")),
+    ]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+
+    let central = dir.join("central.db");
+    for (station, public) in [("station-1", &s1_public), ("station-2", &s2_public)] {
+        let o = empathic(&[
+            "collect",
+            "enrol",
+            station,
+            public,
+            "--db",
+            path_str(&central),
+            "--study",
+            STUDY,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // One key belongs to one station.
+    let o = empathic(&[
+        "collect",
+        "enrol",
+        "station-3",
+        &s1_public,
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+
+    // Without its keys a sealed collector does not start.
+    let o = empathic(&[
+        "collect",
+        "--db",
+        path_str(&central),
+        "--broker",
+        &format!("mqtt://127.0.0.1:{port}"),
+        "--study-key",
+        path_str(&dir.join("missing.key")),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--study-key"), "{}", stderr(&o));
+
+    let spy = Spy::start(port);
+    let mut c = collector(&central, port, &keys);
+    wait_subscribed(port, &[path_str(&central)], Duration::from_secs(20));
+    let mut in_quarantine = quarantined(path_str(&central));
+
+    // Two stations, the participant's words synced.
+    let cfg1 = station_config(
+        dir,
+        "s1.toml",
+        &keys.join("s1.key"),
+        &study_public,
+        &collector_public,
+    );
+    let cfg2 = station_config(
+        dir,
+        "s2.toml",
+        &keys.join("s2.key"),
+        &study_public,
+        &collector_public,
+    );
+    let db1 = dir.join("station-1.db");
+    let db2 = dir.join("station-2.db");
+    assert!(replay_cli(&demo_session(), &db1, Some(&cfg1))
+        .status
+        .success());
+    let other = copy_session(&demo_session(), &dir.join("other"));
+    let manifest = other.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    v["session_id"] = "other-0001".into();
+    v["participant_id"] = "P-OTHER".into();
+    std::fs::write(&manifest, v.to_string()).unwrap();
+    assert!(replay_cli(&other, &db2, Some(&cfg2)).status.success());
+
+    let o = sync(&db1, &cfg1, port, "station-1", "30");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = sync_status(&db1, &cfg1);
+    assert_eq!(
+        (s["synced"].as_u64(), s["security"].as_str()),
+        (Some(1), Some("sealed"))
+    );
+    wait_until("demo-0001 centrally", || {
+        sessions_in(&rusqlite::Connection::open(&central).unwrap()) == ["demo-0001"]
+    });
+
+    // The broker and anyone on it saw envelopes, never the words or the ratings: the
+    // record (as the station holds it) names them, no payload on the wire does.
+    let record = outbox_message(&db1, "session").payload;
+    let station = rusqlite::Connection::open(&db1).unwrap();
+    let words: Vec<String> = column(&station, "SELECT text FROM utterances");
+    assert!(!words.is_empty());
+    let mut secrets: Vec<String> = words.into_iter().filter(|w| w.len() >= 12).collect();
+    secrets.extend(["self_ratings", "utterances", "survey_responses"].map(String::from));
+    for s in &secrets {
+        assert!(record.contains(s.as_str()), "the record does not hold {s}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = spy.seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|(t, _)| t.ends_with("station-1/session")));
+    for (topic, payload) in &seen {
+        let text = String::from_utf8_lossy(payload);
+        for s in &secrets {
+            assert!(
+                !text.contains(s.as_str()),
+                "{topic} carries `{s}` in the clear"
+            );
+        }
+    }
+
+    // Forgeries by a client the broker lets in. Central data must not change.
+    let before = central_state(&central);
+    let study = StudyPublicKey::parse(&study_public).unwrap();
+    keys::generate(&keys.join("rogue.key"), KeyKind::Ed25519).unwrap();
+    let rogue = SigningKey::load(&keys.join("rogue.key")).unwrap();
+    let s1 = SigningKey::load(&keys.join("s1.key")).unwrap();
+    let genuine = outbox_message(&db1, "session");
+    let participant = "P-DEMO";
+    let mut forgeries = Vec::new();
+    // A record, a tombstone and a purge signed by an unenrolled key.
+    forgeries.extend(forged(
+        "station-1",
+        &rogue,
+        &study,
+        "forged-1",
+        900,
+        "session",
+        "forged-0001",
+        &record,
+    ));
+    forgeries.extend(forged(
+        "station-1",
+        &rogue,
+        &study,
+        "forged-2",
+        901,
+        "tombstone",
+        "demo-0001",
+        r#"{"session_id":"demo-0001"}"#,
+    ));
+    forgeries.extend(forged(
+        "station-1",
+        &rogue,
+        &study,
+        "forged-3",
+        902,
+        "purge",
+        participant,
+        &format!(r#"{{"participant_id":"{participant}"}}"#),
+    ));
+    // Station 1's own key claiming station 2.
+    forgeries.extend(forged(
+        "station-2",
+        &s1,
+        &study,
+        "forged-4",
+        903,
+        "session",
+        "demo-0001",
+        &record,
+    ));
+    // Unsigned (plain) from an enrolled station.
+    let mut plain = genuine.clone();
+    plain.message_id = "forged-5".into();
+    plain.seq = 904;
+    let topic = format!("empathic/v1/{STUDY}/station-1/session");
+    forgeries.extend(
+        envelopes(&plain, &opts("station-1"))
+            .into_iter()
+            .map(|e| (topic.clone(), e)),
+    );
+    // A genuine chunk whose data was altered after signing.
+    let mut altered: serde_json::Value = serde_json::from_str(
+        &forged(
+            "station-1",
+            &s1,
+            &study,
+            "forged-6",
+            905,
+            "session",
+            "demo-0001",
+            &record,
+        )[0]
+        .1,
+    )
+    .unwrap();
+    altered["data"] = "AAAA".into();
+    forgeries.push((topic.clone(), altered.to_string()));
+    // Each envelope is refused on arrival, before anything of it is kept: one quarantine
+    // row each.
+    publish_raw(port, "forger", &forgeries);
+    in_quarantine += forgeries.len() as i64;
+    wait_quarantined(&central, in_quarantine);
+    let reasons = quarantine_reasons(&central).join("\n");
+    for why in [
+        "a key no station of study test-study is enrolled with",
+        "signed by station station-1's key but names station station-2",
+        "unsigned (plain) message from station station-1",
+        "does not verify",
+    ] {
+        assert!(
+            reasons.contains(why),
+            "no quarantine says `{why}`:\n{reasons}"
+        );
+    }
+    assert_eq!(
+        central_state(&central),
+        before,
+        "a forgery changed central data"
+    );
+
+    // A forged receipt does not make a message synced: with the collector down, station 2's
+    // record reaches the broker; receipts for it, unsigned and signed by the rogue key,
+    // are ignored and it stays pending until the genuine receipt.
+    stop(c);
+    let pending = outbox_message(&db2, "session");
+    let forger = {
+        let (id, sha, rogue_public) = (
+            pending.message_id.clone(),
+            pending.sha256.clone(),
+            rogue.public().to_string(),
+        );
+        let sig = rogue.sign(&keys::signed_receipt(
+            STUDY,
+            "station-2",
+            &id,
+            &sha,
+            "sealed-collector",
+            &rogue_public,
+        ));
+        let receipts = [
+            serde_json::json!({"message_id": id, "collector": "sealed-collector", "sha256": sha}).to_string(),
+            serde_json::json!({"message_id": id, "collector": "sealed-collector", "sha256": sha, "signer": rogue_public, "sig": sig}).to_string(),
+        ];
+        let topic = format!("empathic/v1/{STUDY}/station-2/receipt");
+        std::thread::Builder::new()
+            .name("receipt-forger".into())
+            .spawn(move || {
+                let end = Instant::now() + Duration::from_secs(7);
+                while Instant::now() < end {
+                    publish_raw(
+                        port,
+                        "receipt-forger",
+                        &receipts
+                            .iter()
+                            .map(|r| (topic.clone(), r.clone()))
+                            .collect::<Vec<_>>(),
+                    );
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+            .unwrap()
+    };
+    let o = sync(&db2, &cfg2, port, "station-2", "6");
+    forger.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let s = sync_status(&db2, &cfg2);
+    assert_eq!(
+        (s["synced"].as_u64(), s["sent"].as_u64()),
+        (Some(0), Some(1)),
+        "{s}"
+    );
+    c = collector(&central, port, &keys);
+    let o = sync(&db2, &cfg2, port, "station-2", "30");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(sync_status(&db2, &cfg2)["synced"].as_u64(), Some(1));
+    wait_until("other-0001 centrally", || {
+        sessions_in(&rusqlite::Connection::open(&central).unwrap()) == ["demo-0001", "other-0001"]
+    });
+
+    // Rotation: station 1 gets a new key, staff enrol it, the old one is revoked: later
+    // messages signed with the old key are refused, what it sent before stays.
+    let s1b_public = key("station", &keys.join("s1b.key"));
+    let o = empathic(&[
+        "collect",
+        "enrol",
+        "station-1",
+        &s1b_public,
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cfg1b = station_config(
+        dir,
+        "s1b.toml",
+        &keys.join("s1b.key"),
+        &study_public,
+        &collector_public,
+    );
+    let later = later_demo_session(&dir.join("later"));
+    assert!(replay_cli(&later, &db1, Some(&cfg1b)).status.success());
+    let o = sync(&db1, &cfg1b, port, "station-1", "30");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = empathic(&[
+        "collect",
+        "revoke",
+        "station-1",
+        "--key",
+        &s1_public,
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A stolen station 2: everything of it revoked.
+    let o = empathic(&[
+        "collect",
+        "revoke",
+        "station-2",
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    wait_until("demo-0002 centrally", || {
+        sessions_in(&rusqlite::Connection::open(&central).unwrap()).len() == 3
+    });
+    let before = central_state(&central);
+    let s2 = SigningKey::load(&keys.join("s2.key")).unwrap();
+    let mut late = forged(
+        "station-1",
+        &s1,
+        &study,
+        "late-1",
+        2000,
+        "tombstone",
+        "demo-0001",
+        r#"{"session_id":"demo-0001"}"#,
+    );
+    late.extend(forged(
+        "station-2",
+        &s2,
+        &study,
+        "late-2",
+        2001,
+        "tombstone",
+        "other-0001",
+        r#"{"session_id":"other-0001"}"#,
+    ));
+    publish_raw(port, "thief", &late);
+    wait_quarantined(&central, in_quarantine + late.len() as i64);
+    let reasons = quarantine_reasons(&central).join("\n");
+    assert!(reasons.contains("station-1's key revoked at"), "{reasons}");
+    assert!(reasons.contains("station-2's key revoked at"), "{reasons}");
+    assert_eq!(
+        central_state(&central),
+        before,
+        "a revoked key changed central data"
+    );
+
+    // Staff see it all per station.
+    let o = empathic(&[
+        "collect",
+        "stations",
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let received = v["received"].as_array().unwrap();
+    let one = received
+        .iter()
+        .find(|r| r["station"] == "station-1")
+        .unwrap();
+    assert_eq!(
+        (one["sealed"].as_i64(), one["plain"].as_i64()),
+        (Some(2), Some(0)),
+        "{v}"
+    );
+    assert!(one["quarantined"].as_i64().unwrap() >= 5, "{v}");
+    assert_eq!(v["enrolments"].as_array().unwrap().len(), 3, "{v}");
+    stop(c);
+}
