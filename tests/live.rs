@@ -1204,18 +1204,48 @@ fn avi_is_indexed(path: &Path) -> bool {
 
 #[test]
 fn the_service_publishes_each_ended_session_to_the_study() {
-    use common::broker::{free_port, start_broker, start_collector};
+    use common::broker::{free_port, start_broker};
+    use empathic::sync::keys::{generate, KeyKind};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let _broker = start_broker(dir.path(), port);
+    // Sealed, as a station is by default: its key enrolled, the study's and the
+    // collector's public keys in its config.
+    let keys = dir.path().join("keys");
+    let study = generate(&keys.join("study.key"), KeyKind::X25519).unwrap();
+    let collector_key = generate(&keys.join("collector.key"), KeyKind::Ed25519).unwrap();
+    let station_key = generate(&keys.join("station.key"), KeyKind::Ed25519).unwrap();
     let central = dir.path().join("central.db");
-    let mut collector = start_collector(&central, port);
+    let mut central_db = empathic::sync::central::Central::open(central.to_str().unwrap()).unwrap();
+    central_db
+        .enrol("test-study", "st-live", Some(&station_key), false)
+        .unwrap();
+    drop(central_db);
+    let mut collector = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["collect", "--db", central.to_str().unwrap()])
+        .args([
+            "--broker",
+            &format!("mqtt://127.0.0.1:{port}"),
+            "--study",
+            "test-study",
+        ])
+        .args(["--study-key", keys.join("study.key").to_str().unwrap()])
+        .args([
+            "--signing-key",
+            keys.join("collector.key").to_str().unwrap(),
+        ])
+        .env("EMPATHIC_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let pulse = Pulse::start(dir.path());
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
-        "\n[sync]\nbroker = \"mqtt://127.0.0.1:{port}\"\nstudy = \"test-study\"\nsecurity = \"plain\"\n"
+        "\n[sync]\nbroker = \"mqtt://127.0.0.1:{port}\"\nstudy = \"test-study\"\nsigning_key = \"{}\"\nstudy_key = \"{study}\"\ncollector_keys = [\"{collector_key}\"]\n",
+        keys.join("station.key").display()
     ));
     std::fs::write(&config, text).unwrap();
     consent(&config, "P-LIVE");
@@ -1235,7 +1265,7 @@ fn the_service_publishes_each_ended_session_to_the_study() {
     let c = Connection::open(&central).unwrap();
     let n: i64 = c
         .query_row(
-            "SELECT count(*) FROM collect_records WHERE kind = 'session' AND subject = ?1",
+            "SELECT count(*) FROM collect_records WHERE kind = 'session' AND subject = ?1 AND sealed = 1",
             [&id],
             |r| r.get(0),
         )

@@ -542,7 +542,14 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
         (Some(0), Some(1)),
         "{s}"
     );
-    c = collector(&central, port, &keys);
+    // The collector comes back from the keys' backup (copied with their 0600 mode, as a
+    // restore would): the study key opens what was sealed before.
+    let restored = dir.join("restored");
+    std::fs::create_dir_all(&restored).unwrap();
+    for k in ["study.key", "collector.key"] {
+        std::fs::copy(keys.join(k), restored.join(k)).unwrap();
+    }
+    c = collector(&central, port, &restored);
     let o = sync(&db2, &cfg2, port, "station-2", "30");
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(sync_status(&db2, &cfg2)["synced"].as_u64(), Some(1));
