@@ -24,6 +24,9 @@ demo: build
 	./target/release/empathic stories import demo/stories/stories.jsonl --db $(DEMO_DB)
 	./target/release/empathic replay demo/session --db $(DEMO_DB) --replace
 	@echo
+	@echo "the participant's speech, recognised on this machine (Moonshine tiny-en; nothing leaves it):"
+	./target/release/empathic transcribe demo/session --format txt --score
+	@echo
 	./target/release/empathic sessions list --db $(DEMO_DB)
 	@echo
 	@echo "session report (open it in any browser; it works offline):"
@@ -40,7 +43,7 @@ lint: setup
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build
-	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion --bench sync_load --bench video_signal
+	$(CARGO) bench --locked --bench window_assembler --bench acoustic --bench text --bench appearance --bench face --bench fusion --bench sync_load --bench video_signal --bench speech
 	./scripts/replay_throughput.sh
 
 # Development only: the fusion toolkit's whole loop on the recorded sessions (synthetic

@@ -74,4 +74,38 @@ PY
     || { echo "setup: $weights.partial does not have the pinned sha256" >&2; exit 1; }
   mv "$weights.partial" "$weights"
 fi
-echo "setup: ok (ONNX Runtime at $ort_dir/libonnxruntime.so.1, sentence encoder weights at $weights)"
+# 4. On-station speech: Silero VAD v6 (MIT) and Moonshine tiny-en (MIT, int8, ONNX Runtime
+#    `.ort` files), the unmodified files of two pinned PyPI wheels (moonshine-voice 0.1.0 is
+#    the last release that carries the weights), into models/speech/.
+fetch_from_wheel() { # PACKAGE WHEEL_SHA256 MEMBER FILE_SHA256 OUT
+  local package=$1 wheel_sha=$2 member=$3 file_sha=$4 out=$5
+  if [[ -f $out ]] && echo "$file_sha  $out" | sha256sum -c --status; then return; fi
+  echo "setup: fetching $(basename "$out") from the PyPI $package wheel"
+  # One download per wheel, however many files come out of it.
+  mkdir -p "$wheel_cache/$wheel_sha"
+  local whl; whl=$(ls "$wheel_cache/$wheel_sha"/*.whl 2>/dev/null || python3 scripts/fetch_wheel.py "$package" "$wheel_sha" "$wheel_cache/$wheel_sha")
+  mkdir -p "$(dirname "$out")"
+  python3 - "$whl" "$member" "$out.partial" <<'PY'
+import shutil, sys, zipfile
+whl, member, out = sys.argv[1:]
+with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  echo "$file_sha  $out.partial" | sha256sum -c --status \
+    || { echo "setup: $out.partial does not have the pinned sha256" >&2; exit 1; }
+  mv "$out.partial" "$out"
+}
+wheel_cache=$(mktemp -d)
+trap 'rm -rf "$wheel_cache" "${tmp:-}"' EXIT
+MOONSHINE_WHEEL_SHA256=0f833deb43bad5dcfb4cfd3257b6df83ef9abd3f27be3199622fe41932e8d916
+SILERO_WHEEL_SHA256=7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8
+fetch_from_wheel moonshine-voice $MOONSHINE_WHEEL_SHA256 moonshine_voice/assets/tiny-en/encoder_model.ort \
+  94e90a4654fc45cdfedb77c4c08e1739f48862998e58fada384b25118134f221 models/speech/moonshine-tiny-en.encoder.ort
+fetch_from_wheel moonshine-voice $MOONSHINE_WHEEL_SHA256 moonshine_voice/assets/tiny-en/decoder_model_merged.ort \
+  cf524c4862d36e9e5ab032eddc73637efd822d70e868ac575cf1a46e1e4708a0 models/speech/moonshine-tiny-en.decoder.ort
+fetch_from_wheel moonshine-voice $MOONSHINE_WHEEL_SHA256 moonshine_voice/assets/tiny-en/tokenizer.bin \
+  6884b35fd6377d4c4d32336a0bc152f36b64d1e45b6503683cdc238250a8472d models/speech/moonshine-tiny-en.tokenizer.bin
+fetch_from_wheel silero-vad $SILERO_WHEEL_SHA256 silero_vad/data/silero_vad.onnx \
+  1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3 models/speech/silero-vad-v6.onnx
+
+echo "setup: ok (ONNX Runtime at $ort_dir/libonnxruntime.so.1, sentence encoder weights at $weights, speech models in models/speech/)"

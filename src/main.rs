@@ -60,6 +60,8 @@ enum Command {
     Collect(cli::sync::CollectArgs),
     Keys(cli::keys::Args),
     #[cfg(feature = "sensing")]
+    Transcribe(cli::transcribe::Args),
+    #[cfg(feature = "sensing")]
     Doctor(cli::doctor::Args),
 }
 
@@ -149,6 +151,8 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Participant(a) => a.run(),
         Command::Collect(a) => a.run(),
         Command::Keys(a) => a.run(),
+        #[cfg(feature = "sensing")]
+        Command::Transcribe(a) => a.run(),
         #[cfg(feature = "sensing")]
         Command::Doctor(a) => a.run(),
     }

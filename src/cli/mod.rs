@@ -58,6 +58,8 @@ pub mod stories;
 pub mod sync;
 #[cfg(feature = "sensing")]
 pub mod tracked_video;
+#[cfg(feature = "sensing")]
+pub mod transcribe;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

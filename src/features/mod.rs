@@ -20,6 +20,8 @@ pub mod face;
 pub mod retrieval;
 pub mod signal;
 #[cfg(feature = "sensing")]
+pub mod speech;
+#[cfg(feature = "sensing")]
 pub mod text;
 
 use crate::capture::AudioBlock;

@@ -46,6 +46,16 @@ pub enum ModelKind {
     /// out; known answer: `z` of fixed windows (`<id>.z.npy`, inputs `window.<modality>.npy`
     /// and `window.<modality>_mask.npy` beside it), from PyTorch at export.
     FusionModel,
+    /// Silero VAD: 16 kHz audio chunks in, a speech probability each; known answer: the
+    /// probability of every 32 ms chunk of a fixed waveform (in the reference file).
+    VoiceActivity,
+    /// Moonshine's encoder: a 16 kHz waveform in, hidden states out (checked through the
+    /// recogniser's known answer).
+    SpeechEncoder,
+    /// Moonshine's merged decoder with its vocabulary (`tokenizer`): known answer: the
+    /// exact tokens the whole recogniser gives for a fixed waveform (the encoder is the
+    /// `SpeechEncoder` file beside it).
+    SpeechRecogniser,
 }
 
 /// Whether the weights are trained or random (random ones exist for benchmarks only).

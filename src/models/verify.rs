@@ -143,6 +143,76 @@ fn verify_one(
             )
         }
         ModelKind::FusionModel => unreachable!("handled above"),
+        ModelKind::VoiceActivity => {
+            let wave = reference_wave(&reference).map_err(|e| known(m, dir, &ka.file, e))?;
+            let expected: Vec<f32> = serde_json::from_value(reference["probabilities"].clone())
+                .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
+            let mut vad =
+                crate::features::speech::vad::SileroVad::open(&m.name, &path, onnxruntime_library)?;
+            let got = vad.push(&wave)?;
+            let c = cosine(&got, &expected);
+            let worst = got
+                .iter()
+                .zip(&expected)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            at_least(
+                m,
+                dir,
+                ka,
+                c,
+                got.len() == expected.len() && worst < 0.02,
+                "cosine",
+                &format!("chunk probabilities cosine (largest difference {worst:.4})"),
+            )
+        }
+        ModelKind::SpeechEncoder => Ok(format!(
+            "sha256, load and shapes ok (its known answer is the recogniser's, {:?} weights)",
+            m.weights
+        )),
+        ModelKind::SpeechRecogniser => {
+            let wave = reference_wave(&reference).map_err(|e| known(m, dir, &ka.file, e))?;
+            let expected: Vec<i64> = serde_json::from_value(reference["tokens"].clone())
+                .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
+            let Some(vocabulary) = &m.tokenizer else {
+                return Err(known(
+                    m,
+                    dir,
+                    &ka.file,
+                    "no `tokenizer` (vocabulary) in the manifest".into(),
+                ));
+            };
+            let encoder = path.with_file_name(
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default()
+                    .replace(".decoder.", ".encoder."),
+            );
+            let mut asr = crate::features::speech::moonshine::Moonshine::open(
+                &m.name,
+                &encoder,
+                &path,
+                &dir.join(vocabulary),
+                onnxruntime_library,
+            )?;
+            let got = asr.transcribe(&wave)?;
+            if got.tokens != expected {
+                return Err(known(
+                    m,
+                    dir,
+                    &ka.file,
+                    format!(
+                        "tokens {:?} (\"{}\"), the reference has {expected:?}",
+                        got.tokens, got.text
+                    ),
+                ));
+            }
+            Ok(format!(
+                "sha256, load, shapes ok; the reference waveform gives the reference's {} tokens: \"{}\"",
+                expected.len(),
+                got.text
+            ))
+        }
         ModelKind::ImageEncoder => {
             let expected: Vec<f32> = serde_json::from_value(reference["features"].clone())
                 .map_err(|e| known(m, dir, &ka.file, e.to_string()))?;
@@ -412,4 +482,20 @@ fn fusion_known_answer(
             ""
         }
     ))
+}
+
+/// The known-answer waveform of a speech model's reference (`pcm_s16le_16k_base64`), as
+/// samples in [-1, 1].
+fn reference_wave(reference: &serde_json::Value) -> Result<Vec<f32>, String> {
+    use base64::Engine;
+    let text = reference["pcm_s16le_16k_base64"]
+        .as_str()
+        .ok_or("no `pcm_s16le_16k_base64`")?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("the waveform is not base64: {e}"))?;
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0)
+        .collect())
 }

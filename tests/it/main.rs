@@ -21,6 +21,7 @@ mod models;
 mod pipeline;
 mod replay;
 mod report;
+mod speech;
 mod stories;
 mod sync;
 mod sync_central;

@@ -1,0 +1,161 @@
+//! `empathic transcribe SESSION_DIR|FILE.wav`: what was said, recognised on this machine
+//! (`features::speech`), printed with its times.
+//!
+//! Contract: the audio (a session folder's `audio.wav`, or any PCM WAV) is read resampled to
+//! 16 kHz mono; the utterances go to standard output as JSON lines (`start_ms`, `end_ms`,
+//! `text`, `confidence`, `model`), SubRip (`srt`) or plain lines (`txt`), in milliseconds
+//! from the audio's first sample; a progress bar goes to stderr. `--score` (a session
+//! folder) also prints, on stderr, the word error rate against the participant's
+//! utterances in its `events.jsonl`, normalised for case and punctuation.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::options::ConfigOption;
+use super::{fail, load_config, progress_bar, Failure};
+use crate::capture::audio_file::WavAudioSource;
+use crate::capture::AudioSource;
+use crate::exit::ExitKind;
+use crate::features::speech::{word_errors, Recogniser, SpeechModels, Utterance};
+
+/// Recognise speech on this machine (nothing leaves it): a session folder's audio or any
+/// WAV, printed as JSON lines, SubRip or text.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A recorded-session folder (its audio.wav) or a PCM WAV file (any rate; mono, or
+    /// stereo averaged).
+    input: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "jsonl")]
+    format: Format,
+    /// With a session folder: print the word error rate against its events.jsonl's
+    /// participant utterances on stderr.
+    #[arg(long)]
+    score: bool,
+    #[command(flatten)]
+    config: ConfigOption,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    /// One JSON object a line: start_ms, end_ms, text, confidence, model.
+    Jsonl,
+    /// SubRip subtitles.
+    Srt,
+    /// One utterance a line, with its times.
+    Txt,
+}
+
+impl Args {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        let config = load_config(self.config.path())?;
+        let session = self.input.is_dir();
+        let wav = if session {
+            self.input.join("audio.wav")
+        } else {
+            self.input.clone()
+        };
+        if self.score && !session {
+            return Err((
+                ExitKind::BadInput,
+                format!(
+                    "--score needs a session folder (its events.jsonl holds the reference): {}",
+                    self.input.display()
+                ),
+            ));
+        }
+        let samples = read_16k(&wav)?;
+        let models = SpeechModels::in_dir(&config.models.dir);
+        let mut recogniser =
+            Recogniser::open(&models, config.models.onnxruntime_library.as_deref())
+                .map_err(fail)?;
+        let bar = progress_bar("samples");
+        bar.set_length(samples.len() as u64);
+        let utterances = recogniser
+            .transcribe(&samples, &|done| bar.set_position(done))
+            .map_err(fail);
+        bar.finish_and_clear();
+        let utterances = utterances?;
+        for (i, u) in utterances.iter().enumerate() {
+            print_one(self.format, i, u)?;
+        }
+        if self.score {
+            let reference = participant_text(&self.input.join("events.jsonl"))?;
+            let hypothesis: Vec<&str> = utterances.iter().map(|u| u.text.as_str()).collect();
+            let (errors, words) = word_errors(&reference, &hypothesis.join(" "));
+            eprintln!(
+                "word error rate {:.1} % ({errors} errors in {words} reference words: the participant's utterances of {})",
+                100.0 * errors as f64 / words.max(1) as f64,
+                self.input.join("events.jsonl").display()
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn print_one(format: Format, i: usize, u: &Utterance) -> Result<(), Failure> {
+    match format {
+        Format::Jsonl => {
+            let line = serde_json::to_string(u).map_err(|e| (ExitKind::Runtime, e.to_string()))?;
+            outln!("{line}");
+        }
+        Format::Srt => {
+            let t = |ms: u64| {
+                format!(
+                    "{:02}:{:02}:{:02},{:03}",
+                    ms / 3_600_000,
+                    ms / 60_000 % 60,
+                    ms / 1000 % 60,
+                    ms % 1000
+                )
+            };
+            outln!(
+                "{}\n{} --> {}\n{}\n",
+                i + 1,
+                t(u.start_ms),
+                t(u.end_ms),
+                u.text
+            );
+        }
+        Format::Txt => outln!(
+            "[{:.2}-{:.2}] {}",
+            u.start_ms as f64 / 1000.0,
+            u.end_ms as f64 / 1000.0,
+            u.text
+        ),
+    }
+    Ok(())
+}
+
+/// The whole of `path`, resampled to 16 kHz mono.
+fn read_16k(path: &Path) -> Result<Vec<f32>, Failure> {
+    let mut source = WavAudioSource::open(path, 16_000, 1_000, 0).map_err(fail)?;
+    let mut samples = Vec::new();
+    while let Some(block) = source.next_block().map_err(fail)? {
+        samples.extend_from_slice(&block.samples);
+    }
+    Ok(samples)
+}
+
+/// The participant's utterances of an `events.jsonl`, in order, joined.
+fn participant_text(path: &Path) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        (
+            ExitKind::BadInput,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let events = crate::session::events::parse_events(&text, path).map_err(fail)?;
+    let words: Vec<String> = events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            crate::session::EventKind::Utterance { speaker, text, .. }
+                if speaker == "participant" =>
+            {
+                Some(text)
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(words.join(" "))
+}

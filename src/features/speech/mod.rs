@@ -1,0 +1,179 @@
+//! On-station speech recognition: what the participant said, heard on the station.
+//!
+//! Contract: [`Recogniser`] runs Silero VAD v6 ([`vad`]) over 16 kHz mono audio, cuts it into
+//! utterances ([`vad::Segmenter`]: 300 ms of silence ends one, 100 ms of padding, a forced
+//! cut every 30 s of unbroken speech) and recognises each with Moonshine tiny-en
+//! ([`moonshine`]), giving [`Utterance`]s stamped in milliseconds from the audio's first
+//! sample, with the model's id and a confidence (mean token log-probability). Nothing
+//! leaves the process: the models are local files fetched at set-up (`scripts/setup.sh`,
+//! `models/speech/`), never at run time. [`word_error_rate`] scores a transcript against a
+//! reference, normalised for case and punctuation.
+//!
+//! What is not done yet (issue 32): the recogniser is not a thread of the pipeline, so its
+//! utterances do not reach the text modality, the stories in play or the store; speech
+//! overlapping the robot's is not told apart.
+
+pub mod moonshine;
+pub mod tokenizer;
+pub mod vad;
+
+use std::path::{Path, PathBuf};
+
+use crate::models::ModelError;
+
+/// The recogniser's id, as stored with each utterance.
+pub const MODEL_ID: &str = "moonshine-tiny-en";
+
+/// Where the speech models are, under the models folder.
+pub struct SpeechModels {
+    pub vad: PathBuf,
+    pub encoder: PathBuf,
+    pub decoder: PathBuf,
+    pub vocabulary: PathBuf,
+}
+
+impl SpeechModels {
+    /// The files `scripts/setup.sh` puts in `<models>/speech/`.
+    pub fn in_dir(models: &Path) -> Self {
+        let d = models.join("speech");
+        Self {
+            vad: d.join("silero-vad-v6.onnx"),
+            encoder: d.join("moonshine-tiny-en.encoder.ort"),
+            decoder: d.join("moonshine-tiny-en.decoder.ort"),
+            vocabulary: d.join("moonshine-tiny-en.tokenizer.bin"),
+        }
+    }
+}
+
+/// One recognised utterance.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Utterance {
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub text: String,
+    /// Mean log-probability of the recogniser's tokens (0: certain).
+    pub confidence: f32,
+    pub model: &'static str,
+}
+
+/// Voice activity and recognition together.
+pub struct Recogniser {
+    vad: vad::SileroVad,
+    asr: moonshine::Moonshine,
+    rules: vad::SegmentRules,
+}
+
+impl Recogniser {
+    pub fn open(
+        models: &SpeechModels,
+        onnxruntime_library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            vad: vad::SileroVad::open("silero-vad-v6", &models.vad, onnxruntime_library)?,
+            asr: moonshine::Moonshine::open(
+                MODEL_ID,
+                &models.encoder,
+                &models.decoder,
+                &models.vocabulary,
+                onnxruntime_library,
+            )?,
+            rules: vad::SegmentRules::default(),
+        })
+    }
+
+    /// Every utterance of `samples` (16 kHz mono, one whole stream); `progress` is told the
+    /// samples done.
+    pub fn transcribe(
+        &mut self,
+        samples: &[f32],
+        progress: &dyn Fn(u64),
+    ) -> Result<Vec<Utterance>, ModelError> {
+        self.vad.reset();
+        let mut segmenter = vad::Segmenter::new(self.rules);
+        let mut segments = Vec::new();
+        for (i, block) in samples.chunks(16_000).enumerate() {
+            for p in self.vad.push(block)? {
+                segments.extend(segmenter.push(p));
+            }
+            progress(((i + 1) * 16_000).min(samples.len()) as u64 / 2);
+        }
+        segments.extend(segmenter.finish());
+        let mut out = Vec::new();
+        let total = samples.len() as u64;
+        for seg in segments {
+            let (a, b) = (seg.start.min(total) as usize, seg.end.min(total) as usize);
+            let r = self.asr.transcribe(&samples[a..b])?;
+            progress(total / 2 + b as u64 / 2);
+            if r.text.is_empty() {
+                continue;
+            }
+            out.push(Utterance {
+                start_ms: a as u64 / 16,
+                end_ms: b as u64 / 16,
+                text: r.text,
+                confidence: r.mean_logprob,
+                model: MODEL_ID,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Lower case, punctuation out (apostrophes inside words kept), split on white space.
+pub fn normalised_words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '\'' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect::<String>()
+        .split_whitespace()
+        .map(|w| w.trim_matches('\'').to_string())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Word errors (substitutions + deletions + insertions, by edit distance) of `hypothesis`
+/// against `reference`, and the reference's word count.
+pub fn word_errors(reference: &str, hypothesis: &str) -> (usize, usize) {
+    let r = normalised_words(reference);
+    let h = normalised_words(hypothesis);
+    let mut prev: Vec<usize> = (0..=h.len()).collect();
+    for (i, rw) in r.iter().enumerate() {
+        let mut cur = vec![i + 1; h.len() + 1];
+        for (j, hw) in h.iter().enumerate() {
+            let sub = prev[j] + usize::from(rw != hw);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    (prev[h.len()], r.len())
+}
+
+/// Word error rate of `hypothesis` against `reference` (0 for an empty reference).
+pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
+    let (errors, words) = word_errors(reference, hypothesis);
+    if words == 0 {
+        0.0
+    } else {
+        errors as f64 / words as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_error_rate_counts_edits_after_normalising() {
+        assert_eq!(word_errors("Hello, world!", "hello world"), (0, 2));
+        assert_eq!(word_errors("he was not ill", "he was ill"), (1, 4));
+        assert_eq!(word_errors("a b c", "a x c d"), (2, 3));
+        assert_eq!(word_errors("don't stop", "Don't STOP."), (0, 2));
+        assert_eq!(word_error_rate("", "anything"), 0.0);
+    }
+}

@@ -1,0 +1,267 @@
+//! Voice activity from a learned model (Silero VAD v6) and the speech segments it gives.
+//!
+//! Contract:
+//! - [`SileroVad`] takes 16 kHz mono audio in any block sizes and gives one speech
+//!   probability per 512-sample chunk (32 ms), each computed from the chunk and the 64
+//!   samples before it with the model's recurrent state carried over, as the model expects
+//!   (inputs `input` [1, 576], `state` [2, 1, 128], `sr`; outputs `output`, `stateN`). The
+//!   probabilities do not depend on how the audio was split into blocks.
+//! - [`Segmenter`] turns the probabilities into speech segments the usual way for this model:
+//!   speech starts at a chunk at or above `on` (0.5), ends after `min_silence_ms` (300 ms)
+//!   below `off` (0.35), a segment shorter than `min_speech_ms` (250 ms) is dropped, each is
+//!   padded by `pad_ms` (100 ms, never into its neighbour), and unbroken speech is cut every
+//!   `max_speech_ms` (30 s) so no utterance grows without bound.
+
+use std::path::Path;
+
+use ort::session::Session;
+use ort::value::Tensor;
+
+use crate::models::{onnx, ModelError};
+
+/// Samples of one chunk at 16 kHz, and of the context before it.
+pub const CHUNK: usize = 512;
+const CONTEXT: usize = 64;
+/// The only rate the model is run at here.
+pub const RATE_HZ: u32 = 16_000;
+
+/// Silero VAD, streaming.
+pub struct SileroVad {
+    name: String,
+    session: Session,
+    state: Vec<f32>,
+    /// The 64 samples before the next chunk, then the chunk as it fills.
+    window: Vec<f32>,
+}
+
+impl SileroVad {
+    pub fn open(
+        name: &str,
+        path: &Path,
+        onnxruntime_library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            name: name.to_string(),
+            session: onnx::open_session(name, path, 1, onnxruntime_library)?,
+            state: vec![0.0; 2 * 128],
+            window: vec![0.0; CONTEXT],
+        })
+    }
+
+    /// Back to the start of a stream.
+    pub fn reset(&mut self) {
+        self.state.iter_mut().for_each(|v| *v = 0.0);
+        self.window.clear();
+        self.window.resize(CONTEXT, 0.0);
+    }
+
+    /// Feeds `samples`; returns the probability of every chunk completed by them.
+    pub fn push(&mut self, samples: &[f32]) -> Result<Vec<f32>, ModelError> {
+        let mut out = Vec::new();
+        for &s in samples {
+            self.window.push(s);
+            if self.window.len() == CONTEXT + CHUNK {
+                out.push(self.run()?);
+                self.window.drain(..CHUNK);
+            }
+        }
+        Ok(out)
+    }
+
+    fn run(&mut self) -> Result<f32, ModelError> {
+        let fail = |message: String| ModelError::Inference {
+            name: self.name.clone(),
+            message,
+        };
+        let input = Tensor::from_array(([1usize, CONTEXT + CHUNK], self.window.clone()))
+            .map_err(|e| fail(e.to_string()))?;
+        let state = Tensor::from_array(([2usize, 1, 128], self.state.clone()))
+            .map_err(|e| fail(e.to_string()))?;
+        let sr =
+            Tensor::from_array(((), vec![i64::from(RATE_HZ)])).map_err(|e| fail(e.to_string()))?;
+        let outputs = self
+            .session
+            .run(ort::inputs!["input" => input, "state" => state, "sr" => sr])
+            .map_err(|e| fail(e.to_string()))?;
+        let (_, p) = outputs["output"]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| fail(e.to_string()))?;
+        let p = *p.first().ok_or_else(|| fail("empty output".into()))?;
+        let (_, state) = outputs["stateN"]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| fail(e.to_string()))?;
+        if state.len() != self.state.len() {
+            return Err(fail(format!("stateN has {} values", state.len())));
+        }
+        self.state.copy_from_slice(state);
+        Ok(p)
+    }
+}
+
+/// How probabilities become segments.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SegmentRules {
+    pub on: f32,
+    pub off: f32,
+    pub min_silence_ms: u32,
+    pub min_speech_ms: u32,
+    pub pad_ms: u32,
+    pub max_speech_ms: u32,
+}
+
+impl Default for SegmentRules {
+    fn default() -> Self {
+        Self {
+            on: 0.5,
+            off: 0.35,
+            min_silence_ms: 300,
+            min_speech_ms: 250,
+            pad_ms: 100,
+            max_speech_ms: 30_000,
+        }
+    }
+}
+
+/// A speech segment, in samples from the stream's start (end exclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Speech segments from chunk probabilities, streaming: a segment is given once it has
+/// ended (its padding after it is known by then, the one before it is clamped to the end
+/// of the previous segment).
+pub struct Segmenter {
+    rules: SegmentRules,
+    /// Samples seen (chunks x 512).
+    at: u64,
+    start: Option<u64>,
+    silence_from: Option<u64>,
+    /// The end of the last segment given (padding never reaches back past it).
+    last_end: u64,
+}
+
+fn samples(ms: u32) -> u64 {
+    u64::from(ms) * u64::from(RATE_HZ) / 1000
+}
+
+impl Segmenter {
+    pub fn new(rules: SegmentRules) -> Self {
+        Self {
+            rules,
+            at: 0,
+            start: None,
+            silence_from: None,
+            last_end: 0,
+        }
+    }
+
+    /// The probability of the next chunk; returns a segment when one ended with it.
+    pub fn push(&mut self, p: f32) -> Option<Segment> {
+        let here = self.at;
+        self.at += CHUNK as u64;
+        let r = self.rules;
+        match self.start {
+            None => {
+                if p >= r.on {
+                    self.start = Some(here);
+                    self.silence_from = None;
+                }
+                None
+            }
+            Some(start) => {
+                if p >= r.on {
+                    self.silence_from = None;
+                } else if p < r.off && self.silence_from.is_none() {
+                    self.silence_from = Some(here);
+                }
+                if let Some(from) = self.silence_from {
+                    if self.at - from >= samples(r.min_silence_ms) {
+                        self.start = None;
+                        self.silence_from = None;
+                        return self.close(start, from);
+                    }
+                }
+                if self.at - start >= samples(r.max_speech_ms) {
+                    // A forced cut: the speech goes on in a new segment.
+                    self.start = Some(self.at);
+                    self.silence_from = None;
+                    return self.close_unpadded(start, self.at);
+                }
+                None
+            }
+        }
+    }
+
+    /// The end of the stream: the open segment, if any.
+    pub fn finish(&mut self) -> Option<Segment> {
+        let start = self.start.take()?;
+        let end = self.silence_from.take().unwrap_or(self.at);
+        self.close(start, end)
+    }
+
+    fn close(&mut self, start: u64, end: u64) -> Option<Segment> {
+        if end - start < samples(self.rules.min_speech_ms) {
+            return None;
+        }
+        let pad = samples(self.rules.pad_ms);
+        let seg = Segment {
+            start: start.saturating_sub(pad).max(self.last_end),
+            end: (end + pad).min(self.at.max(end)),
+        };
+        self.last_end = seg.end;
+        Some(seg)
+    }
+
+    fn close_unpadded(&mut self, start: u64, end: u64) -> Option<Segment> {
+        let seg = Segment {
+            start: start
+                .saturating_sub(samples(self.rules.pad_ms))
+                .max(self.last_end),
+            end,
+        };
+        self.last_end = seg.end;
+        Some(seg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(probs: &[f32], rules: SegmentRules) -> Vec<Segment> {
+        let mut s = Segmenter::new(rules);
+        let mut out: Vec<Segment> = probs.iter().filter_map(|&p| s.push(p)).collect();
+        out.extend(s.finish());
+        out
+    }
+
+    #[test]
+    fn segments_follow_hysteresis_silence_padding_and_the_forced_cut() {
+        let chunk_ms = 32.0;
+        let at = |ms: f64| (ms / chunk_ms) as usize;
+        // Speech 1.0-2.0 s, a dip to 0.4 (between off and on) that does not end it,
+        // a 200 ms gap that is too short to end it, then silence; speech again 4.0-4.1 s
+        // (too short).
+        let mut p = vec![0.0f32; at(6000.0)];
+        p[at(1000.0)..at(2000.0)].fill(0.9);
+        p[at(1300.0)..at(1400.0)].fill(0.4);
+        p[at(2000.0)..at(2200.0)].fill(0.1);
+        p[at(2200.0)..at(2500.0)].fill(0.9);
+        p[at(4000.0)..at(4100.0)].fill(0.9);
+        let segs = run(&p, SegmentRules::default());
+        assert_eq!(segs.len(), 1, "{segs:?}");
+        let ms = |s: u64| s as f64 / 16.0;
+        assert!((ms(segs[0].start) - 900.0).abs() < 40.0, "{segs:?}");
+        assert!((ms(segs[0].end) - 2600.0).abs() < 40.0, "{segs:?}");
+
+        // Unbroken speech for 70 s: cut at 30 s and 60 s, nothing lost between cuts.
+        let p = vec![0.9f32; at(70_000.0)];
+        let segs = run(&p, SegmentRules::default());
+        assert_eq!(segs.len(), 3, "{segs:?}");
+        assert_eq!(segs[0].end, segs[1].start);
+        assert_eq!(segs[1].end, segs[2].start);
+        assert!(run(&vec![0.0; 1000], SegmentRules::default()).is_empty());
+    }
+}
