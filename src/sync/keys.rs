@@ -187,6 +187,23 @@ pub fn public_of_file(path: &Path) -> Result<String, KeyError> {
     Ok(public_text(kind, &read_secret(path, kind)?))
 }
 
+/// The 32 bytes of a public key written `KIND:BASE64`.
+fn public_bytes(text: &str, kind: KeyKind) -> Result<[u8; 32], KeyError> {
+    let bad = |message: String| KeyError::Public {
+        text: text.to_string(),
+        message,
+    };
+    let b64 = text
+        .trim()
+        .strip_prefix(kind.name())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .ok_or_else(|| bad(format!("expected `{}:BASE64`", kind.name())))?;
+    B64.decode(b64)
+        .map_err(|_| bad("not base64".into()))?
+        .try_into()
+        .map_err(|_| bad("not 32 bytes".into()))
+}
+
 /// A signing key (a station's or a collector's) and its public half as text.
 pub struct SigningKey {
     key: ed25519_dalek::SigningKey,
@@ -222,21 +239,12 @@ pub struct VerifyingKey {
 
 impl VerifyingKey {
     pub fn parse(text: &str) -> Result<Self, KeyError> {
-        let bad = |message: &str| KeyError::Public {
-            text: text.to_string(),
-            message: message.to_string(),
-        };
-        let b64 = text
-            .trim()
-            .strip_prefix("ed25519:")
-            .ok_or_else(|| bad("a signing key starts with `ed25519:`"))?;
-        let bytes: [u8; 32] = B64
-            .decode(b64)
-            .map_err(|_| bad("not base64"))?
-            .try_into()
-            .map_err(|_| bad("not 32 bytes"))?;
-        let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes)
-            .map_err(|_| bad("not a valid Ed25519 point"))?;
+        let bytes = public_bytes(text, KeyKind::Ed25519)?;
+        let key =
+            ed25519_dalek::VerifyingKey::from_bytes(&bytes).map_err(|_| KeyError::Public {
+                text: text.to_string(),
+                message: "not a valid Ed25519 point".into(),
+            })?;
         Ok(Self {
             key,
             text: format!("ed25519:{}", B64.encode(bytes)),
@@ -268,20 +276,10 @@ pub struct StudyPublicKey(crypto_box::PublicKey);
 
 impl StudyPublicKey {
     pub fn parse(text: &str) -> Result<Self, KeyError> {
-        let bad = |message: &str| KeyError::Public {
-            text: text.to_string(),
-            message: message.to_string(),
-        };
-        let b64 = text
-            .trim()
-            .strip_prefix("x25519:")
-            .ok_or_else(|| bad("the study's key starts with `x25519:`"))?;
-        let bytes: [u8; 32] = B64
-            .decode(b64)
-            .map_err(|_| bad("not base64"))?
-            .try_into()
-            .map_err(|_| bad("not 32 bytes"))?;
-        Ok(Self(crypto_box::PublicKey::from_bytes(bytes)))
+        Ok(Self(crypto_box::PublicKey::from_bytes(public_bytes(
+            text,
+            KeyKind::X25519,
+        )?)))
     }
 
     /// `plaintext` sealed to the study (libsodium's sealed box), base64: only the study's

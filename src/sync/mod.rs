@@ -318,6 +318,30 @@ fn chunks_of(text: &str) -> Vec<&str> {
     parts
 }
 
+/// The envelope fields every version has, for chunk `i` of `n` carrying `data`.
+fn envelope(
+    m: &Pending,
+    opts: &SyncOptions,
+    version: u32,
+    i: usize,
+    n: usize,
+    data: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "v": version,
+        "message_id": m.message_id,
+        "seq": m.seq,
+        "kind": m.kind,
+        "study": opts.study,
+        "station": opts.station,
+        "subject": m.subject,
+        "chunk": i,
+        "chunks": n,
+        "sha256": m.sha256,
+        "data": data,
+    })
+}
+
 /// The plain chunk envelopes of a message (format v1), in order.
 pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
     let parts = chunks_of(&m.payload);
@@ -325,22 +349,7 @@ pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
     parts
         .iter()
         .enumerate()
-        .map(|(i, data)| {
-            serde_json::json!({
-                "v": ENVELOPE_VERSION,
-                "message_id": m.message_id,
-                "seq": m.seq,
-                "kind": m.kind,
-                "study": opts.study,
-                "station": opts.station,
-                "subject": m.subject,
-                "chunk": i,
-                "chunks": n,
-                "sha256": m.sha256,
-                "data": data,
-            })
-            .to_string()
-        })
+        .map(|(i, data)| envelope(m, opts, ENVELOPE_VERSION, i, n, data).to_string())
         .collect()
 }
 
@@ -373,22 +382,10 @@ pub fn sealed_envelopes(
                 key.public(),
                 data,
             );
-            serde_json::json!({
-                "v": SEALED_ENVELOPE_VERSION,
-                "message_id": m.message_id,
-                "seq": m.seq,
-                "kind": m.kind,
-                "study": opts.study,
-                "station": opts.station,
-                "subject": m.subject,
-                "chunk": i,
-                "chunks": n,
-                "sha256": m.sha256,
-                "signer": key.public(),
-                "sig": key.sign(&signed),
-                "data": data,
-            })
-            .to_string()
+            let mut e = envelope(m, opts, SEALED_ENVELOPE_VERSION, i, n, data);
+            e["signer"] = key.public().into();
+            e["sig"] = key.sign(&signed).into();
+            e.to_string()
         })
         .collect()
 }
