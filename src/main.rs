@@ -57,7 +57,7 @@ enum Command {
     #[cfg(feature = "sensing")]
     Recording(cli::live::RecordingArgs),
     Participant(cli::participant::Args),
-    Collect(cli::sync::CollectArgs),
+    Collect(cli::collect::Args),
     Keys(cli::keys::Args),
     #[cfg(feature = "sensing")]
     Transcribe(cli::transcribe::Args),

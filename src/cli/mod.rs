@@ -30,6 +30,7 @@ macro_rules! out {
     };
 }
 
+pub mod collect;
 #[cfg(feature = "sensing")]
 pub mod doctor;
 #[cfg(feature = "sensing")]

@@ -26,10 +26,7 @@ impl Central {
                 "enrolling {station} needs its public key (ed25519:..., from `empathic keys init station` on it) or --allow-plain"
             ));
         }
-        let key = key
-            .map(|k| keys::VerifyingKey::parse(k).map(|v| v.text().to_string()))
-            .transpose()
-            .map_err(|e| e.to_string())?;
+        let key = canonical(key)?;
         let now = crate::clock::utc_now();
         let mut tx = self.begin()?;
         if let Some(key) = &key {
@@ -81,10 +78,7 @@ impl Central {
     /// Revokes `station`'s key `key`, or every key and its plain allowance when `key` is
     /// `None` (a stolen station). Returns how many enrolments were revoked.
     pub fn revoke(&mut self, study: &str, station: &str, key: Option<&str>) -> Result<u64, String> {
-        let key = key
-            .map(|k| keys::VerifyingKey::parse(k).map(|v| v.text().to_string()))
-            .transpose()
-            .map_err(|e| e.to_string())?;
+        let key = canonical(key)?;
         let now = crate::clock::utc_now();
         let mut tx = self.begin()?;
         let n = match &key {
@@ -180,6 +174,13 @@ impl Central {
         }
         Ok(counts.into_values().collect())
     }
+}
+
+/// A public signing key in its canonical text form (`None` stays `None`).
+fn canonical(key: Option<&str>) -> Result<Option<String>, String> {
+    key.map(|k| keys::VerifyingKey::parse(k).map(|v| v.text().to_string()))
+        .transpose()
+        .map_err(|e| e.to_string())
 }
 
 impl StationCounts {

@@ -1,0 +1,320 @@
+//! `empathic collect` (receive every station's sync into the central database) and its
+//! `enrol`, `revoke` and `stations` subcommands (which stations it lets in).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::options::{BrokerArgs, ConfigOption};
+use super::sync::{target, Overrides};
+use super::{load_config, print_json, Failure};
+use crate::exit::ExitKind;
+
+/// For study staff: receive every station's sync messages into the central database
+/// (a SQLite file, or PostgreSQL), exactly once (until SIGINT/SIGTERM); `collect enrol`,
+/// `revoke` and `stations` say which stations it lets in.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<CollectCommand>,
+    #[command(flatten)]
+    central: CentralOption,
+    #[command(flatten)]
+    config: ConfigOption,
+    #[command(flatten)]
+    target: BrokerArgs,
+    /// The collector's MQTT client id (stable: the broker keeps its session).
+    #[arg(long, default_value = "empathic-collector")]
+    client_id: String,
+    /// Share the study's messages among the collectors of this group (an MQTT shared
+    /// subscription: each message goes to one of them); each needs its own client id.
+    #[arg(long)]
+    share_group: Option<String>,
+    /// `sealed`: take signed, sealed messages from enrolled stations (and plain ones only
+    /// from stations enrolled with --allow-plain); `plain`: also take plain messages from
+    /// any station (a first try: the broker reads them, and anyone it lets in can forge).
+    #[arg(long, value_enum, default_value = "sealed")]
+    security: crate::config::SyncSecurity,
+    /// The study's secret sealing key (`empathic keys init study`), which opens sealed
+    /// payloads; required with --security sealed.
+    #[arg(long, default_value = "keys/study.key")]
+    study_key: PathBuf,
+    /// This collector's signing key (`empathic keys init collector`), which signs its
+    /// receipts; required with --security sealed.
+    #[arg(long, default_value = "keys/collector.key")]
+    signing_key: PathBuf,
+}
+
+/// `--db FILE` or `--central URL`: the central database.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CentralOption {
+    /// The central SQLite file (created when missing; the other commands read it with
+    /// `--db FILE`).
+    #[arg(long, conflicts_with = "central", required_unless_present = "central")]
+    db: Option<PathBuf>,
+    /// The central database as `postgres://USER@HOST:PORT/DB` (or a SQLite file); the
+    /// other commands read it with `--db postgres://...`.
+    #[arg(long)]
+    central: Option<String>,
+}
+
+impl CentralOption {
+    fn target(&self) -> String {
+        self.central
+            .clone()
+            .or(self.db.as_ref().map(|d| d.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    }
+}
+
+#[derive(clap::Subcommand)]
+enum CollectCommand {
+    /// Let a station in: its public signing key (`ed25519:...`, printed by `empathic keys
+    /// init station` on it), and/or --allow-plain for a study changing over to sealed sync.
+    Enrol {
+        /// The station id (`[station] id` on it).
+        station: String,
+        /// Its public signing key; enrol a second one to rotate, then revoke the first.
+        key: Option<String>,
+        /// Also take its plain (unsigned) messages, during a changeover.
+        #[arg(long)]
+        allow_plain: bool,
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+    },
+    /// Stop letting in a station's key (after a rotation), or everything from a stolen
+    /// station: what was stored from it stays; what it sends later is quarantined.
+    Revoke {
+        /// The station id.
+        station: String,
+        /// Only this key (default: every key of the station, and its plain allowance).
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+    },
+    /// Every station's enrolments, and what arrived from it: sealed and plain records,
+    /// quarantined messages.
+    Stations {
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+        #[command(flatten)]
+        json: super::options::JsonOption,
+    },
+}
+
+impl Args {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        match self.command {
+            Some(CollectCommand::Enrol {
+                station,
+                key,
+                allow_plain,
+                central,
+                config,
+                study,
+            }) => {
+                let (mut db, study) = open_central(&central, config.path(), study)?;
+                db.enrol(&study, &station, key.as_deref(), allow_plain)
+                    .map_err(|e| (ExitKind::BadInput, e))?;
+                outln!(
+                    "enrolled station {station} of study {study}{}{}",
+                    key.map(|k| format!(" with key {k}")).unwrap_or_default(),
+                    if allow_plain {
+                        " (plain messages allowed)"
+                    } else {
+                        ""
+                    }
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(CollectCommand::Revoke {
+                station,
+                key,
+                central,
+                config,
+                study,
+            }) => {
+                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let n = db
+                    .revoke(&study, &station, key.as_deref())
+                    .map_err(|e| (ExitKind::BadInput, e))?;
+                if n == 0 {
+                    return Err((
+                        ExitKind::BadInput,
+                        format!("station {station} of study {study} has no enrolment in force to revoke"),
+                    ));
+                }
+                outln!("revoked {n} enrolment(s) of station {station}: its later messages are quarantined, what was stored stays");
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(CollectCommand::Stations {
+                central,
+                config,
+                study,
+                json,
+            }) => {
+                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let enrolments = db.enrolments(&study).map_err(|e| (ExitKind::Runtime, e))?;
+                let counts = db
+                    .station_counts(&study)
+                    .map_err(|e| (ExitKind::Runtime, e))?;
+                if json.json {
+                    print_json(&serde_json::json!({
+                        "study": study,
+                        "enrolments": enrolments,
+                        "received": counts,
+                    }))?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                outln!("enrolments of study {study}:");
+                for e in &enrolments {
+                    outln!(
+                        "  {:<16} {:<56} {}{}",
+                        e.station,
+                        if e.key.is_empty() {
+                            "(plain allowed)"
+                        } else {
+                            e.key.as_str()
+                        },
+                        e.enrolled_at,
+                        e.revoked_at
+                            .as_deref()
+                            .map(|r| format!(" REVOKED {r}"))
+                            .unwrap_or_default()
+                    );
+                }
+                outln!("received (records sealed / PLAIN / quarantined messages):");
+                for c in &counts {
+                    outln!(
+                        "  {:<16} {} / {}{} / {}",
+                        c.station,
+                        c.sealed,
+                        c.plain,
+                        if c.plain > 0 {
+                            " (readable by the broker)"
+                        } else {
+                            ""
+                        },
+                        c.quarantined
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            None => collect(
+                &self.central.target(),
+                self.config.path(),
+                Overrides {
+                    broker: self.target.broker,
+                    study: self.target.study,
+                    station: None,
+                    username: self.target.username,
+                    password_file: self.target.password_file,
+                    ca: self.target.ca,
+                    collectors: Vec::new(),
+                    security: Some(self.security),
+                },
+                &self.client_id,
+                self.share_group.as_deref(),
+                &self.study_key,
+                &self.signing_key,
+            ),
+        }
+    }
+}
+
+/// The central database and the study a `collect` subcommand works on.
+fn open_central(
+    central: &CentralOption,
+    config: Option<&Path>,
+    study: Option<String>,
+) -> Result<(crate::sync::central::Central, String), Failure> {
+    let config = load_config(config)?;
+    let study = study.unwrap_or(config.sync.study.clone());
+    let db = crate::sync::central::Central::open(&central.target())
+        .map_err(|e| (ExitKind::BadInput, e))?;
+    Ok((db, study))
+}
+
+/// `empathic collect`.
+#[allow(clippy::too_many_arguments)]
+pub fn collect(
+    central: &str,
+    config: Option<&Path>,
+    o: Overrides,
+    client_id: &str,
+    share_group: Option<&str>,
+    study_key: &Path,
+    signing_key: &Path,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let sealed = o.security != Some(crate::config::SyncSecurity::Plain);
+    let keys_err = |flag: &str, e: crate::sync::keys::KeyError| {
+        (
+            ExitKind::BadInput,
+            format!("{flag}: {e} (sealed collection needs it; `empathic keys init` makes keys, or --security plain for a first try)"),
+        )
+    };
+    // Sealed: both keys must be there. Plain: used when present.
+    let gate = crate::sync::collect::Gate {
+        accept_plain: !sealed,
+        study_key: match crate::sync::keys::StudySecretKey::load(study_key) {
+            Ok(k) => Some(k),
+            Err(e) if sealed => return Err(keys_err("--study-key", e)),
+            Err(_) => None,
+        },
+    };
+    let signing = match crate::sync::keys::SigningKey::load(signing_key) {
+        Ok(k) => Some(k),
+        Err(e) if sealed => return Err(keys_err("--signing-key", e)),
+        Err(_) => None,
+    };
+    if !sealed {
+        eprintln!("collect: WARNING: {}", crate::sync::PLAIN_WARNING);
+    }
+    if let Some(g) = share_group.filter(|g| g.is_empty() || g.contains(['/', '+', '#'])) {
+        return Err((
+            ExitKind::BadInput,
+            format!("share group `{g}` cannot be part of an MQTT topic (empty, or has / + #)"),
+        ));
+    }
+    let broker = o.broker.clone().unwrap_or(config.sync.broker.clone());
+    let (address, auth) = target(&config, &broker, &o)?;
+    let study = o.study.unwrap_or(config.sync.study.clone());
+    let stop = crate::exit::stop_flag().map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let opts = crate::sync::collect::CollectOptions {
+        host: address.host,
+        port: address.port,
+        auth,
+        study,
+        client_id: client_id.to_string(),
+        share_group: share_group.map(str::to_string),
+    };
+    let records = crate::sync::collect::collect(central, &opts, &gate, signing.as_ref(), &stop)
+        .map_err(|e| (ExitKind::Runtime, e))?;
+    eprintln!(
+        "collect: {records} record(s) stored in {}",
+        crate::sync::central::redacted(central)
+    );
+    Ok(ExitCode::SUCCESS)
+}
