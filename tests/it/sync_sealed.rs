@@ -667,3 +667,112 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
     assert_eq!(v["enrolments"].as_array().unwrap().len(), 3, "{v}");
     stop(c);
 }
+
+/// The same gate over PostgreSQL: enrolment, a sealed record opened and applied, a forgery
+/// by an unenrolled key quarantined, the per-station counts.
+#[test]
+fn sealed_sync_into_postgresql_enrols_opens_and_refuses_alike() {
+    use crate::common::central::pg_view;
+    use crate::common::postgres::Postgres;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let broker = start_broker(dir, free_port());
+    let port = broker.port;
+    let pg = Postgres::start();
+    let url = pg.database("sealed");
+    let keys = dir.join("keys");
+    let study_public = key("study", &keys.join("study.key"));
+    let collector_public = key("collector", &keys.join("collector.key"));
+    let station_public = key("station", &keys.join("s1.key"));
+    let o = empathic(&[
+        "collect",
+        "enrol",
+        "station-1",
+        &station_public,
+        "--central",
+        &url,
+        "--study",
+        STUDY,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["collect", "--central", &url])
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--study", STUDY, "--client-id", "sealed-pg"])
+        .args(["--study-key", path_str(&keys.join("study.key"))])
+        .args(["--signing-key", path_str(&keys.join("collector.key"))])
+        .env("EMPATHIC_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_subscribed(port, &[url.as_str()], Duration::from_secs(20));
+    let probes = quarantined(&url);
+    let cfg = station_config(
+        dir,
+        "s1.toml",
+        &keys.join("s1.key"),
+        &study_public,
+        &collector_public,
+    );
+    let db = dir.join("station-1.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&cfg))
+        .status
+        .success());
+    let o = sync(&db, &cfg, port, "station-1", "30");
+    assert!(o.status.success(), "{}", stderr(&o));
+    wait_until("demo-0001 in PostgreSQL", || {
+        sessions_in(pg_view(&url).connection_for_tests()) == ["demo-0001"]
+    });
+    let record = outbox_message(&db, "session").payload;
+    keys::generate(&keys.join("rogue.key"), KeyKind::Ed25519).unwrap();
+    let rogue = SigningKey::load(&keys.join("rogue.key")).unwrap();
+    let study = StudyPublicKey::parse(&study_public).unwrap();
+    let forged = forged(
+        "station-1",
+        &rogue,
+        &study,
+        "pg-forged",
+        900,
+        "session",
+        "forged-0001",
+        &record,
+    );
+    publish_raw(port, "pg-forger", &forged);
+    wait_until("the forgery quarantined", || {
+        quarantined(&url) >= probes + forged.len() as i64
+    });
+    assert_eq!(
+        sessions_in(pg_view(&url).connection_for_tests()),
+        ["demo-0001"]
+    );
+    let o = empathic(&[
+        "collect",
+        "stations",
+        "--central",
+        &url,
+        "--study",
+        STUDY,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let one = v["received"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["station"] == "station-1")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (one["sealed"].as_i64(), one["plain"].as_i64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+    assert_eq!(
+        one["quarantined"].as_i64(),
+        Some(forged.len() as i64),
+        "{v}"
+    );
+    stop(c);
+}
