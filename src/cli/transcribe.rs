@@ -6,7 +6,10 @@
 //! `text`, `confidence`, `model`), SubRip (`srt`) or plain lines (`txt`), in milliseconds
 //! from the audio's first sample; a progress bar goes to stderr. `--score` (a session
 //! folder) also prints, on stderr, the word error rate against the participant's
-//! utterances in its `events.jsonl`, normalised for case and punctuation.
+//! utterances in its `events.jsonl`, normalised for case and punctuation. In a session folder
+//! each utterance says whose voice it is (`speaker`: `robot` when at least half of it overlaps
+//! the robot's own utterances in `events.jsonl`, else `participant`); only the participant's
+//! are scored.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,7 +19,7 @@ use super::{fail, load_config, progress_bar, Failure};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::AudioSource;
 use crate::exit::ExitKind;
-use crate::features::speech::{word_errors, Recogniser, SpeechModels, Utterance};
+use crate::features::speech::{is_robot, word_errors, Recogniser, SpeechModels, Utterance};
 
 /// Recognise speech on this machine (nothing leaves it): a session folder's audio or any
 /// WAV, printed as JSON lines, SubRip or text.
@@ -76,12 +79,22 @@ impl Args {
             .map_err(fail);
         bar.finish_and_clear();
         let utterances = utterances?;
+        // In a session, what overlaps the robot's own utterances is the robot's voice.
+        let robot = if session {
+            robot_spans(&self.input.join("events.jsonl"))?
+        } else {
+            Vec::new()
+        };
         for (i, u) in utterances.iter().enumerate() {
-            print_one(self.format, i, u)?;
+            print_one(self.format, i, u, is_robot(u, &robot))?;
         }
         if self.score {
             let reference = participant_text(&self.input.join("events.jsonl"))?;
-            let hypothesis: Vec<&str> = utterances.iter().map(|u| u.text.as_str()).collect();
+            let hypothesis: Vec<&str> = utterances
+                .iter()
+                .filter(|u| !is_robot(u, &robot))
+                .map(|u| u.text.as_str())
+                .collect();
             let (errors, words) = word_errors(&reference, &hypothesis.join(" "));
             eprintln!(
                 "word error rate {:.1} % ({errors} errors in {words} reference words: the participant's utterances of {})",
@@ -93,11 +106,13 @@ impl Args {
     }
 }
 
-fn print_one(format: Format, i: usize, u: &Utterance) -> Result<(), Failure> {
+fn print_one(format: Format, i: usize, u: &Utterance, robot: bool) -> Result<(), Failure> {
+    let speaker = if robot { "robot" } else { "participant" };
     match format {
         Format::Jsonl => {
-            let line = serde_json::to_string(u).map_err(|e| (ExitKind::Runtime, e.to_string()))?;
-            outln!("{line}");
+            let mut v = serde_json::to_value(u).map_err(|e| (ExitKind::Runtime, e.to_string()))?;
+            v["speaker"] = speaker.into();
+            outln!("{v}");
         }
         Format::Srt => {
             let t = |ms: u64| {
@@ -118,9 +133,10 @@ fn print_one(format: Format, i: usize, u: &Utterance) -> Result<(), Failure> {
             );
         }
         Format::Txt => outln!(
-            "[{:.2}-{:.2}] {}",
+            "[{:.2}-{:.2}]{} {}",
             u.start_ms as f64 / 1000.0,
             u.end_ms as f64 / 1000.0,
+            if robot { " (robot)" } else { "" },
             u.text
         ),
     }
@@ -135,6 +151,32 @@ fn read_16k(path: &Path) -> Result<Vec<f32>, Failure> {
         samples.extend_from_slice(&block.samples);
     }
     Ok(samples)
+}
+
+/// The robot's utterance spans of a session's `events.jsonl` (none when it has no such file).
+fn robot_spans(path: &Path) -> Result<Vec<(u64, u64)>, Failure> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        (
+            ExitKind::BadInput,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let events = crate::session::events::parse_events(&text, path).map_err(fail)?;
+    Ok(events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            crate::session::EventKind::Utterance {
+                speaker,
+                start_ms,
+                end_ms,
+                ..
+            } if speaker == "robot" => Some((start_ms, end_ms)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The participant's utterances of an `events.jsonl`, in order, joined.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::common::{demo_session, empathic, path_str, stderr, stdout};
+use crate::common::{copy_session, demo_session, empathic, path_str, stderr, stdout};
 
 /// The demo's audio as 16-bit PCM at `rate` (each sample held `rate / 16000` times) with
 /// `channels` copies.
@@ -62,6 +62,11 @@ fn the_demo_speech_is_recognised_within_ten_percent_word_error() {
         assert_eq!(u["model"], "moonshine-tiny-en");
         assert!(u["confidence"].as_f64().unwrap() <= 0.0);
     }
+    assert!(
+        lines.iter().all(|u| u["speaker"] == "participant"),
+        "{}",
+        stdout(&o)
+    );
     // The first utterance is the participant's first words (0.5-7.6 s in events.jsonl).
     assert!(
         lines[0]["start_ms"].as_u64().unwrap() < 1_000,
@@ -128,4 +133,34 @@ fn other_rates_channels_silence_noise_and_missing_models() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("silero-vad-v6"), "{}", stderr(&o));
+}
+
+/// Speech under the robot's own utterance (the session's events say the robot spoke then)
+/// is the robot's: marked so, and left out of the participant's score.
+#[test]
+fn speech_under_the_robots_utterance_is_the_robots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let session = copy_session(&demo_session(), &tmp.path().join("s"));
+    let events = session.join("events.jsonl");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let relabelled = text.replace(
+        r#""speaker": "participant", "start_ms": 8100"#,
+        r#""speaker": "robot", "start_ms": 8100"#,
+    );
+    assert_ne!(text, relabelled);
+    std::fs::write(&events, relabelled).unwrap();
+    let o = empathic(&["transcribe", path_str(&session), "--score"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let robot: Vec<&serde_json::Value> = lines.iter().filter(|u| u["speaker"] == "robot").collect();
+    assert_eq!(robot.len(), 1, "{}", stdout(&o));
+    assert!(
+        robot[0]["text"].as_str().unwrap().contains("young man"),
+        "{}",
+        robot[0]
+    );
+    assert!(wer_of(&stderr(&o)) <= 10.0, "{}", stderr(&o));
 }

@@ -9,9 +9,10 @@
 //! `models/speech/`), never at run time. [`word_error_rate`] scores a transcript against a
 //! reference, normalised for case and punctuation.
 //!
-//! What is not done yet (issue 32): the recogniser is not a thread of the pipeline, so its
-//! utterances do not reach the text modality, the stories in play or the store; speech
-//! overlapping the robot's is not told apart.
+//! [`is_robot`] tells the robot's voice from the participant's by overlap with the robot's
+//! own utterances. What is not done yet (issue 32): the recogniser is not a thread of the
+//! pipeline, so its utterances do not reach the text modality, the stories in play or the
+//! store.
 
 pub mod moonshine;
 pub mod tokenizer;
@@ -119,6 +120,19 @@ impl Recogniser {
     }
 }
 
+/// Whose voice an utterance is, on a microphone that hears the robot too: the robot's when
+/// at least half of it overlaps the robot's own utterances (`robot`: `(start_ms, end_ms)`
+/// spans from the dialogue app's `speaker: robot` events), else the participant's. Speech
+/// of both at once counts for whichever covers more of it; that overlap is not separated.
+pub fn is_robot(u: &Utterance, robot: &[(u64, u64)]) -> bool {
+    let len = u.end_ms.saturating_sub(u.start_ms).max(1);
+    let overlap: u64 = robot
+        .iter()
+        .map(|&(s, e)| e.min(u.end_ms).saturating_sub(s.max(u.start_ms)))
+        .sum();
+    overlap * 2 >= len
+}
+
 /// Lower case, punctuation out (apostrophes inside words kept), split on white space.
 pub fn normalised_words(text: &str) -> Vec<String> {
     text.to_lowercase()
@@ -167,6 +181,23 @@ pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_utterance_mostly_under_the_robots_speech_is_the_robots() {
+        let u = |start_ms, end_ms| Utterance {
+            start_ms,
+            end_ms,
+            text: "x".into(),
+            confidence: 0.0,
+            model: MODEL_ID,
+        };
+        let robot = [(1_000, 3_000), (10_000, 10_500)];
+        assert!(is_robot(&u(1_200, 2_800), &robot));
+        assert!(is_robot(&u(2_000, 3_800), &robot)); // 1.0 of 1.8 s
+        assert!(!is_robot(&u(2_500, 5_000), &robot)); // 0.5 of 2.5 s
+        assert!(!is_robot(&u(4_000, 9_000), &robot));
+        assert!(!is_robot(&u(4_000, 9_000), &[]));
+    }
 
     #[test]
     fn word_error_rate_counts_edits_after_normalising() {
