@@ -6,13 +6,11 @@
 //! there, once. Enqueueing happens inside the store (a session's end, a tombstone, a
 //! purge) in the same transaction as the change it announces.
 
-use super::sql::{self, outbox};
+use super::sql::{self, delivery, outbox};
 use super::{Store, StoreError};
 
-pub use outbox::{
-    BrokerState, Include, OutboxStatus, Pending, RecordTable, PAYLOAD_VERSION, RECORD_TABLES,
-    RESEND_AFTER_SECS,
-};
+pub use delivery::{BrokerState, OutboxStatus, Pending, RESEND_AFTER_SECS};
+pub use outbox::{Include, RecordTable, PAYLOAD_VERSION, RECORD_TABLES};
 
 /// The outbox of one store.
 pub struct Outbox<'a>(&'a Store);
@@ -27,32 +25,32 @@ impl Store {
 impl Outbox<'_> {
     /// Counts by state, the broker's state and the receipts (`sync status`).
     pub fn status(&self) -> Result<OutboxStatus, StoreError> {
-        outbox::status(self.0.connection())
+        delivery::status(self.0.connection())
     }
 
     /// The store's clock now (the form `sent_at` has), e.g. to mark a connection's start.
     pub fn now(&self) -> Result<String, StoreError> {
-        outbox::now(self.0.connection())
+        delivery::now(self.0.connection())
     }
 
-    /// Up to `limit` messages to publish, oldest first (see `sql::outbox::pending`).
+    /// Up to `limit` messages to publish, oldest first (see `sql::delivery::pending`).
     pub fn pending(&self, limit: usize, connected_at: &str) -> Result<Vec<Pending>, StoreError> {
-        outbox::pending(self.0.connection(), limit, connected_at)
+        delivery::pending(self.0.connection(), limit, connected_at)
     }
 
     /// Message `seq`'s payload sealed to `study_key` at an earlier send, if any.
     pub fn sealed(&self, seq: i64, study_key: &str) -> Result<Option<String>, StoreError> {
-        outbox::sealed(self.0.connection(), seq, study_key)
+        delivery::sealed(self.0.connection(), seq, study_key)
     }
 
     /// Keeps message `seq`'s sealed payload, so every resend carries the same bytes.
     pub fn keep_sealed(&self, seq: i64, study_key: &str, sealed: &str) -> Result<(), StoreError> {
-        outbox::keep_sealed(self.0.connection(), seq, study_key, sealed)
+        delivery::keep_sealed(self.0.connection(), seq, study_key, sealed)
     }
 
     /// Message `seq` was acknowledged by the broker.
     pub fn mark_sent(&self, seq: i64) -> Result<(), StoreError> {
-        outbox::mark_sent(self.0.connection(), seq)
+        delivery::mark_sent(self.0.connection(), seq)
     }
 
     /// Whether a receipt can be one for `message_id` as this station sent it (`Err` says
@@ -63,7 +61,7 @@ impl Outbox<'_> {
         sha256: Option<&str>,
         in_flight: Option<&str>,
     ) -> Result<Result<(), String>, StoreError> {
-        outbox::receipt_matches(self.0.connection(), message_id, sha256, in_flight)
+        delivery::receipt_matches(self.0.connection(), message_id, sha256, in_flight)
     }
 
     /// Records `collector`'s receipt; true when the message now counts as synced (every
@@ -74,12 +72,12 @@ impl Outbox<'_> {
         collector: Option<&str>,
         required: &[String],
     ) -> Result<bool, StoreError> {
-        outbox::mark_synced(self.0.connection(), message_id, collector, required)
+        delivery::mark_synced(self.0.connection(), message_id, collector, required)
     }
 
     /// One more attempt at message `seq`, with the error it met.
     pub fn note_attempt(&self, seq: i64, error: Option<&str>) -> Result<(), StoreError> {
-        outbox::note_attempt(self.0.connection(), seq, error)
+        delivery::note_attempt(self.0.connection(), seq, error)
     }
 
     /// Records the broker's state (`connected`, `unreachable`, `disconnected`).
@@ -89,7 +87,7 @@ impl Outbox<'_> {
         broker: &str,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        outbox::set_broker_state(self.0.connection(), state, broker, error)
+        delivery::set_broker_state(self.0.connection(), state, broker, error)
     }
 
     /// Enqueues every ended session the outbox never announced (sessions stored before the

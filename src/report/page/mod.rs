@@ -19,6 +19,7 @@ use super::verdict::{self, Verdict};
 use crate::store::ExportModality;
 use crate::store::{SessionDetail, Store, StoreError};
 
+mod frames;
 mod participant;
 mod session;
 mod summary;

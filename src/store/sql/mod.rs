@@ -7,6 +7,7 @@
 //! - [`predictions`]: predictions (removal with a failed session's partial rows).
 //! - [`stories`]: the story bank and its embeddings, and a session's retrieval context.
 
+pub mod delivery;
 pub mod export;
 pub mod frames;
 pub mod outbox;

@@ -206,14 +206,17 @@ impl Central {
         }
     }
 
-    /// Puts a message in quarantine (its own transaction).
+    /// Puts a message in quarantine (its own transaction) and says so as [`Stored`]:
+    /// `receipt` (topic, message id, sha256) when the whole message was read and sending it
+    /// again cannot help.
     fn quarantine(
         &mut self,
         topic: &str,
         payload: &[u8],
         reason: String,
-        message_id: Option<&str>,
-    ) -> Result<(), String> {
+        receipt: Option<(String, String, String)>,
+    ) -> Result<Stored, String> {
+        let message_id = receipt.as_ref().map(|(_, id, _)| id.as_str());
         let mut tx = self.begin()?;
         tx.exec(
             "INSERT INTO collect_quarantine (topic, reason, payload, message_id, received_at)
@@ -230,7 +233,7 @@ impl Central {
         )?;
         tx.commit()?;
         tracing::warn!(topic, %reason, "collect: message quarantined");
-        Ok(())
+        Ok(Stored::Quarantined { reason, receipt })
     }
 
     /// [`Central::store_publish_with`] through [`Gate::plain`] (plain sync, any station).
@@ -249,26 +252,16 @@ impl Central {
         payload: &[u8],
         gate: &Gate,
     ) -> Result<Stored, String> {
-        let admitted = match parse_envelope(topic, payload) {
-            Ok(env) => {
-                let mut tx = self.begin()?;
-                let verdict = admit(tx.as_mut(), &env, gate)?;
-                drop(tx);
-                verdict.map(|()| env)
-            }
-            Err(reason) => Err(reason),
-        };
-        let env = match admitted {
+        let env = match parse_envelope(topic, payload) {
             Ok(e) => e,
-            Err(reason) => {
-                self.quarantine(topic, payload, reason.clone(), None)?;
-                return Ok(Stored::Quarantined {
-                    reason,
-                    receipt: None,
-                });
-            }
+            Err(reason) => return self.quarantine(topic, payload, reason, None),
         };
+        // The gate reads the enrolments in the transaction that stores the chunk.
         let mut tx = self.begin()?;
+        if let Err(reason) = admit(tx.as_mut(), &env, gate)? {
+            drop(tx);
+            return self.quarantine(topic, payload, reason, None);
+        }
         let handled = tx.rows(
             "SELECT 1 FROM collect_records WHERE message_id = ?1
              UNION ALL SELECT 1 FROM collect_quarantine WHERE message_id = ?1",
@@ -315,11 +308,7 @@ impl Central {
             Ok(w) => w,
             Err(reason) => {
                 tx.commit()?;
-                self.quarantine(topic, payload, reason.clone(), None)?;
-                return Ok(Stored::Quarantined {
-                    reason,
-                    receipt: None,
-                });
+                return self.quarantine(topic, payload, reason, None);
             }
         };
         let outcome = match check_seq(tx.as_mut(), &env)? {
@@ -332,11 +321,8 @@ impl Central {
         };
         if let Err(reason) = outcome {
             drop(tx);
-            self.quarantine(topic, whole.as_bytes(), reason.clone(), Some(&env.id))?;
-            return Ok(Stored::Quarantined {
-                reason,
-                receipt: Some((env.receipt_topic(), env.id, env.sha)),
-            });
+            let receipt = Some((env.receipt_topic(), env.id.clone(), env.sha.clone()));
+            return self.quarantine(topic, whole.as_bytes(), reason, receipt);
         }
         tx.commit()?;
         if env.kind == "purge" {
