@@ -2,7 +2,7 @@
 //! (`features::speech`), printed with its times.
 //!
 //! Contract: the audio (a session folder's `audio.wav`, or any PCM WAV) is read resampled to
-//! 16 kHz mono; the utterances go to standard output as JSON lines (`start_ms`, `end_ms`,
+//! 16 kHz mono; the utterances go to standard output as JSON lines (`start_ms`, `end_ms`, `speaker`,
 //! `text`, `confidence`, `model`), SubRip (`srt`) or plain lines (`txt`), in milliseconds
 //! from the audio's first sample; a progress bar goes to stderr. `--score` (a session
 //! folder) also prints, on stderr, the word error rate against the participant's
@@ -41,7 +41,7 @@ pub struct Args {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Format {
-    /// One JSON object a line: start_ms, end_ms, text, confidence, model.
+    /// One JSON object a line: start_ms, end_ms, text, confidence, model, speaker.
     Jsonl,
     /// SubRip subtitles.
     Srt,
