@@ -54,6 +54,7 @@ pub fn run_checks(config_path: Option<&Path>, db_path: Option<&Path>) -> Vec<Che
     checks.push(check_store(db_path.unwrap_or(&config.store.db_path)));
     checks.push(check_onnxruntime(&config));
     checks.push(check_models(&config.models.dir));
+    checks.push(check_speech(&config));
     checks.push(check_camera(&config));
     checks.push(check_microphone(&config));
     checks.extend(check_live_paths(&config));
@@ -176,6 +177,45 @@ fn check_models(dir: &Path) -> Check {
             ok: false,
             detail: e.to_string(),
         },
+    }
+}
+
+/// The station's recogniser (`[asr]`): its model files, when it is on. Without them a
+/// session runs without the station's words, so a station meant to hear is not ready.
+fn check_speech(config: &Config) -> Check {
+    let m = crate::features::speech::SpeechModels::in_dir(&config.models.dir);
+    let missing: Vec<String> = [&m.vad, &m.encoder, &m.decoder, &m.vocabulary]
+        .into_iter()
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    let (ok, detail) = if !config.asr.enabled {
+        (
+            true,
+            "off ([asr] enabled = false): text comes from the dialogue app only".to_string(),
+        )
+    } else if missing.is_empty() {
+        (
+            true,
+            format!(
+                "Silero VAD v6 and Moonshine tiny-en in {} (the participant's words are recognised on this station)",
+                config.models.dir.join("speech").display()
+            ),
+        )
+    } else {
+        (
+            false,
+            format!(
+                "missing {}: sessions run without the station's words; run scripts/setup.sh (or set [asr] enabled = false)",
+                missing.join(", ")
+            ),
+        )
+    };
+    Check {
+        name: "speech",
+        need: Need::Live,
+        ok,
+        detail,
     }
 }
 

@@ -199,7 +199,7 @@ fn station_config(dir: &Path, camera: &Path) -> PathBuf {
         &config,
         format!(
             "[station]\nid = \"st-live\"\n\n[video]\ndevice = \"{}\"\n\n[store]\ndb_path = \"{}\"\n\n\
-             [live]\nsocket = \"{}\"\ntranscript_wait_ms = 8000\nrealtime_priority = 0\n\n\
+             [live]\nsocket = \"{}\"\ntranscript_wait_ms = 15000\nrealtime_priority = 0\n\n\
              [recording]\ndir = \"{}\"\nmin_free_mib = 16\non_start = \"touch {}\"\non_stop = \"touch {}\"\n",
             camera.display(),
             dir.join("station.db").display(),
@@ -555,6 +555,40 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     }
     assert_eq!(count(&conn, "SELECT count(*) FROM self_ratings"), 3);
     assert_eq!(count(&conn, "SELECT count(DISTINCT phase) FROM phases"), 5);
+    // The station's recogniser heard the demo speech playing into the microphone and fed
+    // the text modality; the dialogue app's utterance is stored beside its words.
+    let heard = count(
+        &conn,
+        "SELECT count(*) FROM utterances WHERE source = 'asr' AND speaker = 'participant' AND model = 'moonshine-tiny-en'",
+    );
+    assert!(heard >= 1, "no utterance heard: {}", station.log_text());
+    assert_eq!(
+        count(
+            &conn,
+            "SELECT count(*) FROM utterances WHERE source = 'dialogue_app'"
+        ),
+        1
+    );
+    let words: String = conn
+        .query_row(
+            "SELECT group_concat(text, ' ') FROM utterances WHERE source = 'asr'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(words.to_lowercase().contains("dashwood"), "{words}");
+    let text_source: String = conn
+        .query_row("SELECT text_source FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(text_source, "asr");
+    // The latency from an utterance's end to the store writer, as the service logged it.
+    let log = station.log_text();
+    let latency = log
+        .lines()
+        .find(|l| l.contains("speech recognition latency"))
+        .unwrap_or_default();
+    assert!(latency.contains("p95_ms="), "{log}");
+    eprintln!("live {latency}");
 
     let m = manifest(&folder);
     assert_eq!(m["format_version"], 2);

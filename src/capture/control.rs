@@ -118,8 +118,12 @@ impl SessionRules {
                 start_ms,
                 end_ms,
                 text,
+                source,
                 ..
             } => {
+                if *source == crate::session::TranscriptSource::Asr {
+                    return Err("utterance `source` `asr` names the station's own recogniser; a dialogue app's utterances carry no `source`".into());
+                }
                 if start_ms > end_ms {
                     return Err(format!(
                         "utterance ends ({end_ms} ms) before it starts ({start_ms} ms)"
@@ -293,6 +297,9 @@ mod tests {
             start_ms: 2,
             end_ms: 90_000,
             text: "hi".into(),
+            source: Default::default(),
+            model: None,
+            confidence: None,
         };
         assert!(r.accept(&u, 10 * ms).unwrap_err().contains("future"));
     }

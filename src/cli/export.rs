@@ -22,7 +22,8 @@
 //! text but not their embeddings (a central database: records carry the stories shown, not
 //! vectors) has them embedded at export with the configured sentence encoder, from the same
 //! presented text the bank's import embeds, so an export from a station and one from a
-//! central database both train. Only complete sessions are exported. The folder must be new or empty; nothing is written outside it.
+//! central database both train. Since version 4 each session says whose utterances fed its text
+//! modality (`text_source`: `dialogue_app` or `asr`, the station's recogniser). Only complete sessions are exported. The folder must be new or empty; nothing is written outside it.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -101,12 +102,15 @@ impl Args {
 }
 
 /// Format version of the export.
-pub const EXPORT_VERSION: u32 = 3;
+pub const EXPORT_VERSION: u32 = 4;
 
 #[derive(Serialize)]
 struct SessionEntry {
     session_id: String,
     participant_id: Option<String>,
+    /// Whose utterances fed the text modality: `dialogue_app` or `asr` (the station's
+    /// recogniser). Since version 4.
+    text_source: String,
     frames: u64,
     windows: usize,
     modalities: Vec<ExportModality>,
@@ -188,7 +192,7 @@ pub fn export_windows(
     let mut entries = Vec::new();
     let mut total_windows = 0;
     let mut bytes = 0u64;
-    for (id, participant) in &sessions {
+    for (id, participant, text_source) in &sessions {
         let modalities = reads.modalities(id).map_err(fail)?;
         let frames = reads.frame_count(id).map_err(fail)?;
         let windows = reads.windows(id, phase).map_err(fail)?;
@@ -280,6 +284,7 @@ pub fn export_windows(
         entries.push(SessionEntry {
             session_id: id.clone(),
             participant_id: participant.clone(),
+            text_source: text_source.clone(),
             frames,
             windows: windows.len(),
             modalities,

@@ -58,6 +58,7 @@ pub struct Config {
     pub sync: SyncConfig,
     pub live: LiveConfig,
     pub recording: RecordingConfig,
+    pub asr: AsrConfig,
 }
 
 impl Config {
@@ -136,6 +137,34 @@ impl Config {
             0,
             120_000,
         )?;
+        within(
+            "asr.min_silence_ms",
+            u64::from(self.asr.min_silence_ms),
+            50,
+            10_000,
+        )?;
+        within("asr.pad_ms", u64::from(self.asr.pad_ms), 0, 1_000)?;
+        within(
+            "asr.max_utterance_ms",
+            u64::from(self.asr.max_utterance_ms),
+            1_000,
+            30_000,
+        )?;
+        if self.asr.pad_ms >= self.asr.min_silence_ms {
+            return Err(invalid(
+                "asr.pad_ms",
+                format!(
+                    "must be less than asr.min_silence_ms ({}), got {}",
+                    self.asr.min_silence_ms, self.asr.pad_ms
+                ),
+            ));
+        }
+        if !(self.asr.threshold > 0.0 && self.asr.threshold < 1.0) {
+            return Err(invalid(
+                "asr.threshold",
+                format!("must be in (0, 1), got {}", self.asr.threshold),
+            ));
+        }
         let fps = self.video.nominal_fps;
         if !(fps.is_finite() && (1.0..=240.0).contains(&fps)) {
             return Err(invalid(
@@ -329,6 +358,7 @@ mod tests {
             ("sync", fields_of::<SyncConfig>()),
             ("live", fields_of::<LiveConfig>()),
             ("recording", fields_of::<RecordingConfig>()),
+            ("asr", fields_of::<AsrConfig>()),
         ];
         let top = fields_of::<Config>();
         assert_eq!(

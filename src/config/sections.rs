@@ -3,6 +3,73 @@
 
 use super::*;
 
+/// On-station speech recognition (`features::speech`): whether the station's recogniser
+/// runs and whose utterances feed the text modality. Nothing it hears leaves the station
+/// but the words it stores (as the dialogue app's transcripts do).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AsrConfig {
+    /// Run the station's recogniser where `source` asks for it (false: never).
+    pub enabled: bool,
+    /// `auto`: live sessions and replays of live recordings run the recogniser and feed
+    /// the text modality from it (the dialogue app's utterances are stored as well); other
+    /// replays run it only when their events carry no participant utterances. `station`:
+    /// always the recogniser. `dialogue_app`: never (the runtime before issue 32). `both`:
+    /// run it and feed the text modality from `text_from`.
+    pub source: AsrSource,
+    /// With `source = "both"`: `station` or `dialogue_app`.
+    pub text_from: TextFrom,
+    /// Silence that ends an utterance.
+    pub min_silence_ms: u32,
+    /// Audio kept before and after each utterance.
+    pub pad_ms: u32,
+    /// Unbroken speech is cut into utterances of at most this (the recogniser's window).
+    pub max_utterance_ms: u32,
+    /// Speech probability (Silero VAD) at which speech starts.
+    pub threshold: f32,
+}
+
+impl Default for AsrConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            source: AsrSource::Auto,
+            text_from: TextFrom::Station,
+            min_silence_ms: 300,
+            pad_ms: 100,
+            max_utterance_ms: 30_000,
+            threshold: 0.5,
+        }
+    }
+}
+
+/// `[asr] source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AsrSource {
+    Auto,
+    Station,
+    DialogueApp,
+    Both,
+}
+
+/// `[asr] text_from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TextFrom {
+    Station,
+    DialogueApp,
+}
+
+impl TextFrom {
+    pub fn source(self) -> crate::session::TranscriptSource {
+        match self {
+            TextFrom::Station => crate::session::TranscriptSource::Asr,
+            TextFrom::DialogueApp => crate::session::TranscriptSource::DialogueApp,
+        }
+    }
+}
+
 /// The live service (`empathic run`): its control socket and timing.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

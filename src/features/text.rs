@@ -14,7 +14,7 @@ use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use crate::features::ModalitySpec;
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
-use crate::session::{Event, EventKind};
+use crate::session::{Event, EventKind, TranscriptSource};
 use crate::Nanos;
 
 /// Tokens per text at most (the model's `max_seq_length`).
@@ -195,8 +195,14 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 pub struct TextStage {
     encoder: SentenceEncoder,
     speaker: String,
+    /// Whose transcripts are embedded (the other's are stored, not embedded).
+    source: TranscriptSource,
     spec: ModalitySpec,
     retrieval: Option<Retrieval>,
+    /// The phases entered so far, in time order.
+    phases: Vec<(Nanos, crate::session::Phase)>,
+    /// The session declares no phases: all it says is shared.
+    unphased: bool,
 }
 
 /// Retrieval of stories from the bank for what the participant shares, while they share.
@@ -205,7 +211,6 @@ struct Retrieval {
     k: usize,
     /// Stories the participant saw in earlier sessions: never retrieved again.
     exclude: Vec<String>,
-    sharing: bool,
     shared: Vec<String>,
 }
 
@@ -229,8 +234,48 @@ impl TextStage {
         Self {
             encoder,
             speaker: speaker.to_string(),
+            source: TranscriptSource::DialogueApp,
             spec,
             retrieval: None,
+            phases: Vec::new(),
+            unphased: false,
+        }
+    }
+
+    /// Embeds the utterances of `source` only (default: the dialogue app's).
+    pub fn set_source(&mut self, source: TranscriptSource) {
+        self.source = source;
+    }
+
+    /// A session that declares no phases: everything the participant says is shared
+    /// (retrieval runs on all of it).
+    pub fn set_unphased(&mut self, unphased: bool) {
+        self.unphased = unphased;
+    }
+
+    /// Whether `kind` is an utterance of the participant from the embedded source.
+    fn is_embedded<'e>(&self, kind: &'e EventKind) -> Option<(u64, u64, &'e str)> {
+        match kind {
+            EventKind::Utterance {
+                speaker,
+                start_ms,
+                end_ms,
+                text,
+                source,
+                ..
+            } if *speaker == self.speaker && *source == self.source => {
+                Some((*start_ms, *end_ms, text.as_str()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the participant is sharing their story at `t_ns`: in `story_share` by the
+    /// phases known, or anywhere in a session without phases.
+    fn sharing_at(&self, t_ns: Nanos) -> bool {
+        match self.phases.iter().rev().find(|(at, _)| *at <= t_ns) {
+            Some((_, phase)) => *phase == crate::session::Phase::StoryShare,
+            None => self.unphased && self.phases.is_empty(),
         }
     }
 
@@ -252,7 +297,6 @@ impl TextStage {
             index,
             k,
             exclude,
-            sharing: false,
             shared: Vec::new(),
         });
     }
@@ -261,45 +305,52 @@ impl TextStage {
     /// each utterance of the participant in `story_share`, for all they have shared since
     /// the phase began.
     pub fn retrieve(&mut self, events: &[Event]) -> Result<Vec<RetrievalSet>, ModelError> {
-        let Some(r) = self.retrieval.as_mut() else {
+        for e in events {
+            if let EventKind::Phase { phase } = e.kind {
+                // Phases arrive in time order; an utterance's phase is the one at its stamp.
+                let at = self.phases.partition_point(|(t, _)| *t <= e.t_ns);
+                self.phases.insert(at, (e.t_ns, phase));
+            }
+        }
+        if self.retrieval.is_none() {
             return Ok(Vec::new());
-        };
+        }
         let mut out = Vec::new();
         for e in events {
-            match &e.kind {
-                EventKind::Phase { phase } => {
-                    r.sharing = *phase == crate::session::Phase::StoryShare;
-                }
-                EventKind::Utterance { speaker, text, .. }
-                    if r.sharing && *speaker == self.speaker =>
-                {
-                    r.shared.push(text.clone());
-                    let query = r.shared.join(" ");
-                    let q = self
-                        .encoder
-                        .embed(&[query.as_str()])?
-                        .into_iter()
-                        .next()
-                        .unwrap_or_default();
-                    let set = r
-                        .index
-                        .top_k(&q, r.k, &r.exclude)
-                        .into_iter()
-                        .filter_map(|hit| {
-                            let (title, v) = r.index.story(&hit.id)?;
-                            Some(StoryInPlay {
-                                story_id: hit.id.clone(),
-                                title: title.to_string(),
-                                shown_ns: e.t_ns,
-                                embedding: v.to_vec(),
-                                retrieved: true,
-                            })
-                        })
-                        .collect();
-                    out.push((e.t_ns, set));
-                }
-                _ => {}
+            let Some((_, _, text)) = self.is_embedded(&e.kind) else {
+                continue;
+            };
+            if !self.sharing_at(e.t_ns) {
+                continue;
             }
+            let text = text.to_string();
+            let Some(r) = self.retrieval.as_mut() else {
+                break;
+            };
+            r.shared.push(text);
+            let query = r.shared.join(" ");
+            let q = self
+                .encoder
+                .embed(&[query.as_str()])?
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            let set = r
+                .index
+                .top_k(&q, r.k, &r.exclude)
+                .into_iter()
+                .filter_map(|hit| {
+                    let (title, v) = r.index.story(&hit.id)?;
+                    Some(StoryInPlay {
+                        story_id: hit.id.clone(),
+                        title: title.to_string(),
+                        shown_ns: e.t_ns,
+                        embedding: v.to_vec(),
+                        retrieved: true,
+                    })
+                })
+                .collect();
+            out.push((e.t_ns, set));
         }
         Ok(out)
     }
@@ -340,27 +391,21 @@ impl TextStage {
     ) -> Result<Vec<EmbeddedUtterance>, ModelError> {
         let mut out = Vec::new();
         for e in events {
-            if let EventKind::Utterance {
-                speaker,
-                start_ms,
-                end_ms,
-                text,
-            } = &e.kind
-            {
-                if *speaker == self.speaker {
-                    let v = self
-                        .encoder
-                        .embed(&[text.as_str()])?
-                        .into_iter()
-                        .next()
-                        .unwrap_or_default();
-                    out.push((
-                        start_ms.saturating_mul(1_000_000),
-                        end_ms.saturating_mul(1_000_000),
-                        std::sync::Arc::new(v),
-                    ));
-                }
-            }
+            let Some((start_ms, end_ms, text)) = self.is_embedded(&e.kind) else {
+                continue;
+            };
+            let text = text.to_string();
+            let v = self
+                .encoder
+                .embed(&[text.as_str()])?
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            out.push((
+                start_ms.saturating_mul(1_000_000),
+                end_ms.saturating_mul(1_000_000),
+                std::sync::Arc::new(v),
+            ));
         }
         Ok(out)
     }

@@ -212,6 +212,8 @@ pub struct FusionStage {
     predictors: Vec<(Configured, InUse)>,
     /// The story bank, for the zero-shot predictor's population map.
     bank: Option<zero_shot::BankRelative>,
+    /// Predict windows that have no phase (a recording whose events declare none).
+    predict_unphased: bool,
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> Option<f64> {
@@ -252,6 +254,7 @@ impl FusionStage {
             layout,
             predictors,
             bank: None,
+            predict_unphased: false,
         })
     }
 
@@ -260,6 +263,12 @@ impl FusionStage {
     /// while the predictor is not calibrated to the participant.
     pub fn set_story_bank(&mut self, vectors: &[f32], dims: usize) {
         self.bank = zero_shot::BankRelative::new(vectors, dims);
+    }
+
+    /// Whether windows without a phase are predicted (a recording whose events declare no
+    /// phase: the whole session is predicted); otherwise only the configured phases are.
+    pub fn set_predict_unphased(&mut self, on: bool) {
+        self.predict_unphased = on;
     }
 
     /// The predictor ids, in order.
@@ -298,11 +307,14 @@ impl FusionStage {
     /// stories in play in one `represent_batch` call.
     pub fn predict_batch(&mut self, windows: &[&Window]) -> Vec<Prediction> {
         let layout = &self.layout;
+        let predict_unphased = self.predict_unphased;
         let mut reps: Vec<Vec<Option<Representation>>> = Vec::new();
         for (c, _) in &mut self.predictors {
             let wanted: Vec<usize> = (0..windows.len())
                 .filter(|&i| {
-                    windows[i].phase.is_some_and(|p| c.phases.contains(&p))
+                    windows[i]
+                        .phase
+                        .map_or(predict_unphased, |p| c.phases.contains(&p))
                         && !windows[i].stories.is_empty()
                 })
                 .collect();

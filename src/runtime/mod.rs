@@ -17,6 +17,7 @@ pub mod queues;
 pub mod replay;
 pub mod sequence;
 pub mod stages;
+pub mod transcripts;
 
 use std::path::Path;
 use std::thread::JoinHandle;

@@ -17,6 +17,7 @@ use super::pipeline::{self, PipelineOptions, Progress, Sinks, Sources};
 use super::queues::Overflow;
 use super::sequence::{prepare_session, SessionWriter};
 use super::stages::Stages;
+use super::transcripts::{RunKind, TranscriptPlan};
 use super::RunError;
 use crate::capture::absent::{AbsentAudio, AbsentVideo};
 use crate::capture::audio_file::WavAudioSource;
@@ -86,6 +87,11 @@ pub fn replay(
         e
     };
     let mut stages = Stages::load(config, m.nominal_fps, m.camera).map_err(fail)?;
+    let kind = match &m.recording {
+        Some(_) => RunKind::LiveRecording,
+        None => RunKind::Recording(&session.events),
+    };
+    let transcripts = TranscriptPlan::resolve(config, kind).apply(&mut stages, config);
     prepare_session(
         &mut stages,
         &store,
@@ -106,6 +112,7 @@ pub fn replay(
         nominal_fps: m.nominal_fps,
         layout: stages.layout.clone(),
         replace: opts.replace,
+        text_source: transcripts.text_from,
     })?;
     let setup_secs = started.elapsed().as_secs_f64();
     tracing::info!(session = %m.session_id, dir = %opts.session_dir.display(), setup_secs, "replay started");

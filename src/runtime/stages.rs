@@ -11,6 +11,9 @@ use crate::features::appearance::AppearanceEncoder;
 use crate::features::face::pose::IntrinsicsArgs;
 use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
 use crate::features::signal::{AudioSignalStage, VideoSignalStage};
+use crate::features::speech::activity::SpeechActivityStage;
+use crate::features::speech::stream::SpeechStream;
+use crate::features::speech::SpeechModels;
 use crate::features::text::{SentenceEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
 use crate::fusion::onnx_model::OnnxPredictor;
@@ -46,6 +49,8 @@ pub struct Stages {
     pub period_ns: f64,
     /// The configured predictors, checked against the layout (None: prediction is off).
     pub fusion: Option<FusionStage>,
+    /// The station's recogniser, when the transcript plan (`super::transcripts`) runs it.
+    pub speech: Option<SpeechStream>,
 }
 
 fn add(
@@ -110,10 +115,28 @@ impl Stages {
         let video_signal = VideoSignalStage::new();
         let text = TextStage::new(encoder, &config.text.speaker);
         let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
-        let audio_stages: Vec<Box<dyn AudioStage>> = vec![Box::new(LldExtractor::new(
+        let mut audio_stages: Vec<Box<dyn AudioStage>> = vec![Box::new(LldExtractor::new(
             config.audio.lld_set,
             config.audio.sample_rate_hz,
         ))];
+        // The learned voice activity beside the energy rule, with the station's speech
+        // models (`[asr]`); without them the session runs without it and says so once.
+        if config.asr.enabled {
+            let path = SpeechModels::in_dir(&models.dir).vad;
+            match (config.audio.sample_rate_hz, path.is_file()) {
+                (16_000, true) => audio_stages.push(Box::new(SpeechActivityStage::open(
+                    &path,
+                    models.onnxruntime_library.as_deref(),
+                )?)),
+                (16_000, false) => tracing::warn!(
+                    "no speech_activity modality: {} is missing (run scripts/setup.sh)",
+                    path.display()
+                ),
+                (rate, _) => tracing::warn!(
+                    "no speech_activity modality: the voice activity model runs on 16000 Hz audio and audio.sample_rate_hz is {rate}"
+                ),
+            }
+        }
 
         // The layout: one entry per modality, in the order frame records carry them.
         let mut layout = ModalityLayout::new();
@@ -184,6 +207,7 @@ impl Stages {
         };
         Ok(Self {
             fusion,
+            speech: None,
             video_signal: (video_signal_id, video_signal),
             frame_stages: frame_slots,
             text: (text_id, text),

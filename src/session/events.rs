@@ -64,18 +64,52 @@ impl TimePoint {
     }
 }
 
+/// Who transcribed an utterance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TranscriptSource {
+    /// The dialogue app (its own or a cloud recogniser, or a human): the default.
+    #[default]
+    DialogueApp,
+    /// The station's own recogniser (`features::speech`).
+    Asr,
+}
+
+impl TranscriptSource {
+    /// The name used in files and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TranscriptSource::DialogueApp => "dialogue_app",
+            TranscriptSource::Asr => "asr",
+        }
+    }
+
+    fn is_dialogue_app(&self) -> bool {
+        *self == TranscriptSource::DialogueApp
+    }
+}
+
 /// The payload of one event line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum EventKind {
     /// The session entered `phase`; it lasts until the next phase event or the session end.
     Phase { phase: Phase },
-    /// A transcript utterance (`start_ms`..`end_ms` on the session timeline).
+    /// A transcript utterance (`start_ms`..`end_ms` on the session timeline). `source`,
+    /// `model` and `confidence` are absent for the dialogue app's transcripts; the station's
+    /// own recogniser writes `source: "asr"`, its model's id and the mean token
+    /// log-probability.
     Utterance {
         speaker: String,
         start_ms: u64,
         end_ms: u64,
         text: String,
+        #[serde(default, skip_serializing_if = "TranscriptSource::is_dialogue_app")]
+        source: TranscriptSource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confidence: Option<f32>,
     },
     /// The robot showed a retrieved story.
     StoryShown {
@@ -192,8 +226,12 @@ fn check_kind(kind: &EventKind) -> Result<(), String> {
             speaker,
             start_ms,
             end_ms,
+            confidence,
             ..
         } => {
+            if confidence.is_some_and(|c| !c.is_finite()) {
+                return Err("utterance `confidence` must be a finite number".into());
+            }
             if speaker.trim().is_empty() {
                 return Err("utterance `speaker` must not be empty".into());
             }

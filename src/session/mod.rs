@@ -14,7 +14,7 @@ pub mod record;
 
 use std::path::{Path, PathBuf};
 
-pub use events::{Event, EventKind, Phase, PhaseSpan, TimePoint};
+pub use events::{Event, EventKind, Phase, PhaseSpan, TimePoint, TranscriptSource};
 pub use manifest::{CameraIntrinsics, SessionManifest, FORMAT_VERSION};
 
 use crate::exit::{Classify, ExitKind};

@@ -100,7 +100,7 @@ impl ExportReads<'_> {
     pub fn sessions(
         &self,
         only: Option<&str>,
-    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+    ) -> Result<Vec<(String, Option<String>, String)>, StoreError> {
         sql::export::sessions(self.0, only)
     }
     pub fn modalities(&self, id: &str) -> Result<Vec<sql::export::ExportModality>, StoreError> {

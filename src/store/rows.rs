@@ -42,6 +42,9 @@ pub struct SessionStart {
     pub layout: ModalityLayout,
     /// Replace a complete session with the same id (otherwise that is an error).
     pub replace: bool,
+    /// Whose utterances feed the text modality (the dialogue app's or the station's
+    /// recogniser's); both may be stored.
+    pub text_source: crate::session::TranscriptSource,
 }
 
 /// How a session ended.

@@ -20,7 +20,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         V8,
     ),
     (9, "sealed sync: each message's payload as sealed", V9),
+    (10, "who transcribed each utterance", V10),
 ];
+
+/// Version 10: who transcribed an utterance (`source`: `dialogue_app`, the default and every
+/// utterance before this version, or `asr`, the station's own recogniser), the recogniser's
+/// model id and its confidence (mean token log-probability); both NULL for the dialogue app.
+/// A session's `text_source` says whose utterances fed its text modality (NULL before this
+/// version: the dialogue app's).
+const V10: &str = r#"
+ALTER TABLE sessions ADD COLUMN text_source TEXT;
+ALTER TABLE utterances ADD COLUMN source TEXT NOT NULL DEFAULT 'dialogue_app';
+ALTER TABLE utterances ADD COLUMN model TEXT;
+ALTER TABLE utterances ADD COLUMN confidence REAL;
+"#;
 
 /// Version 9: with `[sync] security = "sealed"`, a message's payload sealed to the study's
 /// key (`sealed`, base64) and that key (`sealed_to`), kept from the first send so every

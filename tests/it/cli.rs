@@ -306,8 +306,10 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["format"], "empathic-windows");
-    assert_eq!(manifest["version"], 3);
+    assert_eq!(manifest["version"], 4);
     assert_eq!(manifest["sessions"][0]["frames"], 420);
+    // Version 4 says whose utterances fed the text modality (the demo's: the dialogue app's).
+    assert_eq!(manifest["sessions"][0]["text_source"], "dialogue_app");
     // Version 2 carries the story bank's embeddings, one row per story, named in order.
     assert_eq!(
         manifest["story_encoders"],

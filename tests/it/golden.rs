@@ -2,7 +2,12 @@
 //! (issue "One pipeline for every source"): a digest per table of what replaying the demo
 //! session and every shared session stores, compared with `tests/data/golden/*.txt`.
 //!
-//! The digests were taken with the build before the change (`EMPATHIC_BLESS=1` writes them).
+//! The digests were taken with the build before the change (`EMPATHIC_BLESS=1` writes them),
+//! and blessed again for on-station speech (issue 32): the utterance and session rows gained
+//! columns (`source`, `model`, `confidence`; `text_source`), the shared sessions (which have
+//! no events) gained the recogniser's utterances and so a text modality, and every session
+//! the `speech_activity` modality (the learned voice activity); every other digest stayed
+//! as it was. The recogniser's rows (`:asr`) are model outputs.
 //! ONNX Runtime's kernels differ between CPU classes (AVX2 only, AVX-512, VNNI), so the
 //! rows computed by learned models are compared exactly only on the CPU class the digests
 //! were taken on; on another class they are compared by their present-frame counts (within
@@ -82,6 +87,24 @@ fn describe(db: &Path, id: &str) -> BTreeMap<String, String> {
                     out.insert(format!("stats:{table}:{m}"), stats(&conn, table, id, &m));
                 }
             }
+        } else if matches!(*table, "events" | "utterances") {
+            // The station recogniser's utterances are model outputs (`:asr`, compared by
+            // count and mean length on another CPU); the dialogue app's stay exact.
+            let (heard, told): (Vec<String>, Vec<String>) = table_lines(&conn, table, key, id)
+                .into_iter()
+                .partition(|l| {
+                    l.contains(r#"source="asr""#) || l.contains(r#"\"source\":\"asr\""#)
+                });
+            out.insert(table.to_string(), digest(&told));
+            out.insert(format!("{table}:asr"), digest(&heard));
+            out.insert(
+                format!("stats:{table}:asr"),
+                format!(
+                    "present={} mean={:.9e}",
+                    heard.len(),
+                    heard.iter().map(|l| l.len() as f64).sum::<f64>() / heard.len().max(1) as f64
+                ),
+            );
         } else {
             out.insert(
                 table.to_string(),
@@ -191,6 +214,7 @@ fn check(name: &str, session: &Path, id: &str, config: Option<&Path>) {
     for (k, w) in &want {
         let g = &got[k];
         let model_dependent = k.starts_with("stats:")
+            || k.ends_with(":asr")
             || MODEL_TABLES.contains(&k.as_str())
             || k.split_once(':')
                 .is_some_and(|(_, m)| model_modalities().iter().any(|n| n == m));
@@ -212,7 +236,7 @@ fn check(name: &str, session: &Path, id: &str, config: Option<&Path>) {
 fn every_model_modality_is_compared_within_tolerance_across_cpus() {
     // The list is derived from the stages; this pins that the derivation sees them all.
     let names = model_modalities();
-    for m in ["face", "blendshapes", "appearance", "text"] {
+    for m in ["face", "blendshapes", "appearance", "text", "speech_activity"] {
         assert!(names.iter().any(|n| n == m), "{m} missing from {names:?}");
     }
     for m in ["video_signal", "audio_signal", "acoustic_compare"] {

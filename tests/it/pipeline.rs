@@ -70,6 +70,7 @@ fn run_demo(
             nominal_fps: m.nominal_fps,
             layout: stages.layout.clone(),
             replace: false,
+            text_source: Default::default(),
         })
         .unwrap();
     let sources = Sources {

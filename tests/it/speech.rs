@@ -1,10 +1,17 @@
-//! On-station speech recognition (issue 32, in part): `empathic transcribe` on the demo
-//! session's real speech, at other rates and channels, on silence and noise, and without
-//! its models.
+//! On-station speech recognition: `empathic transcribe` on the demo session's real speech,
+//! at other rates and channels, on silence and noise, and without its models; and the
+//! recogniser in the pipeline (`[asr]`): a recording without events gets the station's
+//! words, a text modality and predictions; both sources stored side by side; the robot's
+//! voice told apart; a missing model leaves the session running without it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::common::{copy_session, demo_session, empathic, path_str, stderr, stdout};
+use rusqlite::Connection;
+
+use crate::common::{
+    config_without_vision_models_and, copy_session, demo_session, empathic, fixtures_or_skip,
+    path_str, replay_cli, root, stderr, stdout,
+};
 
 /// The demo's audio as 16-bit PCM at `rate` (each sample held `rate / 16000` times) with
 /// `channels` copies.
@@ -163,4 +170,280 @@ fn speech_under_the_robots_utterance_is_the_robots() {
         robot[0]
     );
     assert!(wer_of(&stderr(&o)) <= 10.0, "{}", stderr(&o));
+}
+
+/// A database with the demo's story bank, for retrieval.
+fn db_with_bank(dir: &Path, name: &str) -> PathBuf {
+    let db = dir.join(name);
+    let bank = root().join("demo/stories/stories.jsonl");
+    let o = empathic(&["stories", "import", path_str(&bank), "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    db
+}
+
+/// `(speaker, start_ms, end_ms, source, model, text)` of one stored utterance.
+type Said = (String, i64, i64, String, Option<String>, String);
+
+/// The session's utterances, in time order.
+fn utterances(db: &Path, id: &str) -> Vec<Said> {
+    let c = Connection::open(db).unwrap();
+    let mut s = c
+        .prepare(
+            "SELECT speaker, start_ns / 1000000, end_ns / 1000000, source, model, text
+             FROM utterances WHERE session_id = ?1 ORDER BY start_ns, source, text",
+        )
+        .unwrap();
+    s.query_map([id], |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+        ))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+fn one_number(db: &Path, sql: &str) -> i64 {
+    Connection::open(db)
+        .unwrap()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
+}
+
+fn one_text(db: &Path, sql: &str) -> String {
+    Connection::open(db)
+        .unwrap()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A fixture session has no events file: replayed, the station's recogniser gives it the
+/// participant's words, a text modality and predictions toward the stories retrieved from
+/// what was said, the same on every replay.
+#[test]
+fn a_recording_without_events_gets_the_stations_words_a_text_modality_and_predictions() {
+    let Some(fixtures) = fixtures_or_skip("speech in the pipeline") else {
+        return;
+    };
+    let session = fixtures.join("sessions/still");
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config_without_vision_models_and(tmp.path(), "c.toml", "");
+    let mut runs = Vec::new();
+    for name in ["a.db", "b.db"] {
+        let db = db_with_bank(tmp.path(), name);
+        let o = replay_cli(&session, &db, Some(&config));
+        assert!(o.status.success(), "{}", stderr(&o));
+        runs.push(db);
+    }
+    let heard = utterances(&runs[0], "still");
+    assert!(heard.len() >= 5, "{heard:?}");
+    for (speaker, start, end, source, model, text) in &heard {
+        assert_eq!(speaker, "participant");
+        assert_eq!(source, "asr");
+        assert_eq!(model.as_deref(), Some("moonshine-tiny-en"));
+        assert!(
+            *start >= 0 && end > start && *end <= 40_000,
+            "{start}..{end}"
+        );
+        assert!(!text.trim().is_empty());
+    }
+    let all: String = heard
+        .iter()
+        .map(|u| u.5.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(all.contains("Catherine"), "{all}");
+    assert_eq!(
+        one_text(
+            &runs[0],
+            "SELECT text_source FROM sessions WHERE id = 'still'"
+        ),
+        "asr"
+    );
+    let text_frames = one_number(
+        &runs[0],
+        "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1",
+    );
+    assert!(text_frames > 300, "{text_frames} of 600 frames with text");
+    let predicted = one_number(
+        &runs[0],
+        "SELECT count(DISTINCT story_id) FROM predictions WHERE session_id = 'still'",
+    );
+    assert!(predicted >= 3, "{predicted} stories predicted");
+    // No phase was declared, and none is made up.
+    assert_eq!(one_number(&runs[0], "SELECT count(*) FROM phases"), 0);
+    // Replays agree: the same utterances, text and predictions.
+    assert_eq!(heard, utterances(&runs[1], "still"));
+    for sql in [
+        "SELECT count(*) || ' ' || total(score) FROM predictions",
+        "SELECT count(*) || ' ' || total(length(vec)) FROM frame_features WHERE modality = 'text' AND present = 1",
+    ] {
+        assert_eq!(one_text(&runs[0], sql), one_text(&runs[1], sql), "{sql}");
+    }
+}
+
+/// The demo's events carry the participant's utterances: by default the recogniser stays
+/// off for it; with `source = "both"` both are stored, the text modality follows
+/// `text_from`, and speech under the robot's own utterance is stored as the robot's.
+#[test]
+fn both_sources_are_stored_side_by_side_and_the_robots_voice_is_told_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = db_with_bank(tmp.path(), "auto.db");
+    let plain = config_without_vision_models_and(tmp.path(), "auto.toml", "");
+    let o = replay_cli(&demo_session(), &db, Some(&plain));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let u = utterances(&db, "demo-0001");
+    assert!(
+        u.iter().all(|u| u.3 == "dialogue_app" && u.4.is_none()),
+        "{u:?}"
+    );
+    assert_eq!(
+        one_text(&db, "SELECT text_source FROM sessions"),
+        "dialogue_app"
+    );
+
+    let both = config_without_vision_models_and(
+        tmp.path(),
+        "both.toml",
+        "\n[asr]\nsource = \"both\"\ntext_from = \"station\"\n",
+    );
+    let db = db_with_bank(tmp.path(), "both.db");
+    let o = replay_cli(&demo_session(), &db, Some(&both));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let u = utterances(&db, "demo-0001");
+    let of = |source: &str| -> Vec<&Said> {
+        u.iter()
+            .filter(|x| x.3 == source && x.0 == "participant")
+            .collect()
+    };
+    let (app, heard) = (of("dialogue_app"), of("asr"));
+    assert_eq!(app.len(), 5, "{u:?}");
+    assert!(heard.len() >= 4, "{u:?}");
+    let join = |v: &[&Said]| v.iter().map(|x| x.5.as_str()).collect::<Vec<_>>().join(" ");
+    let wer = empathic_wer(&join(&app), &join(&heard));
+    assert!(wer <= 0.10, "WER {wer}: {}", join(&heard));
+    assert_eq!(one_text(&db, "SELECT text_source FROM sessions"), "asr");
+    let text_frames = one_number(
+        &db,
+        "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1",
+    );
+    assert!(text_frames > 200, "{text_frames}");
+
+    // The dialogue app says the robot spoke 8.1-11.09 s: what the microphone heard then is
+    // the robot's, and does not reach the participant's text.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let session = copy_session(&demo_session(), &tmp2.path().join("s"));
+    let events = session.join("events.jsonl");
+    let text = std::fs::read_to_string(&events).unwrap();
+    std::fs::write(
+        &events,
+        text.replace(
+            r#""speaker": "participant", "start_ms": 8100"#,
+            r#""speaker": "robot", "start_ms": 8100"#,
+        ),
+    )
+    .unwrap();
+    let db = db_with_bank(tmp.path(), "robot.db");
+    let o = replay_cli(&session, &db, Some(&both));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let robot: Vec<_> = utterances(&db, "demo-0001")
+        .into_iter()
+        .filter(|x| x.3 == "asr" && x.0 == "robot")
+        .collect();
+    assert_eq!(robot.len(), 1, "{robot:?}");
+    assert!(robot[0].5.contains("young man"), "{robot:?}");
+}
+
+/// Word error rate, as `transcribe --score` computes it (normalised case and punctuation).
+fn empathic_wer(reference: &str, hypothesis: &str) -> f64 {
+    let words = |t: &str| -> Vec<String> {
+        t.to_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_alphanumeric() || c == '\'' {
+                    c
+                } else {
+                    ' '
+                }
+            })
+            .collect::<String>()
+            .split_whitespace()
+            .map(|w| w.trim_matches('\'').to_string())
+            .filter(|w| !w.is_empty())
+            .collect()
+    };
+    let (r, h) = (words(reference), words(hypothesis));
+    let mut prev: Vec<usize> = (0..=h.len()).collect();
+    for (i, rw) in r.iter().enumerate() {
+        let mut cur = vec![i + 1; h.len() + 1];
+        for (j, hw) in h.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(rw != hw))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[h.len()] as f64 / r.len().max(1) as f64
+}
+
+/// Without the speech models the session still runs: no station words, said once, and
+/// `doctor` names the missing file.
+#[test]
+fn a_missing_speech_model_leaves_the_session_running_without_the_recogniser() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The models folder without speech/.
+    let models = tmp.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    for entry in std::fs::read_dir(root().join("models")).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "speech" {
+            std::os::unix::fs::symlink(entry.path(), models.join(entry.file_name())).unwrap();
+        }
+    }
+    let config = config_without_vision_models_and(
+        tmp.path(),
+        "c.toml",
+        &format!(
+            "\n[asr]\nsource = \"station\"\n\n[models]\ndir = \"{}\"\nappearance_encoder = \"\"\n",
+            models.display()
+        ),
+    );
+    // config_without_vision_models_and writes its own [models]: keep one.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replacen("[models]\nappearance_encoder = \"\"\n", "", 1),
+    )
+    .unwrap();
+    let db = tmp.path().join("s.db");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["replay", path_str(&demo_session()), "--db", path_str(&db)])
+        .args(["--config", path_str(&config)])
+        .env("EMPATHIC_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("speech recogniser is off").count(), 1, "{err}");
+    assert!(err.contains("silero-vad-v6"), "{err}");
+    assert_eq!(
+        one_number(&db, "SELECT count(*) FROM utterances WHERE source = 'asr'"),
+        0
+    );
+    assert_eq!(one_text(&db, "SELECT status FROM sessions"), "complete");
+    let o = empathic(&["doctor", "--config", path_str(&config)]);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("speech"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("silero-vad-v6.onnx") && line.contains("scripts/setup.sh"),
+        "{out}"
+    );
 }

@@ -10,11 +10,12 @@
 //! reference, normalised for case and punctuation.
 //!
 //! [`is_robot`] tells the robot's voice from the participant's by overlap with the robot's
-//! own utterances. What is not done yet (issue 32): the recogniser is not a thread of the
-//! pipeline, so its utterances do not reach the text modality, the stories in play or the
-//! store.
+//! own utterances. [`stream::SpeechStream`] is the recogniser as the pipeline runs it (the
+//! `speech-recognition` thread): blocks in, utterances on the session timeline out.
 
+pub mod activity;
 pub mod moonshine;
+pub mod stream;
 pub mod tokenizer;
 pub mod vad;
 
@@ -80,6 +81,12 @@ impl Recogniser {
             )?,
             rules: vad::SegmentRules::default(),
         })
+    }
+
+    /// The same recogniser with other segment rules.
+    pub fn with_rules(mut self, rules: vad::SegmentRules) -> Self {
+        self.rules = rules;
+        self
     }
 
     /// Every utterance of `samples` (16 kHz mono, one whole stream); `progress` is told the

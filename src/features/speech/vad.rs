@@ -194,6 +194,25 @@ impl Segmenter {
         }
     }
 
+    /// Samples seen so far (whole chunks).
+    pub fn at(&self) -> u64 {
+        self.at
+    }
+
+    /// Where the segment being spoken began, when one is open.
+    pub fn open_start(&self) -> Option<u64> {
+        self.start
+    }
+
+    /// Every segment given from now on starts at or after this sample (its padding
+    /// included): the open segment's start, or the next chunk's, less the padding.
+    pub fn settled_until(&self) -> u64 {
+        self.start
+            .unwrap_or(self.at)
+            .saturating_sub(samples(self.rules.pad_ms))
+            .max(self.last_end)
+    }
+
     /// The end of the stream: the open segment, if any.
     pub fn finish(&mut self) -> Option<Segment> {
         let start = self.start.take()?;

@@ -635,13 +635,18 @@ fn transcript_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
     } else if said.is_empty() {
         note(out, "The participant said nothing that was transcribed.");
     } else {
-        out.push_str("<table><tr><th>time</th><th>participant</th></tr>\n");
+        out.push_str("<table><tr><th>time</th><th>participant</th><th>heard by</th></tr>\n");
         for u in said {
             let _ = writeln!(
                 out,
-                "<tr><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
                 plots::mmss(u.start_secs),
-                esc(&u.text)
+                esc(&u.text),
+                if u.source == "asr" {
+                    "station"
+                } else {
+                    "dialogue app"
+                }
             );
         }
         out.push_str("</table>\n");

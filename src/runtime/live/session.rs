@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::runtime::pipeline::{self, PipelineOptions, Sinks, Sources};
 use crate::runtime::queues::{policy_queue, Overflow, PolicyReceiver};
 use crate::runtime::stages::Stages;
+use crate::runtime::transcripts::{RunKind, TranscriptPlan};
 use crate::runtime::RunError;
 use crate::session::manifest::CameraIntrinsics;
 use crate::session::record::{Recording, RecordingStart};
@@ -101,6 +102,7 @@ pub(super) fn start_session_checked<'scope>(
     let camera = intrinsics(config);
     let mut stages =
         Stages::load(config, config.video.nominal_fps, camera).map_err(|e| e.to_string())?;
+    let transcripts = TranscriptPlan::resolve(config, RunKind::Live).apply(&mut stages, config);
     {
         let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
         prepare_session(
@@ -127,6 +129,7 @@ pub(super) fn start_session_checked<'scope>(
             nominal_fps: config.video.nominal_fps,
             layout: stages.layout.clone(),
             replace: false,
+            text_source: transcripts.text_from,
         })
         .map_err(|e| e.to_string())?;
     let recording = if config.recording.enabled {

@@ -13,10 +13,18 @@
 //! ```text
 //! video-capture -> video-features -> <stage>-features ... -> video-forward -+
 //! audio-capture -> audio-features ----------------------------------------+-> align-windows
-//! session-events -> text-features -----------------------------------------+     |
+//!                       \-> speech-recognition -+                           |     |
+//! session-events ----------------------------> text-features -------------+     |
 //!        \-> (events to the store writer)         frames to the store writer <-+     |
 //!                                    windows fan out: store-windows, <consumer>-windows
 //! ```
+//!
+//! With the station's recogniser on (`runtime::transcripts`), `audio-features` hands a copy
+//! of each block to `speech-recognition`, whose utterances `text-features` stores (with
+//! `source: asr`, the robot's voice told apart by its own utterances) and embeds like the
+//! dialogue app's. A replay's text is known up to where both the events and the
+//! recogniser have got; a live run's, as for the dialogue app's transcripts, up to the
+//! transcript wait behind now.
 //!
 //! A frame slot leaves the aligner when its audio is complete and the session events are
 //! known up to its start; a window's phase is decided when it is emitted. End of stream is
@@ -43,6 +51,7 @@ use crate::config::Config;
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
 };
+use crate::features::speech::stream::{Heard, SpeechStream};
 use crate::features::text::{EmbeddedUtterance, TextStage, TextTrack};
 use crate::features::{AudioRow, FrameContext, FrameStage};
 use crate::report::{ModalityPresence, QualityInputs, QualityReport};
@@ -276,6 +285,7 @@ pub fn run(
         layout,
         period_ns,
         fusion,
+        speech,
     } = stages;
     let Sources {
         video,
@@ -315,6 +325,17 @@ pub fn run(
         policy_queue::<Vec<(ModalityId, Vec<AudioRow>)>>(AUDIO_OUT_QUEUE, Overflow::Block);
     let (batch_tx, batch_rx) = policy_queue::<EventBatch>(TEXT_QUEUE, Overflow::Block);
     let (text_tx, text_rx) = policy_queue::<TextUpdate>(TEXT_QUEUE, Overflow::Block);
+    // The recogniser's copy of the audio, and what it heard.
+    let (speech_tx, speech_rx) = match speech {
+        Some(_) => {
+            let (tx, rx) =
+                policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
+    let (heard_tx, heard_rx) = policy_queue::<Heard>(TEXT_QUEUE, Overflow::Block);
+    let live_text = opts.events_lag_ns > 0;
     let mut window_txs = Vec::new();
     let mut window_rxs = Vec::new();
     for c in consumers {
@@ -378,13 +399,43 @@ pub fn run(
             capture("audio-capture", next, |b: &AudioBlock| b.t_ns, block_tx, cx)
         })?;
         let audio_features = spawn(scope, "audio-features", move || {
-            audio_features(block_rx, rows_tx, audio_signal, audio_stages, figures_ref)
+            audio_features(
+                block_rx,
+                rows_tx,
+                speech_tx,
+                audio_signal,
+                audio_stages,
+                figures_ref,
+            )
         })?;
+        let speech_thread = match (speech, speech_rx) {
+            (Some(stream), Some(rx)) => Some(spawn(scope, "speech-recognition", move || {
+                speech_recognition(rx, heard_tx, stream, figures_ref)
+            })?),
+            _ => {
+                drop(heard_tx);
+                None
+            }
+        };
         let session_events = spawn(scope, "session-events", move || {
             session_events(events, batch_tx, writer, stop)
         })?;
+        let hearing = speech_thread.is_some();
         let text_features = spawn(scope, "text-features", move || {
-            text_features(batch_rx, text_tx, text.1, figures_ref)
+            text_features(
+                TextInputs {
+                    batches: batch_rx,
+                    heard: hearing.then_some(heard_rx),
+                    live: live_text,
+                    speaker: &config.text.speaker,
+                    latency_from: (pacer.speed == Speed::Realtime)
+                        .then_some((clock_ref, pacer.start_clock_ns)),
+                },
+                text_tx,
+                text.1,
+                writer,
+                figures_ref,
+            )
         })?;
         let mut consumer_threads = Vec::new();
         for (consumer, rx) in window_rxs {
@@ -429,6 +480,7 @@ pub fn run(
             .map(|(name, h)| join(h, &name))
             .collect();
         let audio_features = join(audio_features, "audio-features");
+        let speech = speech_thread.map(|h| join(h, "speech-recognition"));
         let text_features = join(text_features, "text-features");
         let align = join(align, "align-windows");
         let consumed: Vec<Result<(), RunError>> = consumer_threads
@@ -448,15 +500,26 @@ pub fn run(
             }
         }
         let audio_features = audio_features.map_err(|e| errors.push(e)).ok();
-        let _ = text_features.map_err(|e| errors.push(e));
+        if let Some(Err(e)) = speech {
+            errors.push(e);
+        }
+        let heard_events = text_features.map_err(|e| errors.push(e)).ok();
         let align = align.map_err(|e| errors.push(e)).ok();
         for r in consumed {
             let _ = r.map_err(|e| errors.push(e));
         }
-        if let (Some(d), Some(ev), Some(v), Some(a), Some(w)) =
-            (video_drops, events, video_features, audio_features, align)
-        {
+        if let (Some(d), Some(mut ev), Some(heard), Some(v), Some(a), Some(w)) = (
+            video_drops,
+            events,
+            heard_events,
+            video_features,
+            audio_features,
+            align,
+        ) {
             if errors.is_empty() {
+                // The recogniser's utterances among the session's events, in time order.
+                ev.extend(heard);
+                ev.sort_by_key(|e| e.t_ns);
                 return Ok((d, ev, v, a, w, presence));
             }
         }

@@ -40,17 +40,18 @@ pub struct ExportWindow {
     pub stories: Vec<ExportStory>,
 }
 
-/// Complete sessions (optionally one), oldest first: (id, participant).
+/// Complete sessions (optionally one), oldest first: (id, participant, whose utterances fed
+/// the text modality: `dialogue_app` (also for sessions stored before schema v10) or `asr`).
 pub fn sessions(
     conn: &Connection,
     only: Option<&str>,
-) -> Result<Vec<(String, Option<String>)>, StoreError> {
+) -> Result<Vec<(String, Option<String>, String)>, StoreError> {
     conn.prepare(
-        "SELECT id, participant_id FROM sessions
+        "SELECT id, participant_id, coalesce(text_source, 'dialogue_app') FROM sessions
          WHERE status = 'complete' AND (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
     )
     .and_then(|mut s| {
-        s.query_map([only], |r| Ok((r.get(0)?, r.get(1)?)))?
+        s.query_map([only], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<Result<Vec<_>, _>>()
     })
     .map_err(ctx("listing sessions to export"))

@@ -54,11 +54,13 @@ pub struct UtteranceRow {
     pub start_secs: f64,
     pub end_secs: f64,
     pub text: String,
+    /// Who transcribed it: `dialogue_app` or `asr` (the station's recogniser).
+    pub source: String,
 }
 
 pub fn utterances(conn: &Connection, id: &str) -> Result<Vec<UtteranceRow>, StoreError> {
     conn.prepare(
-        "SELECT speaker, start_ns, end_ns, text FROM utterances WHERE session_id = ?1 ORDER BY seq",
+        "SELECT speaker, start_ns, end_ns, text, source FROM utterances WHERE session_id = ?1 ORDER BY seq",
     )
     .and_then(|mut s| {
         s.query_map([id], |r| {
@@ -67,6 +69,7 @@ pub fn utterances(conn: &Connection, id: &str) -> Result<Vec<UtteranceRow>, Stor
                 start_secs: r.get::<_, i64>(1)? as f64 / 1e9,
                 end_secs: r.get::<_, i64>(2)? as f64 / 1e9,
                 text: r.get(3)?,
+                source: r.get(4)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()

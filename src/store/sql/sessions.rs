@@ -167,8 +167,8 @@ pub fn begin(
         &format!(
             "INSERT INTO sessions (id, station_id, participant_id, source, source_path,
                 format_version, start_time, nominal_fps, status, owner_host, owner_pid,
-                owner_boot_id, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11, {NOW}, {NOW})"
+                owner_boot_id, created_at, updated_at, text_source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11, {NOW}, {NOW}, ?12)"
         ),
         params![
             row_id,
@@ -181,7 +181,8 @@ pub fn begin(
             s.nominal_fps,
             owner.host,
             owner.pid,
-            owner.boot_id
+            owner.boot_id,
+            s.text_source.as_str()
         ],
     )
     .map_err(ctx("creating the session row"))?;
@@ -263,17 +264,24 @@ pub fn write_events(
                 start_ms,
                 end_ms,
                 text,
+                source,
+                model,
+                confidence,
             } => {
                 tx.execute(
-                    "INSERT INTO utterances (session_id, seq, speaker, start_ns, end_ns, text)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO utterances
+                         (session_id, seq, speaker, start_ns, end_ns, text, source, model, confidence)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                     params![
                         id,
                         seq,
                         speaker,
                         (*start_ms as i64).saturating_mul(1_000_000),
                         (*end_ms as i64).saturating_mul(1_000_000),
-                        text
+                        text,
+                        source.as_str(),
+                        model,
+                        confidence.map(f64::from)
                     ],
                 )
                 .map_err(ctx("writing utterances"))?;

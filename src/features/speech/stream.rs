@@ -1,0 +1,174 @@
+//! The recogniser as a stream: audio blocks of a session in, utterances on the session
+//! timeline out, as soon as each has ended.
+//!
+//! Contract: [`SpeechStream::push`] takes the pipeline's audio blocks (16 kHz mono, stamped
+//! on the session timeline) in order and returns what it [`Heard`]: the utterances that
+//! ended with them, stamped in session milliseconds, and `until_ns`, a time before which no
+//! utterance will be reported any more (every later one starts at or after it).
+//! [`SpeechStream::finish`] ends the stream (`until_ns` is then `Nanos::MAX`).
+//!
+//! The recogniser hears what the live recorder keeps, so a replay of a live recording hears
+//! the same samples as the live run did ([`Placement`]): a block is placed on the stream by
+//! its stamp (a gap is filled with zeros, an overlap is skipped, as `session::record` writes
+//! `audio.wav`) and each sample is rounded to 16 bits. The samples of the open utterance (at most
+//! `max_speech_ms`) and the padding before it are all that is held.
+
+use super::vad::{self, Segment, Segmenter, RATE_HZ};
+use super::{Recogniser, Utterance, MODEL_ID};
+use crate::models::ModelError;
+use crate::Nanos;
+
+/// Nanoseconds per sample at 16 kHz.
+const NS_PER_SAMPLE: u64 = 1_000_000_000 / RATE_HZ as u64;
+
+/// What the stream heard since the last call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Heard {
+    /// Utterances that ended, in order, in milliseconds on the session timeline.
+    pub utterances: Vec<Utterance>,
+    /// No utterance reported later starts before this.
+    pub until_ns: Nanos,
+}
+
+/// Audio blocks placed on one stream of samples as the live recorder writes `audio.wav`:
+/// by their stamps, a gap filled with zeros (at most a minute at once), an overlap skipped,
+/// each sample rounded to 16 bits. Used by every stage that must hear in a live run what
+/// the replay of its recording hears.
+#[derive(Debug, Default)]
+pub struct Placement {
+    /// The session time of the stream's first sample.
+    first_ns: Option<Nanos>,
+    /// Samples placed so far (inserted zeros included).
+    written: u64,
+}
+
+impl Placement {
+    /// The samples `samples` (16 kHz, from `t_ns`) add to the stream.
+    pub fn place(&mut self, t_ns: Nanos, samples: &[f32]) -> Vec<f32> {
+        let first = *self.first_ns.get_or_insert(t_ns);
+        let at = ((t_ns.saturating_sub(first)) as f64 * f64::from(RATE_HZ) / 1e9).round() as u64;
+        let mut fresh: Vec<f32> = Vec::with_capacity(samples.len());
+        let mut skip = 0usize;
+        if at > self.written {
+            let gap = (at - self.written).min(60 * u64::from(RATE_HZ));
+            fresh.resize(gap as usize, 0.0);
+        } else if at < self.written {
+            skip = usize::try_from(self.written - at).unwrap_or(usize::MAX);
+        }
+        fresh.extend(samples.iter().skip(skip).map(|&s| as_recorded(s)));
+        self.written += fresh.len() as u64;
+        fresh
+    }
+
+    /// Samples placed so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The session time of sample `sample` of the stream.
+    pub fn time_ns(&self, sample: u64) -> Nanos {
+        self.first_ns
+            .unwrap_or(0)
+            .saturating_add(sample.saturating_mul(NS_PER_SAMPLE))
+    }
+}
+
+pub struct SpeechStream {
+    recogniser: Recogniser,
+    segmenter: Segmenter,
+    placement: Placement,
+    /// Samples `[held_from, placement.written())`.
+    held: Vec<f32>,
+    held_from: u64,
+}
+
+impl SpeechStream {
+    /// A new stream (the recogniser's voice-activity state starts afresh).
+    pub fn new(mut recogniser: Recogniser) -> Self {
+        recogniser.vad.reset();
+        let segmenter = Segmenter::new(recogniser.rules);
+        Self {
+            recogniser,
+            segmenter,
+            placement: Placement::default(),
+            held: Vec::new(),
+            held_from: 0,
+        }
+    }
+
+    /// Feeds one block: `samples` at 16 kHz from `t_ns` on the session timeline.
+    pub fn push(&mut self, t_ns: Nanos, samples: &[f32]) -> Result<Heard, ModelError> {
+        let fresh = self.placement.place(t_ns, samples);
+        self.held.extend_from_slice(&fresh);
+        let mut segments: Vec<Segment> = Vec::new();
+        for p in self.recogniser.vad.push(&fresh)? {
+            segments.extend(self.segmenter.push(p));
+        }
+        let utterances = self.recognise(segments)?;
+        self.trim();
+        Ok(Heard {
+            utterances,
+            until_ns: self.placement.time_ns(self.segmenter.settled_until()),
+        })
+    }
+
+    /// The end of the stream: the utterance still open, if any.
+    pub fn finish(&mut self) -> Result<Heard, ModelError> {
+        let segments: Vec<Segment> = self.segmenter.finish().into_iter().collect();
+        let utterances = self.recognise(segments)?;
+        self.held.clear();
+        Ok(Heard {
+            utterances,
+            until_ns: Nanos::MAX,
+        })
+    }
+
+    fn recognise(&mut self, segments: Vec<Segment>) -> Result<Vec<Utterance>, ModelError> {
+        let mut out = Vec::new();
+        for seg in segments {
+            let written = self.placement.written();
+            let a = seg.start.clamp(self.held_from, written);
+            let b = seg.end.clamp(a, written);
+            let slice = &self.held[(a - self.held_from) as usize..(b - self.held_from) as usize];
+            let r = self.recogniser.asr.transcribe(slice)?;
+            if r.text.is_empty() {
+                continue;
+            }
+            out.push(Utterance {
+                start_ms: self.placement.time_ns(a) / 1_000_000,
+                end_ms: self.placement.time_ns(b) / 1_000_000,
+                text: r.text,
+                confidence: r.mean_logprob,
+                model: MODEL_ID,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Drops the samples no later segment can reach.
+    fn trim(&mut self) {
+        let keep_from = self.segmenter.settled_until().min(self.placement.written());
+        if keep_from > self.held_from {
+            self.held.drain(..(keep_from - self.held_from) as usize);
+            self.held_from = keep_from;
+        }
+    }
+}
+
+/// A sample as `audio.wav` keeps it (16-bit).
+fn as_recorded(s: f32) -> f32 {
+    ((f64::from(s) * 32768.0).round().clamp(-32768.0, 32767.0) / 32768.0) as f32
+}
+
+/// The segment rules of `[asr]`.
+pub fn rules_of(asr: &crate::config::AsrConfig) -> vad::SegmentRules {
+    let d = vad::SegmentRules::default();
+    vad::SegmentRules {
+        on: asr.threshold,
+        off: (asr.threshold - (d.on - d.off)).max(0.01),
+        min_silence_ms: asr.min_silence_ms,
+        pad_ms: asr.pad_ms,
+        max_speech_ms: asr.max_utterance_ms,
+        ..d
+    }
+}
