@@ -69,9 +69,11 @@ impl Args {
         }
         let samples = read_16k(&wav)?;
         let models = SpeechModels::in_dir(&config.models.dir);
+        // The segment rules of `[asr]`, as the pipeline's recogniser uses them.
         let mut recogniser =
             Recogniser::open(&models, config.models.onnxruntime_library.as_deref())
-                .map_err(fail)?;
+                .map_err(fail)?
+                .with_rules(crate::features::speech::stream::rules_of(&config.asr));
         let bar = progress_bar("samples");
         bar.set_length(samples.len() as u64);
         let utterances = recogniser

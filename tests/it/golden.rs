@@ -236,7 +236,13 @@ fn check(name: &str, session: &Path, id: &str, config: Option<&Path>) {
 fn every_model_modality_is_compared_within_tolerance_across_cpus() {
     // The list is derived from the stages; this pins that the derivation sees them all.
     let names = model_modalities();
-    for m in ["face", "blendshapes", "appearance", "text", "speech_activity"] {
+    for m in [
+        "face",
+        "blendshapes",
+        "appearance",
+        "text",
+        "speech_activity",
+    ] {
         assert!(names.iter().any(|n| n == m), "{m} missing from {names:?}");
     }
     for m in ["video_signal", "audio_signal", "acoustic_compare"] {

@@ -121,8 +121,9 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    // video_signal, face, blendshapes, appearance, text, audio_signal, acoustic.
-    assert_eq!(masks.len(), 21 * 7);
+    // video_signal, face, blendshapes, appearance, text, audio_signal, acoustic,
+    // speech_activity.
+    assert_eq!(masks.len(), 21 * 8);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
@@ -213,8 +214,8 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    // Frames and windows, each with its 7 modalities' vectors.
-    assert_eq!(ra.len(), 420 + 420 * 7 + 21 + 21 * 7);
+    // Frames and windows, each with its 8 modalities' vectors.
+    assert_eq!(ra.len(), 420 + 420 * 8 + 21 + 21 * 8);
     assert_eq!(ra, rb);
 }
 
