@@ -280,6 +280,37 @@ impl Station {
         serde_json::from_str(&line).unwrap()
     }
 
+    /// Subscribes to `topics`; the thread returned collects the messages until the
+    /// session's `ended` message (or 180 s).
+    fn subscribe(&self, topics: &[&str]) -> std::thread::JoinHandle<Vec<Value>> {
+        let mut stream = UnixStream::connect(&self.socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(180)))
+            .unwrap();
+        writeln!(stream, "{}", json!({"type": "subscribe", "topics": topics})).unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["ok"], true, "{answer}");
+        std::thread::Builder::new()
+            .name("test-subscriber".into())
+            .spawn(move || {
+                let mut got = Vec::new();
+                for line in reader.lines() {
+                    let Ok(line) = line else { break };
+                    let v: Value = serde_json::from_str(&line).unwrap();
+                    let ended = v["topic"] == "session" && v["event"] == "ended";
+                    got.push(v);
+                    if ended {
+                        break;
+                    }
+                }
+                got
+            })
+            .unwrap()
+    }
+
     /// Sends a request that must be accepted.
     fn ok(&self, request: Value) -> Value {
         let a = self.ask(request.clone());
@@ -506,6 +537,31 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
         "{a}"
     );
 
+    // The robot's view: one subscriber to everything, one that never reads, and an
+    // unknown topic refused with the known ones named.
+    let a = station.ask(json!({"type": "subscribe", "topics": ["voice", "gossip"]}));
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown topic \"gossip\""),
+        "{a}"
+    );
+    let listener = station.subscribe(&[
+        "voice",
+        "utterance",
+        "face",
+        "prediction",
+        "quality",
+        "session",
+    ]);
+    let mut stuck = UnixStream::connect(&station.socket).unwrap();
+    writeln!(
+        stuck,
+        "{}",
+        json!({"type": "subscribe", "topics": ["face", "voice", "prediction"]})
+    )
+    .unwrap();
     let (id, mut player) = scripted_session(&station, &pulse, "P-LIVE");
     let a = station.ask(json!({"type": "rating", "story_id": "demo-story-01", "value": 9}));
     assert!(a["error"].as_str().unwrap().contains("1-5"), "{a}");
@@ -525,6 +581,48 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
         station.log_text()
     );
     let folder = PathBuf::from(stop["recording"].as_str().unwrap());
+    let heard = listener.join().unwrap();
+    drop(stuck);
+    for m in &heard {
+        assert!(m["topic"].is_string() && m["t_ms"].is_u64(), "{m}");
+    }
+    let of = |topic: &str, event: &str| {
+        heard
+            .iter()
+            .filter(|m| m["topic"] == topic && (event.is_empty() || m["event"] == event))
+            .count()
+    };
+    let summary = |what: &str| format!("no {what} among {} messages: {heard:?}", heard.len());
+    assert_eq!(of("session", "start"), 1, "{}", summary("start"));
+    assert_eq!(of("session", "phase"), 5, "{}", summary("5 phases"));
+    assert_eq!(of("session", "ended"), 1, "{}", summary("end"));
+    assert!(
+        of("voice", "started") >= 1 && of("voice", "stopped") >= 1,
+        "{}",
+        summary("voice")
+    );
+    assert!(of("utterance", "") >= 2, "{}", summary("utterances"));
+    assert!(
+        of("face", "found") >= 1 && of("face", "summary") >= 5,
+        "{}",
+        summary("face")
+    );
+    assert!(of("prediction", "") >= 1, "{}", summary("predictions"));
+    let p = heard.iter().find(|m| m["topic"] == "prediction").unwrap();
+    assert!(
+        p["predictions"][0]["score"].is_f64() && p["at_ms"].is_u64(),
+        "{p}"
+    );
+    let smile = heard
+        .iter()
+        .find(|m| {
+            m["topic"] == "face" && m["event"] == "summary" && m["face_frames"].as_u64() > Some(0)
+        })
+        .unwrap();
+    assert!(
+        smile["smile"].is_f64() && smile["head_pose_rad"].is_array(),
+        "{smile}"
+    );
     assert!(
         dir.path().join("ring-light-on").exists() && dir.path().join("ring-light-off").exists()
     );

@@ -8,7 +8,10 @@
 //! `{"ok":true, ...}` or `{"ok":false,"error":"<reason>"}`. [`SessionRules`] is the
 //! session's state as far as the protocol cares, and refuses what would make a session
 //! inconsistent: a phase out of order, a rating outside 1-5 or for a story not shown, a
-//! second rating of a story, an utterance ending in the future. [`request`] is the client
+//! second rating of a story, an utterance ending in the future. `subscribe {topics}` turns
+//! the connection into a stream of JSON lines, one message each, every one with `topic`
+//! (a [`Topic`]), `t_ms` (session time when sent) and `at_ms` (the session time it
+//! describes). [`request`] is the client
 //! side (`empathic ctl`, `status`, a purge asking whether a session runs), built in every
 //! configuration, the collector's too.
 
@@ -31,7 +34,55 @@ pub enum Request {
     },
     StopSession,
     Status,
+    /// Turns the connection into a stream of the topics' messages (no more requests).
+    Subscribe {
+        topics: Vec<Topic>,
+    },
     Event(EventKind),
+}
+
+/// What a subscriber can ask to hear (`subscribe`); every streamed message names one in
+/// its `topic` field. Version 1 of the stream (docs/station.md, "Subscriptions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Topic {
+    /// The participant started or stopped speaking (the learned voice activity).
+    Voice,
+    /// An utterance as stored (the dialogue app's or the station recogniser's).
+    Utterance,
+    /// Face found or lost, looking toward the camera or not, a summary every second.
+    Face,
+    /// Each window's predictions toward the stories in play.
+    Prediction,
+    /// Camera or microphone lost and back, frames dropped.
+    Quality,
+    /// Session start, phase changes, stop.
+    Session,
+}
+
+impl Topic {
+    pub const ALL: [Topic; 6] = [
+        Topic::Voice,
+        Topic::Utterance,
+        Topic::Face,
+        Topic::Prediction,
+        Topic::Quality,
+        Topic::Session,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topic::Voice => "voice",
+            Topic::Utterance => "utterance",
+            Topic::Face => "face",
+            Topic::Prediction => "prediction",
+            Topic::Quality => "quality",
+            Topic::Session => "session",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Topic::ALL.into_iter().find(|t| t.as_str() == name)
+    }
 }
 
 #[derive(Deserialize)]
@@ -70,6 +121,35 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
                 participant_id: f.participant_id,
                 session_id: f.session_id,
             })
+        }
+        "subscribe" => {
+            let topics = map
+                .get("topics")
+                .and_then(|t| t.as_array())
+                .ok_or("subscribe: `topics` must be a list of topic names")?;
+            if map.len() > 2 {
+                return Err("subscribe takes only `topics`".into());
+            }
+            let known = || {
+                Topic::ALL
+                    .iter()
+                    .map(|t| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut out = Vec::new();
+            for t in topics {
+                let name = t.as_str().unwrap_or_default();
+                let topic = Topic::parse(name)
+                    .ok_or_else(|| format!("subscribe: unknown topic {t} (known: {})", known()))?;
+                if !out.contains(&topic) {
+                    out.push(topic);
+                }
+            }
+            if out.is_empty() {
+                return Err(format!("subscribe: name at least one topic ({})", known()));
+            }
+            Ok(Request::Subscribe { topics: out })
         }
         "stop_session" | "status" => {
             if map.len() > 1 {

@@ -127,6 +127,7 @@ pub fn replay(
         Sinks {
             writer: sessions.writer()?.clone(),
             window_consumers: Vec::new(),
+            observer: None,
         },
         config,
         PipelineOptions {

@@ -93,6 +93,7 @@ fn run_demo(
         Sinks {
             writer: writer.clone(),
             window_consumers: consumers,
+            observer: None,
         },
         config,
         PipelineOptions {

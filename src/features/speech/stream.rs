@@ -28,6 +28,10 @@ pub struct Heard {
     pub utterances: Vec<Utterance>,
     /// No utterance reported later starts before this.
     pub until_ns: Nanos,
+    /// Speech started (`true`) or stopped, at a session time: the voice activity as the
+    /// segmenter sees it (speech starts at the first chunk at or above the threshold, stops
+    /// after the minimum silence; both times padded as the utterances are).
+    pub voice: Vec<(bool, Nanos)>,
 }
 
 /// Audio blocks placed on one stream of samples as the live recorder writes `audio.wav`:
@@ -101,25 +105,48 @@ impl SpeechStream {
         let fresh = self.placement.place(t_ns, samples);
         self.held.extend_from_slice(&fresh);
         let mut segments: Vec<Segment> = Vec::new();
+        let mut voice = Vec::new();
         for p in self.recogniser.vad.push(&fresh)? {
-            segments.extend(self.segmenter.push(p));
+            let was_open = self.segmenter.open_start().is_some();
+            let ended = self.segmenter.push(p);
+            let open = self.segmenter.open_start();
+            match (was_open, open, ended) {
+                (false, Some(start), _) => {
+                    let pad = u64::from(self.recogniser.rules.pad_ms) * u64::from(RATE_HZ) / 1000;
+                    voice.push((true, self.placement.time_ns(start.saturating_sub(pad))));
+                }
+                (true, None, end) => {
+                    let at = end.map_or(self.segmenter.at(), |s| s.end);
+                    voice.push((false, self.placement.time_ns(at)));
+                }
+                _ => {}
+            }
+            segments.extend(ended);
         }
         let utterances = self.recognise(segments)?;
         self.trim();
         Ok(Heard {
             utterances,
             until_ns: self.placement.time_ns(self.segmenter.settled_until()),
+            voice,
         })
     }
 
     /// The end of the stream: the utterance still open, if any.
     pub fn finish(&mut self) -> Result<Heard, ModelError> {
+        let open = self.segmenter.open_start().is_some();
         let segments: Vec<Segment> = self.segmenter.finish().into_iter().collect();
+        let voice = if open {
+            vec![(false, self.placement.time_ns(self.placement.written()))]
+        } else {
+            Vec::new()
+        };
         let utterances = self.recognise(segments)?;
         self.held.clear();
         Ok(Heard {
             utterances,
             until_ns: Nanos::MAX,
+            voice,
         })
     }
 

@@ -227,6 +227,17 @@ pub(super) fn serve_client<'scope>(
             }
         };
         let reply = match parse_request(line.trim()) {
+            Ok(Request::Subscribe { topics }) => {
+                // The connection becomes the subscriber's stream: no more requests on it.
+                let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
+                let ok = serde_json::json!({"ok": true, "subscribed": names, "version": 1});
+                if writeln!(out, "{ok}").is_err() {
+                    return;
+                }
+                tracing::info!(topics = ?names, "subscriber connected");
+                service.subscribers.serve(topics, out, service.stop);
+                return;
+            }
             Ok(request) => handle(scope, service, request),
             Err(reason) => Err(reason),
         };
@@ -265,8 +276,18 @@ pub(super) fn handle<'scope>(
             let r = state.running.as_ref().ok_or("no session is running")?;
             r.end.store(true, Ordering::SeqCst);
             let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
-            Ok(serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir}))
+            let answer =
+                serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir});
+            drop(state);
+            use crate::runtime::pipeline::{Observer, Topic};
+            service.subscribers.observe(
+                Topic::Session,
+                t_ms,
+                serde_json::json!({"event": "stop", "session_id": answer["session_id"]}),
+            );
+            Ok(answer)
         }
+        Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
         Request::Event(kind) => {
             let mut state = service.state();
             let r = state.running.as_mut().ok_or("no session is running")?;
@@ -288,6 +309,14 @@ pub(super) fn handle<'scope>(
                 }
             }
             let t_ms = event.t_ns / 1_000_000;
+            if let crate::session::EventKind::Phase { phase } = &event.kind {
+                use crate::runtime::pipeline::{Observer, Topic};
+                service.subscribers.observe(
+                    Topic::Session,
+                    t_ms,
+                    serde_json::json!({"event": "phase", "phase": phase.as_str()}),
+                );
+            }
             r.events
                 .send(event)
                 .map_err(|_| "the session's pipeline has stopped".to_string())?;

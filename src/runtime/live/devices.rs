@@ -20,7 +20,7 @@ use crate::session::record::Recording;
 use crate::session::Event;
 use crate::Nanos;
 
-use super::{set_device, Counters, Service};
+use super::{Counters, Service};
 
 /// How often the control events' source says how far the events are known: frames wait
 /// for it (with no transcript wait, up to this long).
@@ -55,12 +55,12 @@ pub(super) fn camera_thread(
     while !end.load(Ordering::SeqCst) {
         let mut grabber = match service.camera.open(clock.clone()) {
             Ok(g) => {
-                set_device(&mut service.state().status.camera, Ok(()));
+                service.device("camera", Ok(()));
                 backoff = BACKOFF_MIN_MS;
                 g
             }
             Err(e) => {
-                set_device(&mut service.state().status.camera, Err(e.to_string()));
+                service.device("camera", Err(e.to_string()));
                 pause(end, backoff);
                 backoff = (backoff * 2).min(BACKOFF_MAX_MS);
                 continue;
@@ -78,7 +78,7 @@ pub(super) fn camera_thread(
                         .store(tx.dropped(), Ordering::Relaxed);
                 }
                 Err(e) => {
-                    set_device(&mut service.state().status.camera, Err(e.to_string()));
+                    service.device("camera", Err(e.to_string()));
                     break;
                 }
             }
@@ -106,7 +106,7 @@ pub(super) fn microphone_thread(
         let mut mic = match MicStream::open(&config.audio.device, rate, clock.clone()) {
             Ok(m) => m,
             Err(e) => {
-                set_device(&mut service.state().status.microphone, Err(e.to_string()));
+                service.device("microphone", Err(e.to_string()));
                 pause(end, backoff);
                 backoff = (backoff * 2).min(BACKOFF_MAX_MS);
                 continue;
@@ -118,7 +118,7 @@ pub(super) fn microphone_thread(
             match StreamResampler::new(mic.rate_hz(), rate) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    set_device(&mut service.state().status.microphone, Err(e.to_string()));
+                    service.device("microphone", Err(e.to_string()));
                     pause(end, BACKOFF_MAX_MS);
                     continue;
                 }
@@ -136,7 +136,7 @@ pub(super) fn microphone_thread(
             let stopping = end.load(Ordering::SeqCst);
             raw.clear();
             if let Err(e) = mic.take(&mut raw) {
-                set_device(&mut service.state().status.microphone, Err(e.to_string()));
+                service.device("microphone", Err(e.to_string()));
                 break false;
             }
             // A device that goes silent without an error (a sound server gone, through
@@ -145,7 +145,7 @@ pub(super) fn microphone_thread(
                 if !delivering {
                     delivering = true;
                     backoff = BACKOFF_MIN_MS;
-                    set_device(&mut service.state().status.microphone, Ok(()));
+                    service.device("microphone", Ok(()));
                 }
                 last_samples = std::time::Instant::now();
             } else {
@@ -157,8 +157,8 @@ pub(super) fn microphone_thread(
                     MIC_FIRST_SAMPLES_WITHIN
                 };
                 if last_samples.elapsed() > limit && !stopping {
-                    set_device(
-                        &mut service.state().status.microphone,
+                    service.device(
+                        "microphone",
                         Err(format!(
                             "no samples for {} s: the microphone {}",
                             limit.as_secs(),

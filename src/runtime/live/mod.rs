@@ -43,6 +43,7 @@ mod control;
 mod devices;
 mod retention;
 mod session;
+mod subscribe;
 
 use control::{accept_loop, bind_socket};
 use devices::pause;
@@ -132,12 +133,49 @@ struct Service<'a> {
     state: Mutex<State>,
     clients: AtomicU64,
     store: Mutex<Store>,
+    /// The control socket's subscribers (`subscribe`), the pipeline's observer.
+    subscribers: Arc<subscribe::Subscribers>,
 }
 
 impl Service<'_> {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panicked client thread must not take the service down with a poisoned lock.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a device's state; a change is a `quality` message to the subscribers.
+    fn device(&self, which: &str, result: Result<(), String>) {
+        let change = {
+            let mut state = self.state();
+            let d = if which == "camera" {
+                &mut state.status.camera
+            } else {
+                &mut state.status.microphone
+            };
+            let before = (d.present, d.problem.clone());
+            set_device(d, result);
+            (before != (d.present, d.problem.clone())).then(|| (d.present, d.problem.clone()))
+        };
+        if let Some((present, problem)) = change {
+            use crate::runtime::pipeline::{Observer, Topic};
+            let at_ms = self.subscribers_now_ms();
+            self.subscribers.observe(
+                Topic::Quality,
+                at_ms,
+                serde_json::json!({
+                    "event": if present { "device_back" } else { "device_lost" },
+                    "device": which,
+                    "problem": problem,
+                }),
+            );
+        }
+    }
+
+    /// The running session's time (0 between sessions).
+    fn subscribers_now_ms(&self) -> u64 {
+        self.state().running.as_ref().map_or(0, |r| {
+            self.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000
+        })
     }
 
     fn set_error(&self, message: String) {
@@ -158,6 +196,7 @@ pub fn serve(
     finish_interrupted_recordings(config);
     apply_retention(config);
     let listener = bind_socket(config)?;
+    let subscribers = Arc::new(subscribe::Subscribers::new(clock.clone()));
     let service = Service {
         config,
         camera,
@@ -182,6 +221,7 @@ pub fn serve(
         }),
         clients: AtomicU64::new(0),
         store: Mutex::new(store),
+        subscribers,
     };
     let service = &service;
     std::thread::scope(|scope| -> Result<(), RunError> {

@@ -10,7 +10,7 @@ use crate::capture::control::SessionRules;
 use crate::capture::{AudioBlock, AudioInfo, VideoInfo};
 use crate::clock::{Pacer, Speed};
 use crate::config::Config;
-use crate::runtime::pipeline::{self, PipelineOptions, Sinks, Sources};
+use crate::runtime::pipeline::{self, Observer, PipelineOptions, Sinks, Sources, Topic};
 use crate::runtime::queues::{policy_queue, Overflow, PolicyReceiver};
 use crate::runtime::stages::Stages;
 use crate::runtime::transcripts::{RunKind, TranscriptPlan};
@@ -205,6 +205,12 @@ pub(super) fn start_session_checked<'scope>(
         service.state().running = None;
         return Err(e.to_string());
     }
+    service.subscribers.set_session_start(start_clock_ns);
+    service.subscribers.observe(
+        Topic::Session,
+        0,
+        serde_json::json!({"event": "start", "session_id": session_id, "participant_id": participant}),
+    );
     tracing::info!(session = %session_id, participant = %participant, "live session started");
     Ok(serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir}))
 }
@@ -298,6 +304,7 @@ pub(super) fn run_session<'scope>(
         Sinks {
             writer: sessions.writer()?.clone(),
             window_consumers: Vec::new(),
+            observer: Some(service.subscribers.clone()),
         },
         config,
         PipelineOptions {
@@ -348,6 +355,12 @@ pub(super) fn run_session<'scope>(
         })
     })?;
     let (outcome, status) = (ended.outcome, ended.status);
+    service.subscribers.observe(
+        Topic::Session,
+        outcome.duration_ns / 1_000_000,
+        serde_json::json!({"event": "ended", "session_id": run.id, "status": status.as_str(), "frames": outcome.frames, "windows": outcome.windows}),
+    );
+    service.subscribers.set_session_start(0);
     tracing::info!(session = %run.id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
     if let Some(l) = outcome.latency {
         tracing::info!(

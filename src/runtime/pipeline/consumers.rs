@@ -31,6 +31,8 @@ pub struct PredictWindows {
     writer: StoreWriter,
     block: usize,
     held: Vec<Window>,
+    /// Told each window's predictions (`prediction` messages).
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl PredictWindows {
@@ -44,7 +46,14 @@ impl PredictWindows {
             writer,
             block,
             held: Vec::with_capacity(block),
+            observer: None,
         }
+    }
+
+    /// Tells `observer` each window's predictions as they are made.
+    pub fn with_observer(mut self, observer: Option<Arc<dyn Observer>>) -> Self {
+        self.observer = observer;
+        self
     }
 
     fn flush(&mut self) -> Result<(), RunError> {
@@ -52,12 +61,40 @@ impl PredictWindows {
             return Ok(());
         }
         let refs: Vec<&Window> = self.held.iter().collect();
-        let rows: Vec<PredictionRow> = self
-            .stage
-            .predict_batch(&refs)
-            .into_iter()
-            .map(stored_prediction)
-            .collect();
+        let predictions = self.stage.predict_batch(&refs);
+        if let Some(o) = &self.observer {
+            for w in &refs {
+                let of_window: Vec<serde_json::Value> = predictions
+                    .iter()
+                    .filter(|p| p.window_index == w.index)
+                    .map(|p| {
+                        serde_json::json!({
+                            "predictor": p.predictor,
+                            "story_id": p.story_id,
+                            "in_play": if p.retrieved { "retrieved" } else { "shown" },
+                            "raw_cosine": p.raw_cosine,
+                            "score": p.score,
+                            "calibration": p.calibration,
+                            "synthetic": p.synthetic,
+                        })
+                    })
+                    .collect();
+                if !of_window.is_empty() {
+                    o.observe(
+                        Topic::Prediction,
+                        w.end_ns / 1_000_000,
+                        serde_json::json!({
+                            "window_index": w.index,
+                            "start_ms": w.start_ns / 1_000_000,
+                            "end_ms": w.end_ns / 1_000_000,
+                            "phase": w.phase.map(|p| p.as_str()),
+                            "predictions": of_window,
+                        }),
+                    );
+                }
+            }
+        }
+        let rows: Vec<PredictionRow> = predictions.into_iter().map(stored_prediction).collect();
         tracing::trace!(
             windows = refs.len(),
             predictions = rows.len(),

@@ -68,9 +68,11 @@ use crate::windows::{
 use crate::Nanos;
 
 mod consumers;
+mod observe;
 mod threads;
 
 pub use consumers::{PredictWindows, StoreWindows, WindowConsumer};
+pub use observe::{FaceWatch, Observer, Topic};
 use threads::*;
 
 /// Slots the aligner may hold while waiting for audio or text before it stops taking video.
@@ -115,6 +117,8 @@ pub struct Sinks {
     pub writer: StoreWriter,
     /// Window consumers besides the store.
     pub window_consumers: Vec<Box<dyn WindowConsumer>>,
+    /// Told what the run perceives as it goes (the live service's subscribers).
+    pub observer: Option<Arc<dyn Observer>>,
 }
 
 /// How to run.
@@ -306,14 +310,15 @@ pub fn run(
     let mut consumers: Vec<Box<dyn WindowConsumer>> =
         vec![Box::new(StoreWindows::new(sinks.writer.clone(), &layout))];
     if let Some(stage) = fusion {
-        consumers.push(Box::new(PredictWindows::new(
-            stage,
-            sinks.writer.clone(),
-            opts.pacer.speed,
-        )));
+        consumers.push(Box::new(
+            PredictWindows::new(stage, sinks.writer.clone(), opts.pacer.speed)
+                .with_observer(sinks.observer.clone()),
+        ));
     }
     consumers.extend(sinks.window_consumers);
     let writer = &sinks.writer;
+    let observer: Option<&dyn Observer> = sinks.observer.as_deref();
+    let face_watch = observer.and_then(|_| FaceWatch::new(&layout, 1e9 / period_ns));
 
     let (frame_tx, frame_rx) =
         policy_queue::<VideoFrame>(config.runtime.video_queue_frames, opts.video_overflow);
@@ -410,7 +415,7 @@ pub fn run(
         })?;
         let speech_thread = match (speech, speech_rx) {
             (Some(stream), Some(rx)) => Some(spawn(scope, "speech-recognition", move || {
-                speech_recognition(rx, heard_tx, stream, figures_ref)
+                speech_recognition(rx, heard_tx, stream, observer, figures_ref)
             })?),
             _ => {
                 drop(heard_tx);
@@ -430,6 +435,7 @@ pub fn run(
                     speaker: &config.text.speaker,
                     latency_from: (pacer.speed == Speed::Realtime)
                         .then_some((clock_ref, pacer.start_clock_ns)),
+                    observer,
                 },
                 text_tx,
                 text.1,
@@ -467,6 +473,7 @@ pub fn run(
                 progress,
                 figures_ref,
                 (pacer.speed == Speed::Realtime).then_some((clock_ref, pacer.start_clock_ns)),
+                observer.zip(face_watch),
             )
         })?;
         // Join everything before looking at errors, so no thread outlives the run. The

@@ -233,16 +233,33 @@ pub(super) fn speech_recognition(
     rx: PolicyReceiver<AudioBlock>,
     tx: PolicySender<Heard>,
     mut stream: SpeechStream,
+    observer: Option<&dyn Observer>,
     figures: &Figures,
 ) -> Result<(), RunError> {
     let mut meter = Meter::new("speech-recognition");
     let mut sent_until: Nanos = 0;
     let send = |heard: Heard| {
+        if let Some(o) = observer {
+            for &(speaking, at_ns) in &heard.voice {
+                let event = if speaking { "started" } else { "stopped" };
+                o.observe(
+                    Topic::Voice,
+                    at_ns / 1_000_000,
+                    serde_json::json!({ "event": event, "source": "silero-vad-v6" }),
+                );
+            }
+        }
         tx.send(heard)
             .map_err(|_| next_stopped("speech-recognition", "the text stage"))
     };
     for block in &rx {
         let heard = meter.time(|| stream.push(block.t_ns, &block.samples))?;
+        if !heard.voice.is_empty() && heard.utterances.is_empty() {
+            // Turn-taking wants these now, not with the next step.
+            sent_until = heard.until_ns;
+            send(heard)?;
+            continue;
+        }
         if !heard.utterances.is_empty() || heard.until_ns >= sent_until + HEARD_STEP_NS {
             sent_until = heard.until_ns;
             send(heard)?;
@@ -270,6 +287,8 @@ pub(super) struct TextInputs<'a> {
     /// Paced runs: the clock and the session's start on it, to measure how long an
     /// utterance took from its end to the store writer.
     pub(super) latency_from: Option<(&'a dyn Clock, Nanos)>,
+    /// Told each utterance as it is stored.
+    pub(super) observer: Option<&'a dyn Observer>,
 }
 
 /// Embeds the participant's utterances as their events arrive (and the recogniser's, as
@@ -354,6 +373,31 @@ pub(super) fn text_features(
                 }
             },
         };
+        if let Some(o) = inputs.observer {
+            for e in &events {
+                if let EventKind::Utterance {
+                    speaker,
+                    start_ms,
+                    end_ms,
+                    text,
+                    source,
+                    ..
+                } = &e.kind
+                {
+                    o.observe(
+                        Topic::Utterance,
+                        *start_ms,
+                        serde_json::json!({
+                            "speaker": speaker,
+                            "start_ms": start_ms,
+                            "end_ms": end_ms,
+                            "text": text,
+                            "source": source.as_str(),
+                        }),
+                    );
+                }
+            }
+        }
         // One item of work per message: utterances, stories shown and retrievals embedded.
         let (utterances, stories, retrievals) = meter.time(|| {
             Ok::<_, crate::models::ModelError>((
@@ -476,6 +520,7 @@ pub(super) fn align_windows(
     progress: &dyn Progress,
     figures: &Figures,
     latency_from: Option<(&dyn Clock, Nanos)>,
+    mut face: Option<(&dyn Observer, FaceWatch)>,
 ) -> Result<AlignDone, RunError> {
     let mut meter = Meter::new("align-windows");
     let mut latencies_us: Vec<u32> = Vec::new();
@@ -492,6 +537,9 @@ pub(super) fn align_windows(
                 latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
             }
             writer.frame(record.clone())?;
+            if let Some((observer, watch)) = face.as_mut() {
+                watch.frame(&record, *observer);
+            }
             frames += 1;
             progress.advance(1);
             if let Some(mut w) = assembler.push(record) {

@@ -1,0 +1,166 @@
+//! Subscriptions on the control socket: the live perception stream a robot's dialogue app
+//! listens to (`{"type":"subscribe","topics":[...]}`).
+//!
+//! Contract: [`Subscribers`] is the pipeline's [`Observer`] for the live service (and the
+//! service's own, for session and device messages). Each message is one JSON object with
+//! `topic`, `t_ms` (session time when it was sent), `at_ms` (the session time it describes)
+//! and the topic's fields, handed to every subscriber of its topic. Each subscriber has its
+//! own bounded queue ([`SUBSCRIBER_QUEUE`] messages): when it is full the oldest message is
+//! dropped and counted, and the subscriber's next message is preceded by
+//! `{"topic":"dropped","count":N,...}`; so a slow or stuck subscriber never slows the
+//! pipeline or another subscriber. Messages between sessions carry `t_ms` 0.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::runtime::pipeline::{Observer, Topic};
+use crate::runtime::queues::{policy_queue, Overflow, PolicyReceiver, PolicySender};
+use crate::Nanos;
+
+/// Messages a subscriber may have waiting before the oldest are dropped.
+pub const SUBSCRIBER_QUEUE: usize = 256;
+
+/// One subscriber's topics and queue.
+struct Subscriber {
+    topics: Vec<Topic>,
+    tx: PolicySender<String>,
+}
+
+/// Every subscriber of the service.
+pub(super) struct Subscribers {
+    list: Mutex<Vec<Arc<Subscriber>>>,
+    clock: Arc<dyn Clock>,
+    /// The running session's start on the clock, 0 between sessions.
+    start_clock_ns: AtomicU64,
+}
+
+impl Subscribers {
+    pub(super) fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            list: Mutex::new(Vec::new()),
+            clock,
+            start_clock_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Session time is counted from `start_clock_ns` (0: no session).
+    pub(super) fn set_session_start(&self, start_clock_ns: Nanos) {
+        self.start_clock_ns.store(start_clock_ns, Ordering::SeqCst);
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Subscriber>>> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        match self.start_clock_ns.load(Ordering::SeqCst) {
+            0 => 0,
+            start => self.clock.now_ns().saturating_sub(start) / 1_000_000,
+        }
+    }
+
+    /// Streams `topics` to `out` until it closes or `stop` is set; the connection is the
+    /// subscriber's from now on.
+    pub(super) fn serve(&self, topics: Vec<Topic>, mut out: UnixStream, stop: &AtomicBool) {
+        let (tx, rx) = policy_queue::<String>(SUBSCRIBER_QUEUE, Overflow::DropOldest);
+        let me = Arc::new(Subscriber { topics, tx });
+        self.list().push(me.clone());
+        // Writes never wait long, so a stop is seen; a line is never cut (see `write_line`).
+        let _ = out.set_write_timeout(Some(Duration::from_millis(200)));
+        let reported = self.stream(&me, &rx, &mut out, stop);
+        self.list().retain(|s| !Arc::ptr_eq(s, &me));
+        tracing::debug!(dropped = me.tx.dropped(), reported, "subscriber gone");
+    }
+
+    /// The subscriber's loop; returns the drops it reported.
+    fn stream(
+        &self,
+        me: &Subscriber,
+        rx: &PolicyReceiver<String>,
+        out: &mut UnixStream,
+        stop: &AtomicBool,
+    ) -> u64 {
+        let mut reported = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let line = match rx.receiver().recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => line,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
+            let dropped = me.tx.dropped();
+            if dropped > reported {
+                let note = serde_json::json!({
+                    "topic": "dropped",
+                    "t_ms": self.now_ms(),
+                    "count": dropped - reported,
+                    "total": dropped,
+                });
+                if !write_line(out, &note.to_string(), stop) {
+                    break;
+                }
+                reported = dropped;
+            }
+            if !write_line(out, &line, stop) {
+                break;
+            }
+        }
+        reported
+    }
+}
+
+/// Writes `line` and a newline whole, waiting as long as the reader needs unless `stop`
+/// is set; false when the connection is gone (or the service stops mid-line).
+fn write_line(out: &mut UnixStream, line: &str, stop: &AtomicBool) -> bool {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    let mut at = 0;
+    while at < bytes.len() {
+        match out.write(&bytes[at..]) {
+            Ok(0) => return false,
+            Ok(n) => at += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Ordering::SeqCst) {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+impl Observer for Subscribers {
+    fn observe(&self, topic: Topic, at_ms: u64, fields: serde_json::Value) {
+        let list = self.list();
+        if !list.iter().any(|s| s.topics.contains(&topic)) {
+            return;
+        }
+        let mut message = serde_json::json!({
+            "topic": topic.as_str(),
+            "t_ms": self.now_ms(),
+            "at_ms": at_ms,
+        });
+        if let (Some(m), serde_json::Value::Object(f)) = (message.as_object_mut(), fields) {
+            for (k, v) in f {
+                m.entry(k).or_insert(v);
+            }
+        }
+        let line = message.to_string();
+        for s in list.iter().filter(|s| s.topics.contains(&topic)) {
+            // Drop-oldest never blocks; a gone subscriber is removed by its own thread.
+            let _ = s.tx.send(line.clone());
+        }
+    }
+}

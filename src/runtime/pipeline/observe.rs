@@ -1,0 +1,172 @@
+//! What a run tells those who listen while it runs: the live service's subscribers
+//! (`runtime::live::subscribe`).
+//!
+//! Contract: the pipeline's threads call [`Observer::observe`] with a [`Topic`], the session
+//! time the message describes (`at_ms`) and its fields (a JSON object); the call never
+//! blocks, so an observer that cannot keep up drops messages and never slows the pipeline.
+//! What each topic's messages carry is the control protocol's (docs/station.md,
+//! "Subscriptions"). [`FaceWatch`] turns the stored `face` vectors into `face` messages:
+//! found and lost, looking toward the camera or not (each after [`DEBOUNCE_FRAMES`] frames
+//! agree), and a summary every second of frames with a face.
+
+use std::collections::BTreeMap;
+
+pub use crate::capture::control::Topic;
+use crate::windows::{FrameRecord, ModalityId, ModalityLayout};
+
+/// Whoever listens to a run.
+pub trait Observer: Send + Sync {
+    /// One message about session time `at_ms`; must not block.
+    fn observe(&self, topic: Topic, at_ms: u64, fields: serde_json::Value);
+}
+
+/// Frames that must agree before `face` says found, lost, looking or not (200 ms at 15 fps).
+pub const DEBOUNCE_FRAMES: u32 = 3;
+/// Head turned or eyes away by more than this (radians, about 20 degrees) is not looking
+/// toward the camera.
+const LOOKING_WITHIN_RAD: f32 = 0.35;
+
+/// A debounced boolean: changes after [`DEBOUNCE_FRAMES`] frames say the other value.
+#[derive(Default)]
+struct Debounced {
+    state: Option<bool>,
+    against: u32,
+}
+
+impl Debounced {
+    /// The new state, when it changed with this frame.
+    fn push(&mut self, v: bool) -> Option<bool> {
+        if self.state == Some(v) {
+            self.against = 0;
+            return None;
+        }
+        self.against += 1;
+        if self.against >= DEBOUNCE_FRAMES || self.state.is_none() && self.against >= 1 {
+            self.state = Some(v);
+            self.against = 0;
+            return Some(v);
+        }
+        None
+    }
+}
+
+/// `face` messages from the frames as the aligner emits them.
+pub struct FaceWatch {
+    face: ModalityId,
+    pose: [usize; 3],
+    gaze: [usize; 2],
+    /// `(column name, index)` of every AU intensity (`AU12_r` is the smile).
+    intensities: Vec<(String, usize)>,
+    present: Debounced,
+    looking: Debounced,
+    /// Sums over the second being summarised: frames with a face, pose, intensities.
+    summed: u32,
+    frames: u32,
+    sums: Vec<f64>,
+    period_frames: u32,
+}
+
+impl FaceWatch {
+    /// Watches the `face` modality of `layout`, when it has one (at `fps` frames a second).
+    pub fn new(layout: &ModalityLayout, fps: f64) -> Option<Self> {
+        let (id, m) = layout.iter().find(|(_, m)| m.spec.name == "face")?;
+        let col = |name: &str| m.spec.columns.iter().position(|c| c == name);
+        let intensities: Vec<(String, usize)> = m
+            .spec
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.starts_with("AU") && c.ends_with("_r"))
+            .map(|(i, c)| (c.clone(), i))
+            .collect();
+        let n = 3 + intensities.len();
+        Some(Self {
+            face: id,
+            pose: [col("pose_Rx")?, col("pose_Ry")?, col("pose_Rz")?],
+            gaze: [col("gaze_angle_x")?, col("gaze_angle_y")?],
+            intensities,
+            present: Debounced::default(),
+            looking: Debounced::default(),
+            summed: 0,
+            frames: 0,
+            sums: vec![0.0; n],
+            period_frames: fps.round().max(1.0) as u32,
+        })
+    }
+
+    /// One emitted frame (decoded or not).
+    pub fn frame(&mut self, record: &FrameRecord, observer: &dyn Observer) {
+        let at_ms = record.t_ns / 1_000_000;
+        let face = if record.decoded {
+            record.get(self.face)
+        } else {
+            None
+        };
+        if record.decoded {
+            if let Some(found) = self.present.push(face.is_some()) {
+                let event = if found { "found" } else { "lost" };
+                observer.observe(Topic::Face, at_ms, serde_json::json!({ "event": event }));
+            }
+        }
+        if let Some(v) = face {
+            let looking = self.pose[..2]
+                .iter()
+                .chain(&self.gaze)
+                .all(|&i| v.get(i).is_some_and(|a| a.abs() <= LOOKING_WITHIN_RAD));
+            if let Some(l) = self.looking.push(looking) {
+                observer.observe(
+                    Topic::Face,
+                    at_ms,
+                    serde_json::json!({ "event": if l { "looking" } else { "looking_away" } }),
+                );
+            }
+            let values = self
+                .pose
+                .iter()
+                .chain(self.intensities.iter().map(|(_, i)| i))
+                .map(|&i| f64::from(v.get(i).copied().unwrap_or(0.0)));
+            for (s, x) in self.sums.iter_mut().zip(values) {
+                *s += x;
+            }
+            self.summed += 1;
+        }
+        self.frames += 1;
+        if self.frames >= self.period_frames {
+            if self.summed > 0 {
+                let n = f64::from(self.summed);
+                let mean = |k: usize| self.sums[k] / n;
+                let intensities: BTreeMap<&str, f64> = self
+                    .intensities
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (name, _))| (name.as_str(), round3(mean(3 + k))))
+                    .collect();
+                observer.observe(
+                    Topic::Face,
+                    at_ms,
+                    serde_json::json!({
+                        "event": "summary",
+                        "face_frames": self.summed,
+                        "frames": self.frames,
+                        "head_pose_rad": [round3(mean(0)), round3(mean(1)), round3(mean(2))],
+                        "smile": intensities.get("AU12_r").copied(),
+                        "intensities": intensities,
+                    }),
+                );
+            } else {
+                observer.observe(
+                    Topic::Face,
+                    at_ms,
+                    serde_json::json!({ "event": "summary", "face_frames": 0, "frames": self.frames }),
+                );
+            }
+            self.sums.iter_mut().for_each(|s| *s = 0.0);
+            self.summed = 0;
+            self.frames = 0;
+        }
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
