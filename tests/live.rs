@@ -674,7 +674,13 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
             |r| r.get(0),
         )
         .unwrap();
-    assert!(words.to_lowercase().contains("dashwood"), "{words}");
+    // The player starts as the session does; the microphone's first fragment may come a
+    // second or two later, so the opening words are not asserted.
+    let words = words.to_lowercase();
+    assert!(
+        words.contains("leisure") || words.contains("young man"),
+        "{words}"
+    );
     let text_source: String = conn
         .query_row("SELECT text_source FROM sessions", [], |r| r.get(0))
         .unwrap();
