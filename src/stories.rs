@@ -43,6 +43,10 @@ pub enum StoryError {
     NothingShared { id: String, speaker: String },
     #[error("no stories embedded with model `{model}` in the store: run `empathic stories import FILE` first")]
     EmptyBank { model: String },
+    #[error("participant `{participant}` has no session in the store to take their words from: give the text, or recommend after their story share")]
+    NoSessionOf { participant: String },
+    #[error("the text to recommend for is empty")]
+    EmptyText,
 }
 
 impl Classify for StoryError {
@@ -172,6 +176,68 @@ pub fn session_context(
         });
     }
     Ok((ctx.shared.join(" "), ctx.seen))
+}
+
+/// What a recommendation for a participant starts from, read from the store.
+pub struct RecommendationInputs {
+    /// The participant's words (given, or what they shared in `session`).
+    pub text: String,
+    /// The session the words came from, when read from the store.
+    pub session: Option<String>,
+    /// Every story they were ever shown: never recommended again.
+    pub exclude: Vec<String>,
+    /// The text-zero-shot map: fitted to their earlier rated stories when there are enough.
+    pub scorer: crate::features::recommend::Scorer,
+}
+
+/// Reads what [`crate::features::recommend::recommend`] needs for `participant`: `text` when
+/// given, else what they shared in `session` (default: their latest session); the stories
+/// they were shown; their calibration over every complete session.
+pub fn recommendation_inputs(
+    store: &Store,
+    index: &StoryIndex,
+    participant: &str,
+    text: Option<&str>,
+    session: Option<&str>,
+    speaker: &str,
+) -> Result<RecommendationInputs, StoryError> {
+    use crate::features::recommend::Scorer;
+    use crate::fusion::zero_shot::{BankRelative, TextZeroShot, ABSOLUTE_MAP};
+    let (text, session) = match (text, session) {
+        (Some(t), _) if !t.trim().is_empty() => (t.to_string(), None),
+        (Some(_), _) => return Err(StoryError::EmptyText),
+        (None, Some(id)) => (session_context(store, id, speaker)?.0, Some(id.to_string())),
+        (None, None) => {
+            let id =
+                store
+                    .latest_session_of(participant)?
+                    .ok_or_else(|| StoryError::NoSessionOf {
+                        participant: participant.to_string(),
+                    })?;
+            (session_context(store, &id, speaker)?.0, Some(id))
+        }
+    };
+    let exclude = store.stories_shown_to(participant)?;
+    let pairs = store.calibration_pairs(participant, TextZeroShot::ID, "", None)?;
+    let scorer = match crate::fusion::calibration::participant_map(ABSOLUTE_MAP, &pairs) {
+        Some(map) => Scorer::Participant {
+            map,
+            label: format!("participant:{}", pairs.len()),
+        },
+        None => {
+            let (v, d) = index.vectors();
+            match BankRelative::new(v, d) {
+                Some(bank) => Scorer::Bank(bank),
+                None => Scorer::Absolute(ABSOLUTE_MAP),
+            }
+        }
+    };
+    Ok(RecommendationInputs {
+        text,
+        session,
+        exclude,
+        scorer,
+    })
 }
 
 #[cfg(test)]

@@ -500,6 +500,14 @@ fn replay_recording(dir: &Path, folder: &Path) -> PathBuf {
     db
 }
 
+/// Imports the demo's story bank into `db` (the station's, and the replay's, so retrieval
+/// and `recommend` have a bank in both).
+fn import_bank(db: &Path) {
+    let bank = root().join("demo/stories/stories.jsonl");
+    let o = empathic(&["stories", "import", path_str(&bank), "--db", path_str(db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 fn manifest(folder: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(folder.join("session.json")).unwrap()).unwrap()
 }
@@ -526,6 +534,7 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
         text.contains("frame captured and decoded") && text.contains("capturing at 16000 Hz"),
         "{text}"
     );
+    import_bank(&dir.path().join("station.db"));
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
 
     // Refusals name their reason.
@@ -563,6 +572,32 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     )
     .unwrap();
     let (id, mut player) = scripted_session(&station, &pulse, "P-LIVE");
+    // Stories chosen on the station for this participant: never one shown in this session,
+    // each with why; logged as the session's event.
+    let r = station.ok(json!({"type": "recommend", "k": 2, "policy": "explore",
+                              "text": "I moved to a new city for work and felt very alone"}));
+    let chosen = r["stories"].as_array().unwrap();
+    assert_eq!(chosen.len(), 2, "{r}");
+    for c in chosen {
+        assert!(
+            !["demo-story-01", "demo-story-02", "demo-story-03"]
+                .contains(&c["story_id"].as_str().unwrap()),
+            "{r}"
+        );
+        assert!(
+            c["similarity"].is_f64() && c["predicted"].is_f64() && c["calibration"] == "population",
+            "{r}"
+        );
+    }
+    assert_eq!(r["left_out"], 3, "{r}");
+    let a = station.ask(json!({"type": "recommend", "k": 0}));
+    assert!(a["error"].as_str().unwrap().contains("1-50"), "{a}");
+    let a = station
+        .ask(json!({"type": "recommendation", "policy": "x", "story_ids": [], "calibration": "x"}));
+    assert!(
+        a["error"].as_str().unwrap().contains("station's own"),
+        "{a}"
+    );
     let a = station.ask(json!({"type": "rating", "story_id": "demo-story-01", "value": 9}));
     assert!(a["error"].as_str().unwrap().contains("1-5"), "{a}");
     let a = station.ask(json!({"type": "phase", "phase": "warm_up"}));
@@ -697,6 +732,12 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     let m = manifest(&folder);
     assert_eq!(m["format_version"], 2);
     assert_eq!(m["recording"]["state"], "finalised", "{m}");
+    let logged = count(
+        &conn,
+        "SELECT count(*) FROM events WHERE type = 'recommendation'",
+    );
+    assert_eq!(logged, 1);
+    import_bank(&dir.path().join("replayed.db"));
     let db = replay_recording(dir.path(), &folder);
     assert_same_rows(&station.db, &db, &id);
 }

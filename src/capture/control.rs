@@ -38,6 +38,13 @@ pub enum Request {
     Subscribe {
         topics: Vec<Topic>,
     },
+    /// `k` stories for the session's participant, never shown to them, by `policy`, for
+    /// `text` (default: what they shared in this session's story share).
+    Recommend {
+        k: usize,
+        text: Option<String>,
+        policy: crate::features::recommend::Policy,
+    },
     Event(EventKind),
 }
 
@@ -120,6 +127,34 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
             Ok(Request::StartSession {
                 participant_id: f.participant_id,
                 session_id: f.session_id,
+            })
+        }
+        "recommend" => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Fields {
+                #[serde(default = "three")]
+                k: usize,
+                #[serde(default)]
+                text: Option<String>,
+                #[serde(default = "similarity")]
+                policy: crate::features::recommend::Policy,
+            }
+            fn three() -> usize {
+                3
+            }
+            fn similarity() -> crate::features::recommend::Policy {
+                crate::features::recommend::Policy::Similarity
+            }
+            map.remove("type");
+            let f: Fields = serde_json::from_value(value).map_err(|e| format!("recommend: {e}"))?;
+            if !(1..=50).contains(&f.k) {
+                return Err(format!("recommend: `k` must be 1-50, got {}", f.k));
+            }
+            Ok(Request::Recommend {
+                k: f.k,
+                text: f.text,
+                policy: f.policy,
             })
         }
         "subscribe" => {
@@ -249,6 +284,9 @@ impl SessionRules {
                 Ok(now_ms * 1_000_000)
             }
             EventKind::Note { .. } => Ok(now_ms * 1_000_000),
+            EventKind::Recommendation { .. } => Err(
+                "`recommendation` events are the station's own record of `recommend`; ask with {\"type\":\"recommend\"}".into(),
+            ),
         }
     }
 

@@ -1,4 +1,4 @@
-//! `empathic stories import|search|retrieve`: the story bank.
+//! `empathic stories import|search|retrieve|recommend`: the story bank.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -50,6 +50,30 @@ enum Command {
         #[command(flatten)]
         read: ReadOptions,
     },
+    /// Stories for a participant from the bank, never shown to them before, ranked by a
+    /// policy, each with why (similarity, predicted empathy, the calibration used).
+    Recommend {
+        /// The participant (pseudonym).
+        #[arg(long)]
+        participant: String,
+        /// What they said (default: what they shared in --session, or in their latest
+        /// session).
+        #[arg(long)]
+        text: Option<String>,
+        /// The session whose shared story to start from (default: their latest).
+        #[arg(long)]
+        session: Option<String>,
+        /// How to rank: similarity (the study's original rule), predicted_empathy (the
+        /// text-zero-shot predictor's score under their calibration), explore (spread over
+        /// predicted levels).
+        #[arg(long, value_enum, default_value = "similarity")]
+        policy: crate::features::recommend::Policy,
+        /// How many stories.
+        #[arg(short, default_value_t = 3)]
+        k: usize,
+        #[command(flatten)]
+        read: ReadOptions,
+    },
 }
 
 impl Args {
@@ -69,6 +93,21 @@ impl Args {
                 read.db.db,
                 read.config.path(),
                 read.json.json,
+            ),
+            Command::Recommend {
+                participant,
+                text,
+                session,
+                policy,
+                k,
+                read,
+            } => stories_recommend(
+                &participant,
+                text.as_deref(),
+                session.as_deref(),
+                policy,
+                k,
+                read,
             ),
         }
     }
@@ -168,5 +207,82 @@ pub fn stories_retrieve(
         );
     }
     print_hits(&bank.top_k(&shared, k, &seen)?, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `empathic stories recommend --participant ID`.
+fn stories_recommend(
+    participant: &str,
+    text: Option<&str>,
+    session: Option<&str>,
+    policy: crate::features::recommend::Policy,
+    k: usize,
+    read: ReadOptions,
+) -> Result<ExitCode, Failure> {
+    crate::session::manifest::check_id("participant", participant)
+        .map_err(|m| (crate::exit::ExitKind::BadInput, m))?;
+    let config = load_config(read.config.path())?;
+    let store = open_existing_store(&db_path(read.db.db, &config))?;
+    let mut bank = Bank::load(&config, &store)?;
+    let inputs = stories::recommendation_inputs(
+        &store,
+        &bank.index,
+        participant,
+        text,
+        session,
+        &config.text.speaker,
+    )
+    .map_err(fail)?;
+    let query = bank
+        .encoder
+        .embed(&[inputs.text.as_str()])
+        .map_err(fail)?
+        .remove(0);
+    let chosen = crate::features::recommend::recommend(
+        &bank.index,
+        &query,
+        &inputs.exclude,
+        k,
+        policy,
+        &inputs.scorer,
+    );
+    if read.json.json {
+        print_json(&serde_json::json!({
+            "participant_id": participant,
+            "policy": policy.as_str(),
+            "from_session": inputs.session,
+            "left_out": inputs.exclude.len(),
+            "stories": chosen,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "{} stories for {participant} by {} (from {}; {} shown before left out; calibration {}):",
+        chosen.len(),
+        policy.as_str(),
+        inputs
+            .session
+            .as_deref()
+            .map_or("the given text".to_string(), |s| format!(
+                "what they shared in {s}"
+            )),
+        inputs.exclude.len(),
+        inputs.scorer.label()
+    );
+    if chosen.is_empty() {
+        outln!("none: every story of the bank was shown to them");
+    }
+    for (i, r) in chosen.iter().enumerate() {
+        outln!(
+            "{}. {}  {}  similarity {:+.3}, predicted {:.2} (rank {} of {})",
+            i + 1,
+            r.story_id,
+            r.title,
+            r.similarity,
+            r.predicted,
+            r.predicted_rank,
+            r.candidates
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

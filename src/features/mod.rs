@@ -17,6 +17,7 @@ pub mod acoustic;
 pub mod appearance;
 #[cfg(feature = "sensing")]
 pub mod face;
+pub mod recommend;
 pub mod retrieval;
 pub mod signal;
 #[cfg(feature = "sensing")]

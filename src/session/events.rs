@@ -2,7 +2,7 @@
 //!
 //! Contract: every line is an object with `t_ms` (milliseconds from session start, a
 //! non-negative integer) and `type`, one of `phase`, `utterance`, `story_shown`, `rating`,
-//! `survey`, `note`, with that type's fields and no others. Blank lines are skipped. The
+//! `survey`, `note`, `recommendation`, with that type's fields and no others. Blank lines are skipped. The
 //! first malformed line stops parsing with an error that names the file and the 1-based line
 //! number. Events are returned sorted by time (stable: equal times keep file order).
 
@@ -128,6 +128,13 @@ pub enum EventKind {
     },
     /// A free note from study staff or the robot.
     Note { text: String },
+    /// Stories the station recommended (`recommend` on the control socket), in rank order,
+    /// with the policy and calibration behind them; written by the station only.
+    Recommendation {
+        policy: String,
+        story_ids: Vec<String>,
+        calibration: String,
+    },
 }
 
 impl EventKind {
@@ -140,6 +147,7 @@ impl EventKind {
             EventKind::Rating { .. } => "rating",
             EventKind::Survey { .. } => "survey",
             EventKind::Note { .. } => "note",
+            EventKind::Recommendation { .. } => "recommendation",
         }
     }
 }

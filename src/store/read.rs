@@ -505,6 +505,16 @@ impl Store {
     ) -> Result<Option<sql::stories::RetrievalContext>, StoreError> {
         sql::stories::retrieval_context(&self.conn, id, speaker)
     }
+
+    /// Every story `participant` was shown, in any session.
+    pub fn stories_shown_to(&self, participant: &str) -> Result<Vec<String>, StoreError> {
+        sql::stories::shown_to(&self.conn, participant)
+    }
+
+    /// The participant's latest session, if any.
+    pub fn latest_session_of(&self, participant: &str) -> Result<Option<String>, StoreError> {
+        sql::stories::latest_session_of(&self.conn, participant)
+    }
 }
 
 const SUMMARY_SELECT: &str =

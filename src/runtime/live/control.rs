@@ -288,6 +288,9 @@ pub(super) fn handle<'scope>(
             Ok(answer)
         }
         Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
+        Request::Recommend { k, text, policy } => {
+            super::recommend::recommend_now(service, k, text, policy)
+        }
         Request::Event(kind) => {
             let mut state = service.state();
             let r = state.running.as_mut().ok_or("no session is running")?;

@@ -41,6 +41,7 @@ use crate::Nanos;
 /// Camera buffers waiting for the video-capture thread (the oldest goes when full).
 mod control;
 mod devices;
+mod recommend;
 mod retention;
 mod session;
 mod subscribe;

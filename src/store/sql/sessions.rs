@@ -343,7 +343,7 @@ pub fn write_events(
                 Some(deferred) => deferred.push(e.clone()),
                 None => write_survey(tx, id, participant_id, e)?,
             },
-            EventKind::Note { .. } => {}
+            EventKind::Note { .. } | EventKind::Recommendation { .. } => {}
         }
     }
     Ok(())

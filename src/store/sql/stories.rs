@@ -105,13 +105,18 @@ pub fn retrieval_context(
             |r| r.get(0),
         )
         .map_err(ctx("reading phases"))?;
+    // The utterances of the source that fed the session's text modality (with `[asr]
+    // source = "both"` both are stored; counting both would say everything twice).
     let query = if has_phases {
         "SELECT u.text FROM utterances u JOIN phases p ON p.session_id = u.session_id
          WHERE u.session_id = ?1 AND u.speaker = ?2 AND p.phase = 'story_share'
            AND u.start_ns >= p.start_ns AND (p.end_ns IS NULL OR u.start_ns < p.end_ns)
+           AND u.source = (SELECT coalesce(text_source, 'dialogue_app') FROM sessions WHERE id = ?1)
          ORDER BY u.start_ns"
     } else {
-        "SELECT text FROM utterances WHERE session_id = ?1 AND speaker = ?2 ORDER BY start_ns"
+        "SELECT text FROM utterances WHERE session_id = ?1 AND speaker = ?2
+           AND source = (SELECT coalesce(text_source, 'dialogue_app') FROM sessions WHERE id = ?1)
+         ORDER BY start_ns"
     };
     let shared: Vec<String> = conn
         .prepare(query)
@@ -140,4 +145,32 @@ pub fn retrieval_context(
             .map_err(ctx("reading earlier exposures"))?,
     };
     Ok(Some(RetrievalContext { shared, seen }))
+}
+
+/// Every story `participant` was shown in any session (the current one included).
+pub fn shown_to(conn: &Connection, participant: &str) -> Result<Vec<String>, StoreError> {
+    conn.prepare(
+        "SELECT DISTINCT e.story_id FROM story_exposures e JOIN sessions s ON s.id = e.session_id
+         WHERE s.participant_id = ?1 ORDER BY e.story_id",
+    )
+    .and_then(|mut s| {
+        s.query_map([participant], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()
+    })
+    .map_err(ctx("reading the stories shown to a participant"))
+}
+
+/// The participant's latest session (by start time, else when it was stored), if any.
+pub fn latest_session_of(
+    conn: &Connection,
+    participant: &str,
+) -> Result<Option<String>, StoreError> {
+    conn.query_row(
+        "SELECT id FROM sessions WHERE participant_id = ?1 AND id NOT LIKE '%~%'
+         ORDER BY coalesce(start_time, created_at) DESC, created_at DESC LIMIT 1",
+        [participant],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(ctx("reading the participant's sessions"))
 }

@@ -1,0 +1,98 @@
+//! `recommend` on the control socket: stories for the running session's participant, chosen
+//! on the station from the bank, never shown to them before, logged as a `recommendation`
+//! event of the session (so a study can analyse its selection).
+//!
+//! Contract: answers `{"stories":[{story_id, title, similarity, predicted, calibration,
+//! predicted_rank, candidates}], "policy", "from", "left_out"}` or a reason: no session, an
+//! empty bank, nothing shared yet (and no `text` given), every story already shown (an
+//! empty list, not an error). Deterministic for the same store and words
+//! (`features::recommend`).
+
+use std::sync::atomic::Ordering;
+
+use crate::features::recommend::{recommend, Policy};
+use crate::features::text::SentenceEncoder;
+use crate::models::manifest::Manifest;
+use crate::session::{Event, EventKind};
+
+use super::Service;
+
+pub(super) fn recommend_now(
+    service: &Service<'_>,
+    k: usize,
+    text: Option<String>,
+    policy: Policy,
+) -> Result<serde_json::Value, String> {
+    let config = service.config;
+    let (participant, session_id) = {
+        let state = service.state();
+        let r = state.running.as_ref().ok_or(
+            "no session is running: recommend answers for the running session's participant",
+        )?;
+        (r.participant.clone(), r.id.clone())
+    };
+    let (index, inputs) = {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        let index = crate::stories::load_index(&store, &config.models.sentence_encoder)
+            .map_err(|e| e.to_string())?;
+        let inputs = crate::stories::recommendation_inputs(
+            &store,
+            &index,
+            &participant,
+            text.as_deref(),
+            Some(&session_id),
+            &config.text.speaker,
+        )
+        .map_err(|e| match e {
+            crate::stories::StoryError::NothingShared { .. } => format!(
+                "the participant has said nothing in this session's story share yet (give `text`, or ask after they shared): {e}"
+            ),
+            other => other.to_string(),
+        })?;
+        (index, inputs)
+    };
+    let models = &config.models;
+    let manifest = Manifest::load(&models.dir).map_err(|e| e.to_string())?;
+    let entry = manifest
+        .get(&models.sentence_encoder, &models.dir)
+        .map_err(|e| e.to_string())?;
+    let mut encoder =
+        SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())
+            .map_err(|e| e.to_string())?;
+    let query = encoder
+        .embed(&[inputs.text.as_str()])
+        .map_err(|e| e.to_string())?
+        .remove(0);
+    let chosen = recommend(&index, &query, &inputs.exclude, k, policy, &inputs.scorer);
+    // The answer is part of the session: logged as its event (and in its recording).
+    {
+        let mut state = service.state();
+        if let Some(r) = state.running.as_mut().filter(|r| r.id == session_id) {
+            if !r.end.load(Ordering::SeqCst) {
+                let now = service.clock.now_ns().saturating_sub(r.start_clock_ns);
+                let event = Event {
+                    t_ns: now / 1_000_000 * 1_000_000,
+                    line: 0,
+                    kind: EventKind::Recommendation {
+                        policy: policy.as_str().to_string(),
+                        story_ids: chosen.iter().map(|c| c.story_id.clone()).collect(),
+                        calibration: inputs.scorer.label().to_string(),
+                    },
+                };
+                if let Some(rec) = &r.recording {
+                    let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Err(e) = rec.event(&event) {
+                        tracing::error!("{e}");
+                    }
+                }
+                let _ = r.events.send(event);
+            }
+        }
+    }
+    Ok(serde_json::json!({
+        "policy": policy.as_str(),
+        "from": if inputs.session.is_some() { "story_share" } else { "text" },
+        "left_out": inputs.exclude.len(),
+        "stories": chosen,
+    }))
+}
