@@ -161,3 +161,93 @@ fn bad_banks_and_empty_stores_are_named() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("nope"));
 }
+
+/// `stories recommend`: never a story the participant saw, with reasons, the same answer
+/// twice; the policies differ where the participant's own calibration turns the order; a
+/// participant without a session and an empty text are refused with the reason.
+#[test]
+fn recommend_leaves_out_what_was_shown_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("s.db");
+    import(&db);
+    let config = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&config));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ask = |policy: &str| -> serde_json::Value {
+        let o = empathic(&[
+            "stories",
+            "recommend",
+            "--participant",
+            "P-DEMO",
+            "--policy",
+            policy,
+            "-k",
+            "3",
+            "--db",
+            path_str(&db),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let sim = ask("similarity");
+    assert_eq!(sim, ask("similarity"), "deterministic");
+    assert_eq!(sim["from_session"], "demo-0001");
+    assert_eq!(sim["left_out"], 3);
+    let stories = sim["stories"].as_array().unwrap();
+    assert_eq!(stories.len(), 3);
+    for s in stories {
+        let id = s["story_id"].as_str().unwrap();
+        assert!(
+            !["demo-story-03", "demo-story-11", "demo-story-27"].contains(&id),
+            "{sim}"
+        );
+        assert!(s["similarity"].is_f64() && s["predicted"].is_f64(), "{s}");
+    }
+    let cos: Vec<f64> = stories
+        .iter()
+        .map(|s| s["similarity"].as_f64().unwrap())
+        .collect();
+    assert!(cos.windows(2).all(|w| w[0] >= w[1]), "{cos:?}");
+    // The demo participant rated three stories: their calibration is used.
+    assert!(stories[0]["calibration"]
+        .as_str()
+        .unwrap()
+        .starts_with("participant:"));
+    let pe = ask("predicted_empathy");
+    let pred: Vec<f64> = pe["stories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["predicted"].as_f64().unwrap())
+        .collect();
+    assert!(pred.windows(2).all(|w| w[0] >= w[1]), "{pe}");
+    let ranks: Vec<u64> = ask("explore")["stories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["predicted_rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ranks, [1, 20, 39]);
+    let o = empathic(&[
+        "stories",
+        "recommend",
+        "--participant",
+        "P-NONE",
+        "--db",
+        path_str(&db),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("has no session"), "{}", stderr(&o));
+    let o = empathic(&[
+        "stories",
+        "recommend",
+        "--participant",
+        "P-DEMO",
+        "--text",
+        " ",
+        "--db",
+        path_str(&db),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
