@@ -617,7 +617,9 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     );
     let folder = PathBuf::from(stop["recording"].as_str().unwrap());
     let heard = listener.join().unwrap();
+    let live_stream = heard.clone();
     drop(stuck);
+    eprintln!("live stream: {} messages", heard.len());
     for m in &heard {
         assert!(m["topic"].is_string() && m["t_ms"].is_u64(), "{m}");
     }
@@ -738,8 +740,46 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     );
     assert_eq!(logged, 1);
     import_bank(&dir.path().join("replayed.db"));
-    let db = replay_recording(dir.path(), &folder);
+    // The replay of the recording stores the same rows and emits the same stream of what
+    // was perceived (`t_ms`, the sending time, apart).
+    let db = dir.path().join("replayed.db");
+    let emitted = dir.path().join("stream.jsonl");
+    let o = replay_cli_with(&folder, &db, None, &["--emit", path_str(&emitted)]);
+    assert!(
+        o.status.success(),
+        "replay of the recording failed: {}",
+        stderr(&o)
+    );
     assert_same_rows(&station.db, &db, &id);
+    let perceived = |messages: Vec<Value>| -> Vec<String> {
+        let mut v: Vec<String> = messages
+            .into_iter()
+            .filter(|m| {
+                ["voice", "utterance", "face", "prediction"]
+                    .contains(&m["topic"].as_str().unwrap_or(""))
+            })
+            .map(|mut m| {
+                m.as_object_mut().unwrap().remove("t_ms");
+                m.to_string()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let replayed: Vec<Value> = std::fs::read_to_string(&emitted)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (live, again) = (perceived(live_stream), perceived(replayed));
+    assert!(live.len() > 20, "{live:?}");
+    let differing: Vec<_> = live.iter().filter(|m| !again.contains(m)).collect();
+    assert!(
+        live.len() == again.len() && differing.is_empty(),
+        "{} live messages, {} replayed; live only: {differing:?}",
+        live.len(),
+        again.len()
+    );
 }
 
 #[test]

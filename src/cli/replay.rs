@@ -27,6 +27,11 @@ pub struct Args {
     /// Replace a session already stored complete under the same id.
     #[arg(long)]
     replace: bool,
+    /// Also write the stream a control-socket subscriber to every topic would have
+    /// received (JSON lines, in the order of the time each describes), to develop a
+    /// dialogue policy on recorded sessions.
+    #[arg(long, value_name = "FILE")]
+    emit: Option<PathBuf>,
     #[command(flatten)]
     json: JsonOption,
 }
@@ -39,6 +44,7 @@ impl Args {
             self.config.path(),
             self.speed,
             self.replace,
+            self.emit,
             self.json.json,
         )
     }
@@ -51,6 +57,7 @@ pub fn replay(
     config: Option<&Path>,
     speed: Speed,
     replace: bool,
+    emit: Option<PathBuf>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
@@ -68,6 +75,7 @@ pub fn replay(
         speed,
         replace,
         progress: Arc::new(super::Bar(progress.clone())),
+        emit,
     };
     let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);
     progress.finish_and_clear();

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::pipeline::{self, PipelineOptions, Progress, Sinks, Sources};
+use super::pipeline::{self, Observer, PipelineOptions, Progress, Recorded, Sinks, Sources};
 use super::queues::Overflow;
 use super::sequence::{prepare_session, SessionWriter};
 use super::stages::Stages;
@@ -45,6 +45,9 @@ pub struct ReplayOptions {
     pub replace: bool,
     /// Advanced by one per stored frame; its length is set to the video's declared frames.
     pub progress: std::sync::Arc<dyn Progress>,
+    /// Write here the stream a control-socket subscriber to every topic would have
+    /// received (JSON lines), as `empathic replay --emit FILE`.
+    pub emit: Option<PathBuf>,
 }
 
 /// Replays one session. On error the session row (when one could be written) says
@@ -118,6 +121,11 @@ pub fn replay(
     tracing::info!(session = %m.session_id, dir = %opts.session_dir.display(), setup_secs, "replay started");
 
     let sources = open_sources(&session, config).map_err(fail)?;
+    let emitted = opts.emit.as_ref().map(|_| {
+        let r = Arc::new(Recorded::default());
+        emit_session_start(&r, &session);
+        r
+    });
     if let Some(n) = sources.video.info().declared_frames {
         opts.progress.set_total(n);
     }
@@ -127,7 +135,7 @@ pub fn replay(
         Sinks {
             writer: sessions.writer()?.clone(),
             window_consumers: Vec::new(),
-            observer: None,
+            observer: emitted.clone().map(|r| r as Arc<dyn pipeline::Observer>),
         },
         config,
         PipelineOptions {
@@ -159,6 +167,14 @@ pub fn replay(
     })?;
     sessions.close()?;
     let outcome = ended.outcome;
+    if let (Some(r), Some(path)) = (&emitted, &opts.emit) {
+        r.observe(
+            pipeline::Topic::Session,
+            outcome.duration_ns / 1_000_000,
+            serde_json::json!({"event": "ended", "session_id": m.session_id, "status": ended.status.as_str(), "frames": outcome.frames, "windows": outcome.windows}),
+        );
+        write_stream(path, &r.lines())?;
+    }
     tracing::info!(session = %m.session_id, frames = outcome.frames, windows = outcome.windows, "replay finished");
     Ok(ReplaySummary {
         session_id: m.session_id.clone(),
@@ -238,6 +254,38 @@ fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, R
         audio,
         events: Box::new(RecordedEvents::new(session.events.clone())),
     })
+}
+
+/// The session's start and the phases its events declare, as the live service sends them.
+fn emit_session_start(r: &Recorded, session: &RecordedSession) {
+    let m = &session.manifest;
+    r.observe(
+        pipeline::Topic::Session,
+        0,
+        serde_json::json!({"event": "start", "session_id": m.session_id, "participant_id": m.participant_id}),
+    );
+    for e in &session.events {
+        if let crate::session::EventKind::Phase { phase } = e.kind {
+            r.observe(
+                pipeline::Topic::Session,
+                e.t_ns / 1_000_000,
+                serde_json::json!({"event": "phase", "phase": phase.as_str()}),
+            );
+        }
+    }
+}
+
+/// Writes the stream beside, then renames it into place (never half a file).
+fn write_stream(path: &Path, lines: &[String]) -> Result<(), RunError> {
+    let err = |e: std::io::Error| RunError::Thread {
+        thread: "replay".into(),
+        message: format!("cannot write the stream to {}: {e}", path.display()),
+    };
+    let tmp = path.with_extension("emit-partial");
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(&tmp, text).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
 }
 
 fn display_path(p: &Path) -> String {

@@ -147,17 +147,8 @@ impl Observer for Subscribers {
         if !list.iter().any(|s| s.topics.contains(&topic)) {
             return;
         }
-        let mut message = serde_json::json!({
-            "topic": topic.as_str(),
-            "t_ms": self.now_ms(),
-            "at_ms": at_ms,
-        });
-        if let (Some(m), serde_json::Value::Object(f)) = (message.as_object_mut(), fields) {
-            for (k, v) in f {
-                m.entry(k).or_insert(v);
-            }
-        }
-        let line = message.to_string();
+        let line =
+            crate::runtime::pipeline::message(topic, self.now_ms(), at_ms, fields).to_string();
         for s in list.iter().filter(|s| s.topics.contains(&topic)) {
             // Drop-oldest never blocks; a gone subscriber is removed by its own thread.
             let _ = s.tx.send(line.clone());

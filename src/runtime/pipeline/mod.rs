@@ -72,7 +72,7 @@ mod observe;
 mod threads;
 
 pub use consumers::{PredictWindows, StoreWindows, WindowConsumer};
-pub use observe::{FaceWatch, Observer, Topic};
+pub use observe::{message, FaceWatch, Observer, Recorded, Topic};
 use threads::*;
 
 /// Slots the aligner may hold while waiting for audio or text before it stops taking video.

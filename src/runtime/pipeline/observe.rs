@@ -20,6 +20,47 @@ pub trait Observer: Send + Sync {
     fn observe(&self, topic: Topic, at_ms: u64, fields: serde_json::Value);
 }
 
+/// One stream message: `topic`, `t_ms` (when it was sent), `at_ms` (the time it
+/// describes), then the topic's fields (never overriding those three).
+pub fn message(
+    topic: Topic,
+    t_ms: u64,
+    at_ms: u64,
+    fields: serde_json::Value,
+) -> serde_json::Value {
+    let mut m = serde_json::json!({ "topic": topic.as_str(), "t_ms": t_ms, "at_ms": at_ms });
+    if let (Some(o), serde_json::Value::Object(f)) = (m.as_object_mut(), fields) {
+        for (k, v) in f {
+            o.entry(k).or_insert(v);
+        }
+    }
+    m
+}
+
+/// What a replay's subscriber would have received (`replay --emit`): every message kept,
+/// then written in order of the time it describes (messages of one time in the order they
+/// came). In a replay `t_ms` is that time too: nothing is sent while it runs.
+#[derive(Default)]
+pub struct Recorded(std::sync::Mutex<Vec<(u64, String)>>);
+
+impl Recorded {
+    /// The messages as JSON lines, in order.
+    pub fn lines(&self) -> Vec<String> {
+        let mut v = self.0.lock().map(|v| v.clone()).unwrap_or_default();
+        v.sort_by_key(|(at, _)| *at);
+        v.into_iter().map(|(_, l)| l).collect()
+    }
+}
+
+impl Observer for Recorded {
+    fn observe(&self, topic: Topic, at_ms: u64, fields: serde_json::Value) {
+        let line = message(topic, at_ms, at_ms, fields).to_string();
+        if let Ok(mut v) = self.0.lock() {
+            v.push((at_ms, line));
+        }
+    }
+}
+
 /// Frames that must agree before `face` says found, lost, looking or not (200 ms at 15 fps).
 pub const DEBOUNCE_FRAMES: u32 = 3;
 /// Head turned or eyes away by more than this (radians, about 20 degrees) is not looking
