@@ -29,6 +29,9 @@ demo: build
 	@echo
 	./target/release/empathic sessions list --db $(DEMO_DB)
 	@echo
+	@echo "stories for the next session, never shown to P-DEMO, spread over predicted empathy:"
+	./target/release/empathic stories recommend --participant P-DEMO --policy explore --db $(DEMO_DB)
+	@echo
 	@echo "session report (open it in any browser; it works offline):"
 	./target/release/empathic report demo-0001 --db $(DEMO_DB) --out $(DEMO_REPORT)
 
