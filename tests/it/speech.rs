@@ -325,7 +325,8 @@ fn both_sources_are_stored_side_by_side_and_the_robots_voice_is_told_apart() {
     assert_eq!(app.len(), 5, "{u:?}");
     assert!(heard.len() >= 4, "{u:?}");
     let join = |v: &[&Said]| v.iter().map(|x| x.5.as_str()).collect::<Vec<_>>().join(" ");
-    let wer = empathic_wer(&join(&app), &join(&heard));
+    // The library's own measure, as `transcribe --score` prints it.
+    let wer = empathic::features::speech::word_error_rate(&join(&app), &join(&heard));
     assert!(wer <= 0.10, "WER {wer}: {}", join(&heard));
     assert_eq!(one_text(&db, "SELECT text_source FROM sessions"), "asr");
     let text_frames = one_number(
@@ -357,38 +358,6 @@ fn both_sources_are_stored_side_by_side_and_the_robots_voice_is_told_apart() {
         .collect();
     assert_eq!(robot.len(), 1, "{robot:?}");
     assert!(robot[0].5.contains("young man"), "{robot:?}");
-}
-
-/// Word error rate, as `transcribe --score` computes it (normalised case and punctuation).
-fn empathic_wer(reference: &str, hypothesis: &str) -> f64 {
-    let words = |t: &str| -> Vec<String> {
-        t.to_lowercase()
-            .chars()
-            .map(|c| {
-                if c.is_alphanumeric() || c == '\'' {
-                    c
-                } else {
-                    ' '
-                }
-            })
-            .collect::<String>()
-            .split_whitespace()
-            .map(|w| w.trim_matches('\'').to_string())
-            .filter(|w| !w.is_empty())
-            .collect()
-    };
-    let (r, h) = (words(reference), words(hypothesis));
-    let mut prev: Vec<usize> = (0..=h.len()).collect();
-    for (i, rw) in r.iter().enumerate() {
-        let mut cur = vec![i + 1; h.len() + 1];
-        for (j, hw) in h.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(rw != hw))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[h.len()] as f64 / r.len().max(1) as f64
 }
 
 /// Without the speech models the session still runs: no station words, said once, and
