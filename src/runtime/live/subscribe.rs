@@ -155,3 +155,69 @@ impl Observer for Subscribers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+
+    /// A subscriber that does not read while many messages come: the pipeline's side never
+    /// waits, the oldest are dropped, and what it then reads plus what it is told was
+    /// dropped is everything sent, every line whole and in order.
+    #[test]
+    fn a_slow_subscriber_loses_the_oldest_and_is_told_how_many() {
+        let subs = Arc::new(Subscribers::new(Arc::new(crate::clock::ManualClock::new(
+            0,
+        ))));
+        let (server, client) = UnixStream::pair().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let serving = {
+            let (subs, stop) = (subs.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("test-subscriber".into())
+                .spawn(move || subs.serve(vec![Topic::Voice], server, &stop))
+                .unwrap()
+        };
+        while subs.list().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let sent = 20_000u64;
+        for i in 0..sent {
+            subs.observe(
+                Topic::Voice,
+                i,
+                serde_json::json!({"event": "started", "i": i}),
+            );
+            // Another topic is not this subscriber's.
+            subs.observe(Topic::Face, i, serde_json::json!({"event": "found"}));
+        }
+        let mut got = 0u64;
+        let mut dropped = 0u64;
+        let mut last = None;
+        client
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        for line in BufReader::new(&client).lines() {
+            let Ok(line) = line else { break };
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            match v["topic"].as_str().unwrap() {
+                "dropped" => dropped += v["count"].as_u64().unwrap(),
+                "voice" => {
+                    let i = v["i"].as_u64().unwrap();
+                    assert!(last.is_none_or(|l| i > l), "out of order at {i}");
+                    last = Some(i);
+                    got += 1;
+                }
+                other => panic!("topic {other} was not subscribed to"),
+            }
+            if last == Some(sent - 1) {
+                break;
+            }
+        }
+        assert!(dropped > 0, "nothing dropped: the queue never filled");
+        assert_eq!(got + dropped, sent, "{got} read, {dropped} dropped");
+        stop.store(true, Ordering::SeqCst);
+        serving.join().unwrap();
+        assert!(subs.list().is_empty());
+    }
+}
