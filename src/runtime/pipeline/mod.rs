@@ -68,11 +68,16 @@ use crate::windows::{
 use crate::Nanos;
 
 mod consumers;
+mod figures;
 mod observe;
+mod text;
 mod threads;
 
 pub use consumers::{PredictWindows, StoreWindows, WindowConsumer};
+use figures::*;
+pub use figures::{LatencySummary, ThreadFigures};
 pub use observe::{message, FaceWatch, Observer, Recorded, Topic};
+use text::*;
 use threads::*;
 
 /// Slots the aligner may hold while waiting for audio or text before it stops taking video.
@@ -151,64 +156,6 @@ pub struct Outcome {
     pub latency: Option<LatencySummary>,
 }
 
-/// What one thread did, for the end-of-run summary at `debug`.
-#[derive(Debug, Clone)]
-pub struct ThreadFigures {
-    pub thread: String,
-    pub items: u64,
-    /// Time spent in the thread's own work (not waiting on its queues).
-    pub busy: Duration,
-    /// The most items seen waiting in its output queue, and that queue's capacity.
-    pub out_queue: Option<(usize, usize)>,
-}
-
-/// Collects [`ThreadFigures`] from the threads as they end.
-#[derive(Default)]
-struct Figures(Mutex<Vec<ThreadFigures>>);
-
-impl Figures {
-    fn push(&self, f: ThreadFigures) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(f);
-        }
-    }
-}
-
-/// Counts items and busy time of one thread.
-struct Meter {
-    thread: String,
-    items: u64,
-    busy: Duration,
-}
-
-impl Meter {
-    fn new(thread: &str) -> Self {
-        Self {
-            thread: thread.to_string(),
-            items: 0,
-            busy: Duration::ZERO,
-        }
-    }
-
-    /// Times `f` as one item of work.
-    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = f();
-        self.busy += t.elapsed();
-        self.items += 1;
-        out
-    }
-
-    fn done<T>(self, figures: &Figures, out: Option<&PolicySender<T>>) {
-        figures.push(ThreadFigures {
-            thread: self.thread,
-            items: self.items,
-            busy: self.busy,
-            out_queue: out.map(PolicySender::depth),
-        });
-    }
-}
-
 struct VideoFeaturesDone {
     timeline: VideoTimelineStats,
     totals: VideoSignalTotals,
@@ -223,33 +170,6 @@ struct AlignDone {
     frames: u64,
     windows: u64,
     latency: Option<LatencySummary>,
-}
-
-/// Capture-to-store latency of a paced run's decoded frames: from the frame's time on
-/// the session clock to the moment its features were handed to the store writer (which
-/// commits within `store.batch_max_ms`).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct LatencySummary {
-    pub frames: usize,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub max_ms: f64,
-}
-
-impl LatencySummary {
-    fn of(mut us: Vec<u32>) -> Option<Self> {
-        if us.is_empty() {
-            return None;
-        }
-        us.sort_unstable();
-        let at = |q: f64| f64::from(us[((us.len() - 1) as f64 * q).round() as usize]) / 1e3;
-        Some(Self {
-            frames: us.len(),
-            p50_ms: at(0.5),
-            p95_ms: at(0.95),
-            max_ms: at(1.0),
-        })
-    }
 }
 
 /// What the text stage tells the aligner: utterances embedded, phases entered, and how far
@@ -571,35 +491,6 @@ pub fn run(
         threads,
         latency: align_done.latency,
     })
-}
-
-/// The per-thread figures at `debug`, one line each: where a slow run spent its time.
-fn log_figures(threads: &[ThreadFigures]) {
-    for f in threads {
-        let per_item_ms = if f.items == 0 {
-            0.0
-        } else {
-            f.busy.as_secs_f64() * 1e3 / f.items as f64
-        };
-        match f.out_queue {
-            Some((depth, capacity)) => tracing::debug!(
-                thread = %f.thread,
-                items = f.items,
-                busy_s = format_args!("{:.3}", f.busy.as_secs_f64()),
-                ms_per_item = format_args!("{per_item_ms:.2}"),
-                out_queue_max = depth,
-                out_queue_capacity = capacity,
-                "thread summary"
-            ),
-            None => tracing::debug!(
-                thread = %f.thread,
-                items = f.items,
-                busy_s = format_args!("{:.3}", f.busy.as_secs_f64()),
-                ms_per_item = format_args!("{per_item_ms:.2}"),
-                "thread summary"
-            ),
-        }
-    }
 }
 
 fn spawn<'scope, 'env, T: Send + 'scope>(

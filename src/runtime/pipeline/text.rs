@@ -1,0 +1,250 @@
+//! The words of a session: the station's recogniser on its own thread
+//! (`speech-recognition`) and the text stage (`text-features`), which merges what the
+//! recogniser heard with the session's events, stores the recogniser's utterances, tells the
+//! robot's voice apart, and tells the aligner how far the text is known. [`super::run`]
+//! wires them.
+
+use super::*;
+
+/// The station's recogniser on its own thread: hears the audio blocks and hands on what it
+/// heard, whenever an utterance ended or it got at least [`HEARD_STEP_NS`] further.
+pub(super) fn speech_recognition(
+    rx: PolicyReceiver<AudioBlock>,
+    tx: PolicySender<Heard>,
+    mut stream: SpeechStream,
+    observer: Option<&dyn Observer>,
+    figures: &Figures,
+) -> Result<(), RunError> {
+    let mut meter = Meter::new("speech-recognition");
+    let mut sent_until: Nanos = 0;
+    let send = |heard: Heard| {
+        if let Some(o) = observer {
+            for &(speaking, at_ns) in &heard.voice {
+                let event = if speaking { "started" } else { "stopped" };
+                o.observe(
+                    Topic::Voice,
+                    at_ns / 1_000_000,
+                    serde_json::json!({ "event": event, "source": "silero-vad-v6" }),
+                );
+            }
+        }
+        tx.send(heard)
+            .map_err(|_| next_stopped("speech-recognition", "the text stage"))
+    };
+    for block in &rx {
+        let heard = meter.time(|| stream.push(block.t_ns, &block.samples))?;
+        if !heard.voice.is_empty() && heard.utterances.is_empty() {
+            // Turn-taking wants these now, not with the next step.
+            sent_until = heard.until_ns;
+            send(heard)?;
+            continue;
+        }
+        if !heard.utterances.is_empty() || heard.until_ns >= sent_until + HEARD_STEP_NS {
+            sent_until = heard.until_ns;
+            send(heard)?;
+        }
+    }
+    let heard = meter.time(|| stream.finish())?;
+    send(heard)?;
+    meter.done(figures, Some(&tx));
+    Ok(())
+}
+
+/// How far the recogniser must get before it says so with no new utterance.
+const HEARD_STEP_NS: Nanos = 100_000_000;
+
+/// What the text stage listens to.
+pub(super) struct TextInputs<'a> {
+    pub(super) batches: PolicyReceiver<EventBatch>,
+    /// The recogniser's utterances, when it runs.
+    pub(super) heard: Option<PolicyReceiver<Heard>>,
+    /// Live: text is known as far as the events are (the transcript wait behind now), the
+    /// recogniser's words counting when they came in time; replay: as far as both got.
+    pub(super) live: bool,
+    /// The participant's speaker name (`text.speaker`).
+    pub(super) speaker: &'a str,
+    /// Paced runs: the clock and the session's start on it, to measure how long an
+    /// utterance took from its end to the store writer.
+    pub(super) latency_from: Option<(&'a dyn Clock, Nanos)>,
+    /// Told each utterance as it is stored.
+    pub(super) observer: Option<&'a dyn Observer>,
+}
+
+/// Embeds the participant's utterances as their events arrive (and the recogniser's, as
+/// it hears them), stores the recogniser's, and tells the aligner what is known:
+/// utterances, phases and how far. Returns the recogniser's utterances as events.
+pub(super) fn text_features(
+    inputs: TextInputs<'_>,
+    tx: PolicySender<TextUpdate>,
+    mut stage: TextStage,
+    writer: &StoreWriter,
+    figures: &Figures,
+) -> Result<Vec<Event>, RunError> {
+    let mut meter = Meter::new("text-features");
+    let mut events_known: Nanos = 0;
+    let mut heard_known: Nanos = if inputs.heard.is_some() {
+        0
+    } else {
+        Nanos::MAX
+    };
+    // The robot's own utterances (the dialogue app's), to tell its voice from the
+    // participant's in what the microphone heard.
+    let mut robot: Vec<(u64, u64)> = Vec::new();
+    let mut heard_events: Vec<Event> = Vec::new();
+    let mut latencies_us: Vec<u32> = Vec::new();
+    let (mut batches_done, mut heard_done) = (false, inputs.heard.is_none());
+    let none_batches = never::<EventBatch>();
+    let none_heard = never::<Heard>();
+    while !(batches_done && heard_done) {
+        let batch_rx = if batches_done {
+            &none_batches
+        } else {
+            inputs.batches.receiver()
+        };
+        let heard_rx = match (&inputs.heard, heard_done) {
+            (Some(h), false) => h.receiver(),
+            _ => &none_heard,
+        };
+        let events: Vec<Event> = select! {
+            recv(batch_rx) -> msg => match msg {
+                Ok(batch) => {
+                    events_known = batch.known_until_ns;
+                    robot.extend(batch.events.iter().filter_map(|e| match &e.kind {
+                        EventKind::Utterance { speaker, start_ms, end_ms, .. }
+                            if speaker == "robot" => Some((*start_ms, *end_ms)),
+                        _ => None,
+                    }));
+                    batch.events
+                }
+                Err(_) => {
+                    batches_done = true;
+                    events_known = Nanos::MAX;
+                    Vec::new()
+                }
+            },
+            recv(heard_rx) -> msg => match msg {
+                Ok(heard) => {
+                    heard_known = heard.until_ns;
+                    let events: Vec<Event> = heard
+                        .utterances
+                        .into_iter()
+                        .map(|u| heard_event(u, &robot, inputs.speaker))
+                        .collect();
+                    if !events.is_empty() {
+                        writer.events(events.clone())?;
+                        if let Some((clock, start)) = inputs.latency_from {
+                            let now = clock.now_ns();
+                            for e in &events {
+                                if let EventKind::Utterance { end_ms, .. } = e.kind {
+                                    let age = now.saturating_sub(start + end_ms * 1_000_000);
+                                    latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
+                                }
+                            }
+                        }
+                        heard_events.extend(events.iter().cloned());
+                    }
+                    events
+                }
+                Err(_) => {
+                    heard_done = true;
+                    heard_known = Nanos::MAX;
+                    Vec::new()
+                }
+            },
+        };
+        if let Some(o) = inputs.observer {
+            for e in &events {
+                if let EventKind::Utterance {
+                    speaker,
+                    start_ms,
+                    end_ms,
+                    text,
+                    source,
+                    ..
+                } = &e.kind
+                {
+                    o.observe(
+                        Topic::Utterance,
+                        *start_ms,
+                        serde_json::json!({
+                            "speaker": speaker,
+                            "start_ms": start_ms,
+                            "end_ms": end_ms,
+                            "text": text,
+                            "source": source.as_str(),
+                        }),
+                    );
+                }
+            }
+        }
+        // One item of work per message: utterances, stories shown and retrievals embedded.
+        let (utterances, stories, retrievals) = meter.time(|| {
+            Ok::<_, crate::models::ModelError>((
+                stage.embed_utterances(&events)?,
+                stage.embed_stories(&events)?,
+                stage.retrieve(&events)?,
+            ))
+        })?;
+        let phases = events
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Phase { phase } => Some(PhaseSpan {
+                    phase,
+                    start_ns: e.t_ns,
+                    end_ns: Nanos::MAX,
+                }),
+                _ => None,
+            })
+            .collect();
+        let update = TextUpdate {
+            utterances,
+            stories,
+            retrievals,
+            phases,
+            // Live, frames never wait past the transcript wait (the events' watermark) for
+            // the recogniser, except at the end, when its last words are worth waiting for.
+            known_until_ns: if inputs.live && events_known != Nanos::MAX {
+                events_known
+            } else {
+                events_known.min(heard_known)
+            },
+        };
+        if tx.send(update).is_err() {
+            return Err(next_stopped("text-features", "the aligner"));
+        }
+    }
+    meter.done(figures, Some(&tx));
+    if let Some(l) = LatencySummary::of(latencies_us) {
+        tracing::info!(
+            utterances = l.frames,
+            p50_ms = format_args!("{:.0}", l.p50_ms),
+            p95_ms = format_args!("{:.0}", l.p95_ms),
+            max_ms = format_args!("{:.0}", l.max_ms),
+            "speech recognition latency, from an utterance's end to the store writer"
+        );
+    }
+    Ok(heard_events)
+}
+
+/// A recognised utterance as a session event: the robot's when it lies mostly under the
+/// robot's own utterances, else `speaker`'s; stamped at its start, like the dialogue app's.
+fn heard_event(
+    u: crate::features::speech::Utterance,
+    robot: &[(u64, u64)],
+    speaker: &str,
+) -> Event {
+    let robot_voice = crate::features::speech::is_robot(&u, robot);
+    Event {
+        t_ns: u.start_ms.saturating_mul(1_000_000),
+        line: 0,
+        kind: EventKind::Utterance {
+            speaker: if robot_voice { "robot" } else { speaker }.to_string(),
+            start_ms: u.start_ms,
+            end_ms: u.end_ms,
+            text: u.text,
+            source: crate::session::TranscriptSource::Asr,
+            model: Some(u.model.to_string()),
+            confidence: Some(u.confidence),
+        },
+    }
+}
