@@ -85,10 +85,21 @@ impl Subscribers {
         stop: &AtomicBool,
     ) -> u64 {
         let mut reported = 0u64;
+        // A probe of the connection while nothing is sent: a subscriber that went away
+        // between sessions must not hold one of the control socket's slots.
+        let mut probe = out.try_clone().ok();
+        if let Some(p) = &probe {
+            let _ = p.set_read_timeout(Some(Duration::from_millis(1)));
+        }
         while !stop.load(Ordering::SeqCst) {
             let line = match rx.receiver().recv_timeout(Duration::from_millis(200)) {
                 Ok(line) => line,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    if probe.as_mut().is_some_and(peer_gone) {
+                        break;
+                    }
+                    continue;
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
             let dropped = me.tx.dropped();
@@ -109,6 +120,22 @@ impl Subscribers {
             }
         }
         reported
+    }
+}
+
+/// Whether the subscriber closed its end (anything it sends after subscribing is ignored).
+fn peer_gone(probe: &mut UnixStream) -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 256];
+    match probe.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::Interrupted
+        ),
     }
 }
 
@@ -217,6 +244,31 @@ mod tests {
         assert!(dropped > 0, "nothing dropped: the queue never filled");
         assert_eq!(got + dropped, sent, "{got} read, {dropped} dropped");
         stop.store(true, Ordering::SeqCst);
+        serving.join().unwrap();
+        assert!(subs.list().is_empty());
+    }
+
+    /// A subscriber that hangs up while nothing is sent (between sessions) is let go, so it
+    /// never keeps one of the control socket's connection slots.
+    #[test]
+    fn a_subscriber_that_hangs_up_in_silence_is_let_go() {
+        let subs = Arc::new(Subscribers::new(Arc::new(crate::clock::ManualClock::new(
+            0,
+        ))));
+        let (server, client) = UnixStream::pair().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let serving = {
+            let (subs, stop) = (subs.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("test-subscriber".into())
+                .spawn(move || subs.serve(vec![Topic::Session], server, &stop))
+                .unwrap()
+        };
+        while subs.list().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(client);
+        // Ends by itself (the stop flag is never set); the join would hang otherwise.
         serving.join().unwrap();
         assert!(subs.list().is_empty());
     }
