@@ -188,11 +188,15 @@ mod tests {
     use super::*;
     use std::io::{BufRead, BufReader};
 
-    /// A subscriber that does not read while many messages come: the pipeline's side never
-    /// waits, the oldest are dropped, and what it then reads plus what it is told was
-    /// dropped is everything sent, every line whole and in order.
-    #[test]
-    fn a_slow_subscriber_loses_the_oldest_and_is_told_how_many() {
+    type Serving = (
+        Arc<Subscribers>,
+        UnixStream,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<()>,
+    );
+
+    /// A subscriber to `topic` being served on its own thread, and its client end.
+    fn subscribed(topic: Topic) -> Serving {
         let subs = Arc::new(Subscribers::new(Arc::new(crate::clock::ManualClock::new(
             0,
         ))));
@@ -202,12 +206,21 @@ mod tests {
             let (subs, stop) = (subs.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("test-subscriber".into())
-                .spawn(move || subs.serve(vec![Topic::Voice], server, &stop))
+                .spawn(move || subs.serve(vec![topic], server, &stop))
                 .unwrap()
         };
         while subs.list().is_empty() {
             std::thread::sleep(Duration::from_millis(5));
         }
+        (subs, client, stop, serving)
+    }
+
+    /// A subscriber that does not read while many messages come: the pipeline's side never
+    /// waits, the oldest are dropped, and what it then reads plus what it is told was
+    /// dropped is everything sent, every line whole and in order.
+    #[test]
+    fn a_slow_subscriber_loses_the_oldest_and_is_told_how_many() {
+        let (subs, client, stop, serving) = subscribed(Topic::Voice);
         let sent = 20_000u64;
         for i in 0..sent {
             subs.observe(
@@ -252,21 +265,7 @@ mod tests {
     /// never keeps one of the control socket's connection slots.
     #[test]
     fn a_subscriber_that_hangs_up_in_silence_is_let_go() {
-        let subs = Arc::new(Subscribers::new(Arc::new(crate::clock::ManualClock::new(
-            0,
-        ))));
-        let (server, client) = UnixStream::pair().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let serving = {
-            let (subs, stop) = (subs.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("test-subscriber".into())
-                .spawn(move || subs.serve(vec![Topic::Session], server, &stop))
-                .unwrap()
-        };
-        while subs.list().is_empty() {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let (subs, client, _stop, serving) = subscribed(Topic::Session);
         drop(client);
         // Ends by itself (the stop flag is never set); the join would hang otherwise.
         serving.join().unwrap();
