@@ -159,7 +159,7 @@ impl Service<'_> {
         };
         if let Some((present, problem)) = change {
             use crate::runtime::pipeline::{Observer, Topic};
-            let at_ms = self.subscribers_now_ms();
+            let at_ms = self.subscribers.now_ms();
             self.subscribers.observe(
                 Topic::Quality,
                 at_ms,
@@ -170,13 +170,6 @@ impl Service<'_> {
                 }),
             );
         }
-    }
-
-    /// The running session's time (0 between sessions).
-    fn subscribers_now_ms(&self) -> u64 {
-        self.state().running.as_ref().map_or(0, |r| {
-            self.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000
-        })
     }
 
     fn set_error(&self, message: String) {

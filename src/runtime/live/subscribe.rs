@@ -56,7 +56,8 @@ impl Subscribers {
         self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn now_ms(&self) -> u64 {
+    /// The running session's time now (0 between sessions).
+    pub(super) fn now_ms(&self) -> u64 {
         match self.start_clock_ns.load(Ordering::SeqCst) {
             0 => 0,
             start => self.clock.now_ns().saturating_sub(start) / 1_000_000,

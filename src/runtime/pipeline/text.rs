@@ -33,13 +33,12 @@ pub(super) fn speech_recognition(
     };
     for block in &rx {
         let heard = meter.time(|| stream.push(block.t_ns, &block.samples))?;
-        if !heard.voice.is_empty() && heard.utterances.is_empty() {
-            // Turn-taking wants these now, not with the next step.
-            sent_until = heard.until_ns;
-            send(heard)?;
-            continue;
-        }
-        if !heard.utterances.is_empty() || heard.until_ns >= sent_until + HEARD_STEP_NS {
+        // An utterance or a voice change goes on at once (turn-taking wants it now);
+        // otherwise only a step further.
+        if !heard.utterances.is_empty()
+            || !heard.voice.is_empty()
+            || heard.until_ns >= sent_until + HEARD_STEP_NS
+        {
             sent_until = heard.until_ns;
             send(heard)?;
         }
