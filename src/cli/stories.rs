@@ -221,6 +221,12 @@ fn stories_recommend(
 ) -> Result<ExitCode, Failure> {
     crate::session::manifest::check_id("participant", participant)
         .map_err(|m| (crate::exit::ExitKind::BadInput, m))?;
+    if !(1..=50).contains(&k) {
+        return Err((
+            crate::exit::ExitKind::BadInput,
+            format!("-k must be 1-50, got {k}"),
+        ));
+    }
     let config = load_config(read.config.path())?;
     let store = open_existing_store(&db_path(read.db.db, &config))?;
     let mut bank = Bank::load(&config, &store)?;

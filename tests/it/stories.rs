@@ -250,4 +250,27 @@ fn recommend_leaves_out_what_was_shown_and_says_why() {
         path_str(&db),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = empathic(&[
+        "stories",
+        "recommend",
+        "--participant",
+        "P-DEMO",
+        "-k",
+        "0",
+        "--db",
+        path_str(&db),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1-50"), "{}", stderr(&o));
+    // --emit into a folder that is not there is refused before anything is replayed.
+    let o = empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&tmp.path().join("e.db")),
+        "--emit",
+        path_str(&tmp.path().join("missing/s.jsonl")),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!tmp.path().join("e.db").exists());
 }
