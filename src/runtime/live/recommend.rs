@@ -2,8 +2,8 @@
 //! on the station from the bank, never shown to them before, logged as a `recommendation`
 //! event of the session (so a study can analyse its selection).
 //!
-//! Contract: answers `{"stories":[{story_id, title, similarity, predicted, calibration,
-//! predicted_rank, candidates}], "policy", "from", "left_out"}` or a reason: no session, an
+//! Contract: answers `{"stories":[{story_id, title, text, similarity, predicted,
+//! calibration, predicted_rank, candidates}], "policy", "from", "left_out"}` or a reason: no session, an
 //! empty bank, nothing shared yet (and no `text` given), every story already shown (an
 //! empty list, not an error). Deterministic for the same store and words
 //! (`features::recommend`).
@@ -64,6 +64,27 @@ pub(super) fn recommend_now(
         .map_err(|e| e.to_string())?
         .remove(0);
     let chosen = recommend(&index, &query, &inputs.exclude, k, policy, &inputs.scorer);
+    // Each story's text, so the robot can show it without a second look-up.
+    let texts: std::collections::HashMap<String, String> = {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        let ids: Vec<&str> = chosen.iter().map(|c| c.story_id.as_str()).collect();
+        store
+            .export_reads()
+            .stories()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|(id, _, _)| ids.contains(&id.as_str()))
+            .map(|(id, _, text)| (id, text))
+            .collect()
+    };
+    let stories: Vec<serde_json::Value> = chosen
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap_or_default();
+            v["text"] = texts.get(&c.story_id).cloned().unwrap_or_default().into();
+            v
+        })
+        .collect();
     // The answer is part of the session: logged as its event (and in its recording).
     {
         let mut state = service.state();
@@ -93,6 +114,6 @@ pub(super) fn recommend_now(
         "policy": policy.as_str(),
         "from": if inputs.session.is_some() { "story_share" } else { "text" },
         "left_out": inputs.exclude.len(),
-        "stories": chosen,
+        "stories": stories,
     }))
 }

@@ -1,0 +1,546 @@
+//! `empathic-dialogue`: the reference dialogue app. It is the robot's side of one whole
+//! EmpathicStories++ session, spoken to `empathic run` over the control socket and nothing
+//! else: it subscribes to what the station perceives, starts the session, waits for the
+//! participant to be in view, greets them and waits for them to stop speaking before each
+//! of its turns, asks the station for stories chosen for this person after they shared
+//! their own, shows them and sends the ratings, reflects on the story the station predicted
+//! moved them most, and ends the session.
+//!
+//! Contract: exit 0 when the session ran to its end (`session`/`ended`), 1 when the station
+//! refused a request or went away (the reason on stderr; a session it started is stopped),
+//! 2 for wrong arguments. What the robot says goes to stdout, one line per turn; with
+//! `--summary FILE`, what it heard and what it did is written there as JSON.
+//!
+//! Why Rust and no crate beyond `serde_json`: the tests and CI run it against the live
+//! service with nothing beyond the crate's own build (no Python in `make test`), and an
+//! integrator reads one file that uses the protocol only (docs/station.md), none of the
+//! runtime's code. A robot's speech synthesis is out of scope: a turn is printed and "takes"
+//! the time it would take to say (2.5 words a second), then it is sent as the robot's
+//! utterance so the station can tell the robot's voice from the participant's.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const USAGE: &str = "usage: empathic-dialogue --socket PATH --participant ID [--ratings 4,2,5] \
+[--policy similarity|predicted_empathy|explore] [--answer-s 10] [--end-of-turn-ms 800] \
+[--max-turn-s 60] [--read-s 20] [--face-s 30] [--prediction-wait-s 20] [--summary FILE]";
+
+/// The robot's settings (every time a limit, so a session never hangs on a silent or
+/// absent participant).
+struct Args {
+    socket: PathBuf,
+    participant: String,
+    /// The participant's ratings, 1-5, one per story; without them, asked on stdin (the
+    /// tablet's part in a real station).
+    ratings: Option<Vec<u8>>,
+    policy: String,
+    /// How long to wait for an answer to start after the robot's prompt.
+    answer: Duration,
+    /// Silence after `voice`/`stopped` before the robot takes its turn.
+    end_of_turn: Duration,
+    /// The longest answer the robot waits out before it speaks anyway.
+    max_turn: Duration,
+    /// Reading time per story.
+    read: Duration,
+    /// How long to wait for the participant's face (at the start, and when lost).
+    face: Duration,
+    /// How long, at the reflection, to wait for a prediction toward each shown story.
+    prediction_wait: Duration,
+    summary: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        socket: PathBuf::new(),
+        participant: String::new(),
+        ratings: None,
+        policy: "similarity".into(),
+        answer: Duration::from_secs(10),
+        end_of_turn: Duration::from_millis(800),
+        max_turn: Duration::from_secs(60),
+        read: Duration::from_secs(20),
+        face: Duration::from_secs(30),
+        prediction_wait: Duration::from_secs(20),
+        summary: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        let secs = |v: String| -> Result<Duration, String> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64)
+                .ok_or(format!("{flag}: `{v}` is not a number of seconds"))
+        };
+        match flag.as_str() {
+            "--socket" => a.socket = PathBuf::from(value()?),
+            "--participant" => a.participant = value()?,
+            "--ratings" => {
+                let v = value()?;
+                let r: Result<Vec<u8>, _> = v.split(',').map(|x| x.trim().parse::<u8>()).collect();
+                match r {
+                    Ok(r) if r.iter().all(|x| (1..=5).contains(x)) => a.ratings = Some(r),
+                    _ => return Err(format!("--ratings: `{v}` is not a list of 1-5")),
+                }
+            }
+            "--policy" => a.policy = value()?,
+            "--answer-s" => a.answer = secs(value()?)?,
+            "--end-of-turn-ms" => a.end_of_turn = secs(value()?)? / 1000,
+            "--max-turn-s" => a.max_turn = secs(value()?)?,
+            "--read-s" => a.read = secs(value()?)?,
+            "--face-s" => a.face = secs(value()?)?,
+            "--prediction-wait-s" => a.prediction_wait = secs(value()?)?,
+            "--summary" => a.summary = Some(PathBuf::from(value()?)),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if a.socket.as_os_str().is_empty() || a.participant.is_empty() {
+        return Err("--socket and --participant are required".into());
+    }
+    Ok(a)
+}
+
+/// What the subscription told the robot so far (filled by the listening thread).
+#[derive(Default)]
+struct Perceived {
+    /// Messages per topic.
+    counts: BTreeMap<String, u64>,
+    /// The participant is speaking (by the last `voice` message).
+    speaking: bool,
+    /// When the last `voice` message came (this process's clock).
+    voice_at: Option<Instant>,
+    /// `voice`/`started` messages so far.
+    starts: u64,
+    /// The face is in view (by the last `found`/`lost`); unknown before the first.
+    face: Option<bool>,
+    /// Calibrated scores per story id, of the first predictor that is not synthetic (or
+    /// the first one at all, when every predictor is synthetic).
+    scores: BTreeMap<String, Vec<f64>>,
+    predictor: Option<String>,
+    /// Messages the station dropped for this subscriber.
+    dropped: u64,
+    /// The session's `ended` message.
+    ended: Option<Value>,
+    /// The stream closed (the service went away).
+    closed: bool,
+}
+
+impl Perceived {
+    fn take(&mut self, m: &Value) {
+        let topic = m["topic"].as_str().unwrap_or("?").to_string();
+        *self.counts.entry(topic.clone()).or_default() += 1;
+        let event = m["event"].as_str().unwrap_or("");
+        match (topic.as_str(), event) {
+            ("voice", e) => {
+                self.speaking = e == "started";
+                self.starts += u64::from(e == "started");
+                self.voice_at = Some(Instant::now());
+            }
+            ("face", "found") => self.face = Some(true),
+            ("face", "lost") => self.face = Some(false),
+            ("prediction", _) => {
+                let list = m["predictions"].as_array().cloned().unwrap_or_default();
+                if self.predictor.is_none() {
+                    let real = list.iter().find(|p| p["synthetic"] == false);
+                    self.predictor = real
+                        .or(list.first())
+                        .and_then(|p| p["predictor"].as_str())
+                        .map(str::to_string);
+                }
+                for p in list {
+                    if p["predictor"].as_str() != self.predictor.as_deref() {
+                        continue;
+                    }
+                    if let (Some(id), Some(score)) = (p["story_id"].as_str(), p["score"].as_f64()) {
+                        self.scores.entry(id.to_string()).or_default().push(score);
+                    }
+                }
+            }
+            ("dropped", _) => self.dropped = m["total"].as_u64().unwrap_or(self.dropped),
+            ("session", "ended") => self.ended = Some(m.clone()),
+            _ => {}
+        }
+    }
+}
+
+/// The listening side: a thread reads the stream into [`Perceived`] and wakes the robot.
+struct Ears {
+    heard: Mutex<Perceived>,
+    changed: Condvar,
+}
+
+impl Ears {
+    fn lock(&self) -> MutexGuard<'_, Perceived> {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `done` holds or `limit` passes; true when it held.
+    fn wait_for(&self, limit: Duration, done: impl Fn(&Perceived) -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut heard = self.lock();
+        loop {
+            if done(&heard) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline || heard.closed {
+                return false;
+            }
+            // Woken by every message; at most 50 ms apart so time-based conditions are seen.
+            let step = (deadline - now).min(Duration::from_millis(50));
+            heard = self
+                .changed
+                .wait_timeout(heard, step)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+fn subscribe(args: &Args) -> Result<Arc<Ears>, String> {
+    let topics = [
+        "session",
+        "voice",
+        "utterance",
+        "face",
+        "prediction",
+        "quality",
+    ];
+    let mut stream = UnixStream::connect(&args.socket)
+        .map_err(|e| format!("cannot connect to {}: {e}", args.socket.display()))?;
+    writeln!(stream, "{}", json!({"type": "subscribe", "topics": topics}))
+        .map_err(|e| format!("subscribe: {e}"))?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .map_err(|e| format!("subscribe: {e}"))?;
+    let answer: Value = serde_json::from_str(&line).map_err(|e| format!("subscribe: {e}"))?;
+    if answer["ok"] != true {
+        return Err(format!("subscribe refused: {}", answer["error"]));
+    }
+    let ears = Arc::new(Ears {
+        heard: Mutex::new(Perceived::default()),
+        changed: Condvar::new(),
+    });
+    let listening = ears.clone();
+    std::thread::Builder::new()
+        .name("subscription".into())
+        .spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(m) => listening.lock().take(&m),
+                    Err(e) => eprintln!("an unreadable stream line ({e}) was skipped"),
+                }
+                listening.changed.notify_all();
+            }
+            listening.lock().closed = true;
+            listening.changed.notify_all();
+        })
+        .map_err(|e| format!("cannot start the listening thread: {e}"))?;
+    Ok(ears)
+}
+
+/// The talking side: one request per connection, answered `{"ok":true,...}` or refused.
+struct Station {
+    socket: PathBuf,
+}
+
+impl Station {
+    fn ask(&self, request: Value) -> Result<Value, String> {
+        let what = request["type"].as_str().unwrap_or("request").to_string();
+        let mut stream = UnixStream::connect(&self.socket)
+            .map_err(|e| format!("{what}: cannot connect to {}: {e}", self.socket.display()))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| format!("{what}: {e}"))?;
+        writeln!(stream, "{request}").map_err(|e| format!("{what}: {e}"))?;
+        let mut line = String::new();
+        BufReader::new(stream)
+            .read_line(&mut line)
+            .map_err(|e| format!("{what}: no answer: {e}"))?;
+        let answer: Value =
+            serde_json::from_str(&line).map_err(|e| format!("{what}: unreadable answer: {e}"))?;
+        if answer["ok"] != true {
+            return Err(format!("{what} refused: {}", answer["error"]));
+        }
+        Ok(answer)
+    }
+
+    fn phase(&self, phase: &str) -> Result<(), String> {
+        self.ask(json!({"type": "phase", "phase": phase})).map(drop)
+    }
+
+    /// The robot says `text`: printed, given the time it takes to say, then sent as the
+    /// robot's utterance (stamped by the station's clock: it ends now).
+    fn say(&self, text: &str) -> Result<(), String> {
+        println!("robot: {text}");
+        let words = text.split_whitespace().count() as f64;
+        let took = Duration::from_secs_f64((words / 2.5).max(0.5));
+        std::thread::sleep(took);
+        let now = self.ask(json!({"type": "status"}))?["t_ms"]
+            .as_u64()
+            .unwrap_or(0);
+        let start = now.saturating_sub(took.as_millis() as u64);
+        self.ask(
+            json!({"type": "utterance", "speaker": "robot", "start_ms": start,
+                        "end_ms": now, "text": text}),
+        )
+        .map(drop)
+    }
+}
+
+/// How one of the participant's turns went.
+struct Turn {
+    spoke: bool,
+    /// Ended by the participant's silence (not by the robot's limit).
+    by_silence: bool,
+    waited: Duration,
+}
+
+/// Waits for the participant's answer after a prompt: for them to start (up to
+/// `args.answer`), then for `args.end_of_turn` of silence after they stop (up to
+/// `args.max_turn`), so the robot never talks over them.
+fn wait_turn(ears: &Ears, args: &Args) -> Turn {
+    let t0 = Instant::now();
+    let starts = ears.lock().starts;
+    let spoke = ears.wait_for(args.answer, |h| h.speaking || h.starts > starts);
+    if !spoke {
+        return Turn {
+            spoke,
+            by_silence: false,
+            waited: t0.elapsed(),
+        };
+    }
+    let by_silence = ears.wait_for(args.max_turn, |h| {
+        !h.speaking && h.voice_at.is_some_and(|t| t.elapsed() >= args.end_of_turn)
+    });
+    Turn {
+        spoke,
+        by_silence,
+        waited: t0.elapsed(),
+    }
+}
+
+/// Waits for the face to be in view; says so when it has to wait.
+fn wait_face(ears: &Ears, station: &Station, args: &Args) -> Result<bool, String> {
+    if ears.lock().face == Some(true) {
+        return Ok(true);
+    }
+    if ears.lock().face == Some(false) {
+        station.say("I'll wait until you're back.")?;
+    }
+    Ok(ears.wait_for(args.face, |h| h.face == Some(true)))
+}
+
+fn rating_for(args: &Args, n: usize, title: &str) -> Result<u8, String> {
+    if let Some(r) = &args.ratings {
+        return r
+            .get(n)
+            .copied()
+            .ok_or(format!("--ratings gives no rating for story {}", n + 1));
+    }
+    loop {
+        print!("tablet: how much empathy did you feel toward \"{title}\"? (1-5) ");
+        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        if std::io::stdin()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?
+            == 0
+        {
+            return Err("no rating: standard input ended".into());
+        }
+        match line.trim().parse::<u8>() {
+            Ok(v) if (1..=5).contains(&v) => return Ok(v),
+            _ => println!("tablet: please answer 1, 2, 3, 4 or 5"),
+        }
+    }
+}
+
+fn turn_json(name: &str, t: &Turn) -> Value {
+    json!({"turn": name, "spoke": t.spoke, "ended_by_silence": t.by_silence,
+           "waited_ms": t.waited.as_millis() as u64})
+}
+
+/// The session, from start to `ended`.
+fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> Result<(), String> {
+    let mut turns = Vec::new();
+    let face_at_start = wait_face(ears, station, args)?;
+    summary["face_at_start"] = json!(face_at_start);
+
+    station.phase("warm_up")?;
+    station.say("Hello, it's good to see you. How has your day been?")?;
+    turns.push(turn_json("warm_up", &wait_turn(ears, args)));
+
+    station.phase("story_share")?;
+    station.say(
+        "Could you tell me about a time you felt alone, or someone surprised you with kindness?",
+    )?;
+    turns.push(turn_json("story_share", &wait_turn(ears, args)));
+
+    // Stories chosen on the station for this person, from what they just shared.
+    let answer = station.ask(json!({"type": "recommend", "k": 3, "policy": args.policy}))?;
+    let stories = answer["stories"].as_array().cloned().unwrap_or_default();
+    if stories.is_empty() {
+        return Err("recommend found no story this participant has not seen".into());
+    }
+    summary["recommended"] = json!(stories
+        .iter()
+        .map(|s| s["story_id"].clone())
+        .collect::<Vec<_>>());
+    station.phase("story_receive")?;
+    station.say("Thank you for sharing that. I found some stories I'd like you to read.")?;
+    let mut ratings = Vec::new();
+    for (n, s) in stories.iter().enumerate() {
+        let (id, title) = (
+            s["story_id"].as_str().unwrap_or(""),
+            s["title"].as_str().unwrap_or(""),
+        );
+        // Acting on `face`: a participant who walked away is waited for, not read to.
+        if !wait_face(ears, station, args)? {
+            summary["face_lost_during_stories"] = json!(true);
+        }
+        station.ask(
+            json!({"type": "story_shown", "story_id": id, "title": title,
+                           "text": s["text"].as_str().unwrap_or(title)}),
+        )?;
+        println!("tablet: shows \"{title}\"");
+        std::thread::sleep(args.read);
+        let value = rating_for(args, n, title)?;
+        station.ask(json!({"type": "rating", "story_id": id, "value": value}))?;
+        ratings.push(json!({"story_id": id, "value": value}));
+    }
+    summary["ratings"] = json!(ratings);
+
+    // Acting on `prediction`: the reflection is about the story the station predicted
+    // moved them most (mean calibrated score since it was shown); the highest rating only
+    // when no prediction came in time.
+    station.phase("reflection")?;
+    let ids: Vec<String> = stories
+        .iter()
+        .filter_map(|s| s["story_id"].as_str().map(str::to_string))
+        .collect();
+    ears.wait_for(args.prediction_wait, |h| {
+        ids.iter().all(|id| h.scores.contains_key(id))
+    });
+    let (chosen, basis) = {
+        let heard = ears.lock();
+        let mean = |id: &String| {
+            heard
+                .scores
+                .get(id)
+                .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let best = ids
+            .iter()
+            .filter_map(|id| mean(id).map(|m| (id.clone(), m)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        match best {
+            Some((id, m)) => (
+                id,
+                json!({"by": "prediction", "predictor": heard.predictor, "mean_score": m}),
+            ),
+            None => {
+                let top = ratings
+                    .iter()
+                    .max_by_key(|r| r["value"].as_u64())
+                    .and_then(|r| r["story_id"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                (top, json!({"by": "rating"}))
+            }
+        }
+    };
+    let title = stories
+        .iter()
+        .find(|s| s["story_id"].as_str() == Some(chosen.as_str()))
+        .and_then(|s| s["title"].as_str())
+        .unwrap_or("that story");
+    station.say(&format!(
+        "I think \"{title}\" stayed with you. What about it felt close to your own experience?"
+    ))?;
+    turns.push(turn_json("reflection", &wait_turn(ears, args)));
+    summary["reflection"] = json!({"story_id": chosen, "basis": basis});
+
+    station.phase("cool_down")?;
+    station.say("Thank you for reading with me today. I'll see you next time.")?;
+    station.ask(json!({"type": "stop_session"}))?;
+    summary["turns"] = json!(turns);
+    if !ears.wait_for(Duration::from_secs(120), |h| h.ended.is_some()) {
+        return Err("the station did not say the session ended within 120 s".into());
+    }
+    Ok(())
+}
+
+fn run(args: &Args) -> Result<Value, (String, Value)> {
+    let station = Station {
+        socket: args.socket.clone(),
+    };
+    let ears = subscribe(args).map_err(|e| (e, Value::Null))?;
+    let start = station
+        .ask(json!({"type": "start_session", "participant_id": args.participant}))
+        .map_err(|e| (e, Value::Null))?;
+    let mut summary = json!({"session_id": start["session_id"]});
+    let result = session(args, &station, &ears, &mut summary);
+    if result.is_err() {
+        // A session this app started is never left running.
+        let _ = station.ask(json!({"type": "stop_session"}));
+    }
+    {
+        let heard = ears.lock();
+        summary["messages"] = json!(heard.counts);
+        summary["dropped"] = json!(heard.dropped);
+        summary["ended"] = heard.ended.clone().unwrap_or(Value::Null);
+    }
+    match result {
+        Ok(()) => Ok(summary),
+        Err(e) => Err((e, summary)),
+    }
+}
+
+fn write_summary(args: &Args, summary: &Value) {
+    if let Some(path) = &args.summary {
+        let text = serde_json::to_string_pretty(summary).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("empathic-dialogue: cannot write {}: {e}", path.display());
+        }
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("empathic-dialogue: {e}");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    match run(&args) {
+        Ok(summary) => {
+            write_summary(&args, &summary);
+            println!(
+                "session {} ended: {}",
+                summary["session_id"].as_str().unwrap_or("?"),
+                summary["ended"]["status"].as_str().unwrap_or("?")
+            );
+        }
+        Err((e, summary)) => {
+            write_summary(&args, &summary);
+            eprintln!("empathic-dialogue: {e}");
+            std::process::exit(1);
+        }
+    }
+}
