@@ -127,6 +127,13 @@ struct Perceived {
     predictor: Option<String>,
     /// Messages the station dropped for this subscriber.
     dropped: u64,
+    /// Per `voice` message, milliseconds: from the time it describes to sent (`t_ms -
+    /// at_ms`), of which the rule's own wait (`decided_ms - at_ms`), the audio's way to
+    /// the runtime (`handed_ms - decided_ms`: device, sound server, capture thread) and
+    /// the runtime's own (`t_ms - handed_ms`).
+    voice_latency: Vec<[u64; 4]>,
+    /// Per `prediction` message: from the window's end to sent.
+    prediction_latency: Vec<u64>,
     /// The session's `ended` message.
     ended: Option<Value>,
     /// The stream closed (the service went away).
@@ -140,6 +147,14 @@ impl Perceived {
         let event = m["event"].as_str().unwrap_or("");
         match (topic.as_str(), event) {
             ("voice", e) => {
+                let ms = |k: &str| m[k].as_u64();
+                if let (Some(t), Some(at), Some(d), Some(h)) =
+                    (ms("t_ms"), ms("at_ms"), ms("decided_ms"), ms("handed_ms"))
+                {
+                    let since = |later: u64, earlier: u64| later.saturating_sub(earlier);
+                    self.voice_latency
+                        .push([since(t, at), since(d, at), since(h, d), since(t, h)]);
+                }
                 self.speaking = e == "started";
                 self.starts += u64::from(e == "started");
                 self.voice_at = Some(Instant::now());
@@ -147,6 +162,9 @@ impl Perceived {
             ("face", "found") => self.face = Some(true),
             ("face", "lost") => self.face = Some(false),
             ("prediction", _) => {
+                if let (Some(t), Some(at)) = (m["t_ms"].as_u64(), m["at_ms"].as_u64()) {
+                    self.prediction_latency.push(t.saturating_sub(at));
+                }
                 let list = m["predictions"].as_array().cloned().unwrap_or_default();
                 if self.predictor.is_none() {
                     let real = list.iter().find(|p| p["synthetic"] == false);
@@ -500,12 +518,34 @@ fn run(args: &Args) -> Result<Value, (String, Value)> {
         let heard = ears.lock();
         summary["messages"] = json!(heard.counts);
         summary["dropped"] = json!(heard.dropped);
+        summary["latency_ms"] = latency(&heard);
         summary["ended"] = heard.ended.clone().unwrap_or(Value::Null);
     }
     match result {
         Ok(()) => Ok(summary),
         Err(e) => Err((e, summary)),
     }
+}
+
+/// p50 and p95 (nearest rank) of `v`.
+fn percentiles(mut v: Vec<u64>) -> Value {
+    if v.is_empty() {
+        return Value::Null;
+    }
+    v.sort_unstable();
+    let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    json!({"p50": rank(0.50), "p95": rank(0.95), "max": v[v.len() - 1]})
+}
+
+/// The latencies this subscriber saw, by share (see [`Perceived::voice_latency`]).
+fn latency(heard: &Perceived) -> Value {
+    let share = |k: usize| percentiles(heard.voice_latency.iter().map(|l| l[k]).collect());
+    json!({
+        "voice": {"n": heard.voice_latency.len(), "total": share(0), "rule": share(1),
+                  "to_runtime": share(2), "runtime": share(3)},
+        "prediction": {"n": heard.prediction_latency.len(),
+                       "total": percentiles(heard.prediction_latency.clone())},
+    })
 }
 
 fn write_summary(args: &Args, summary: &Value) {

@@ -7,6 +7,13 @@
 # in cores (utime+stime over the session / wall time) and its peak RSS (VmHWM).
 # WAIT sets live.transcript_wait_ms (default 0: the pipeline's own latency; the station
 # default, 10000, holds frames that long for transcripts by design).
+# ROBOT=1: instead of a silent scripted session, the reference dialogue app
+# (target/release/empathic-dialogue) drives a whole session subscribed to every topic, and
+# the latency of the `voice` and `prediction` messages it received is printed by share
+# (docs/station.md, "Latency of the stream"): rule (the voice rule's own wait), to runtime
+# (device, sound server and capture thread: the rig's share), runtime (from the block handed
+# on to the message queued for the subscriber). PLAY_LATENCY_MS (default 20) is paplay's
+# buffer: the null sink delivers the played audio in blocks about that long.
 # Development and benchmarking only: needs pulseaudio and paplay (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,23 +52,55 @@ dir = "$tmp/recordings"
 min_free_mib = 16
 TOML
 $bin participant consent P-BENCH --given --config "$tmp/station.toml" >/dev/null
+[[ -n ${ROBOT:-} ]] && $bin stories import demo/stories/stories.jsonl --db "$tmp/station.db" >/dev/null
 EMPATHIC_LOG=${EMPATHIC_LOG:-info,ort=warn} $bin run --config "$tmp/station.toml" 2>"$tmp/service.log" &
 svc=$!
 for _ in $(seq 300); do [[ -S $tmp/control.sock ]] && break; sleep 0.1; done
-$bin ctl start P-BENCH --config "$tmp/station.toml" >/dev/null
-( while true; do paplay --latency-msec=20 -d mic demo/session/audio.wav; done ) &
-play=$!
-$bin ctl phase warm_up --config "$tmp/station.toml" >/dev/null
 ticks() { awk '{print $14 + $15}' "/proc/$svc/stat"; }
 hz=$(getconf CLK_TCK)
-t0=$(date +%s.%N); c0=$(ticks)
-sleep "$DURATION"
-t1=$(date +%s.%N); c1=$(ticks)
-hwm=$(awk '/VmHWM/ {print $2}' "/proc/$svc/status")
-$bin ctl stop --config "$tmp/station.toml" >/dev/null
+play_loop() { while true; do paplay --latency-msec="${PLAY_LATENCY_MS:-20}" -d mic demo/session/audio.wav; done; }
+if [[ -n ${ROBOT:-} ]]; then
+  play_loop &
+  play=$!
+  t0=$(date +%s.%N); c0=$(ticks)
+  target/release/empathic-dialogue --socket "$tmp/control.sock" --participant P-BENCH \
+    --ratings 3,4,2 --answer-s 6 --end-of-turn-ms 600 --max-turn-s 15 --read-s 8 \
+    --prediction-wait-s 20 --summary "$tmp/dialogue.json" >/dev/null
+  t1=$(date +%s.%N); c1=$(ticks)
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$svc/status")
+else
+  $bin ctl start P-BENCH --config "$tmp/station.toml" >/dev/null
+  play_loop &
+  play=$!
+  $bin ctl phase warm_up --config "$tmp/station.toml" >/dev/null
+  t0=$(date +%s.%N); c0=$(ticks)
+  sleep "$DURATION"
+  t1=$(date +%s.%N); c1=$(ticks)
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$svc/status")
+  $bin ctl stop --config "$tmp/station.toml" >/dev/null
+fi
 for _ in $(seq 600); do grep -q "capture to store writer latency" "$tmp/service.log" && break; sleep 0.1; done
 echo "cpu flags: $(grep -o -w -E 'avx2|avx512f|avx512_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "cores: $(nproc); session: ${DURATION} s at 15 fps, every stage on, transcript wait ${WAIT} ms"
+if [[ -n ${ROBOT:-} ]]; then
+  echo "cores: $(nproc); the reference dialogue app's session, paplay buffer ${PLAY_LATENCY_MS:-20} ms, transcript wait ${WAIT} ms"
+  python3 - "$tmp/dialogue.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+lat = s["latency_ms"]
+print(f"session {s['session_id']}: {s['ended'].get('status')}, messages {s['messages']}, dropped {s['dropped']}")
+print("| stream latency (ms) | n | p50 | p95 | max |")
+print("|---|---|---|---|---|")
+v = lat["voice"]
+for share in ["total", "rule", "to_runtime", "runtime"]:
+    x = v[share] or {}
+    print(f"| voice {share} | {v['n']} | {x.get('p50')} | {x.get('p95')} | {x.get('max')} |")
+p = lat["prediction"]
+x = p["total"] or {}
+print(f"| prediction total | {p['n']} | {x.get('p50')} | {x.get('p95')} | {x.get('max')} |")
+PY
+else
+  echo "cores: $(nproc); session: ${DURATION} s at 15 fps, every stage on, transcript wait ${WAIT} ms"
+fi
 grep "capture to store writer latency" "$tmp/service.log" | sed 's/.*INFO //'
 [[ -n ${KEEP_LOG:-} ]] && cp "$tmp/service.log" "$KEEP_LOG"
 awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$hz" -v n="$(nproc)" \

@@ -759,7 +759,10 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
                     .contains(&m["topic"].as_str().unwrap_or(""))
             })
             .map(|mut m| {
-                m.as_object_mut().unwrap().remove("t_ms");
+                // When it was sent, and (live) when its audio reached the runtime.
+                let o = m.as_object_mut().unwrap();
+                o.remove("t_ms");
+                o.remove("handed_ms");
                 m.to_string()
             })
             .collect();
@@ -1387,6 +1390,9 @@ fn disk_nearly_full_stops_raw_media_first_and_keeps_the_session() {
     std::fs::write(&config, text).unwrap();
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    // The robot is told: as a standing problem when it subscribes after the service's
+    // first look at the disk, as a change when before.
+    let listener = station.subscribe(&["quality", "session"]);
     let (id, mut player) = start_warm_up(&station, &pulse);
     sleep_s(6.0);
     station.ok(json!({"type": "note", "text": "still recording events"}));
@@ -1414,6 +1420,16 @@ fn disk_nearly_full_stops_raw_media_first_and_keeps_the_session() {
     assert!(avi_is_indexed(&folder.join("video.avi")));
     let events = std::fs::read_to_string(folder.join("events.jsonl")).unwrap();
     assert!(events.contains("still recording events"), "{events}");
+    let heard = listener.join().unwrap();
+    let low: Vec<&Value> = heard
+        .iter()
+        .filter(|m| m["topic"] == "quality" && m["event"] == "disk_low")
+        .collect();
+    assert_eq!(low.len(), 1, "{heard:?}");
+    assert!(
+        low[0]["free_mib"].is_u64() && low[0]["min_free_mib"] == 1_000_000_000u64,
+        "{heard:?}"
+    );
 }
 
 fn avi_is_indexed(path: &Path) -> bool {
@@ -1609,6 +1625,15 @@ fn the_reference_dialogue_app_runs_a_whole_session_acting_on_what_the_station_pe
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
     eprintln!("{summary:#}");
+    // scripts/live_latency.sh collects the summaries of its runs.
+    if let Ok(keep) = std::env::var("EMPATHIC_DIALOGUE_SUMMARY") {
+        std::fs::copy(&summary_path, keep).unwrap();
+    }
+    let voice = &summary["latency_ms"]["voice"];
+    assert!(
+        voice["n"].as_u64() > Some(0) && voice["runtime"]["p50"].is_u64(),
+        "{summary}"
+    );
     let id = summary["session_id"].as_str().unwrap().to_string();
     assert_eq!(summary["ended"]["status"], "complete", "{summary}");
     assert_eq!(summary["face_at_start"], true, "{summary}");

@@ -246,6 +246,7 @@ impl AudioSource for WavAudioSource {
             t_ns: self.offset_ns + samples_to_ns(self.emitted, self.info.sample_rate_hz),
             sample_rate_hz: self.info.sample_rate_hz,
             samples,
+            handed_ns: None,
         };
         self.seq += 1;
         self.emitted += n as u64;

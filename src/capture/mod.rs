@@ -57,6 +57,10 @@ pub struct AudioBlock {
     pub sample_rate_hz: u32,
     /// Samples in [-1, 1] (full scale), mono.
     pub samples: Vec<f32>,
+    /// Live capture: the session time at which the capture thread took the block's last
+    /// samples from the device and handed it on (what came before is the device's and the
+    /// sound server's delivery; what comes after is the runtime's). `None` from files.
+    pub handed_ns: Option<Nanos>,
 }
 
 /// What a video source knows about itself before the first frame.

@@ -54,6 +54,16 @@ pub const MEASURES: [&str; 10] = [
     "face presence",
 ];
 
+/// Mean brightness (0-1) the report calls good, and outside which it calls it bad; the
+/// live `quality` messages say `too_dark` below the bad bound and `light_ok` back within
+/// the good one.
+pub const BRIGHTNESS_GOOD: (f64, f64) = (0.25, 0.8);
+pub const BRIGHTNESS_BAD_OUTSIDE: (f64, f64) = (0.15, 0.9);
+/// Fraction of clipped samples the report calls good (at or below) and bad (above); the
+/// live `clipping` and `clipping_stopped` messages use the same bounds.
+pub const CLIPPING_GOOD: f64 = 0.0001;
+pub const CLIPPING_BAD_ABOVE: f64 = 0.01;
+
 /// Lower is better: good at or below `good`, check at or below `check`.
 fn at_most(v: f64, good: f64, check: f64) -> Verdict {
     if v <= good {
@@ -90,9 +100,10 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
         .iter()
         .find(|m| m.modality == "face")
         .map(|m| m.present_frames as f64 / m.decoded_frames.max(1) as f64);
-    let brightness = if (0.25..=0.8).contains(&q.mean_brightness) {
+    let within = |(lo, hi): (f64, f64)| (lo..=hi).contains(&q.mean_brightness);
+    let brightness = if within(BRIGHTNESS_GOOD) {
         Verdict::Good
-    } else if (0.15..=0.9).contains(&q.mean_brightness) {
+    } else if within(BRIGHTNESS_BAD_OUTSIDE) {
         Verdict::Check
     } else {
         Verdict::Bad
@@ -145,7 +156,7 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
         Row {
             measure: MEASURES[5],
             value: pct(q.audio_clipping_ratio),
-            verdict: at_most(q.audio_clipping_ratio, 0.0001, 0.01),
+            verdict: at_most(q.audio_clipping_ratio, CLIPPING_GOOD, CLIPPING_BAD_ABOVE),
             threshold: "<= 0.01 % / <= 1 % of samples",
         },
         Row {

@@ -302,3 +302,48 @@ fn shared_real_sessions_replay() {
     assert!(grid["quality"]["audio_clipping_ratio"].is_number());
     assert!(grid["quality"]["av_offset_ms"].is_number());
 }
+
+/// `replay --emit` of the demo: its events carry the participant's words, so the station's
+/// recogniser stays off (`[asr] source = auto`) and `voice` comes from the energy rule,
+/// each change after the time it describes and turns alternating.
+#[test]
+fn emitted_voice_without_the_recogniser_follows_the_energy_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config_without_vision_models(tmp.path());
+    let emitted = tmp.path().join("stream.jsonl");
+    let o = replay_cli_with(
+        &demo_session(),
+        &tmp.path().join("r.db"),
+        Some(&config),
+        &["--emit", path_str(&emitted)],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let voice: Vec<serde_json::Value> = std::fs::read_to_string(&emitted)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|m| m["topic"] == "voice")
+        .collect();
+    assert!(voice.len() >= 4, "{voice:?}");
+    for (k, v) in voice.iter().enumerate() {
+        let expected = if k % 2 == 0 { "started" } else { "stopped" };
+        assert_eq!(v["event"], expected, "{voice:?}");
+        assert_eq!(v["source"], "energy");
+        let (at, decided) = (
+            v["at_ms"].as_u64().unwrap(),
+            v["decided_ms"].as_u64().unwrap(),
+        );
+        // A start needs 30 ms of voiced rows; a stop `[asr] min_silence_ms` (300) of quiet,
+        // except at the end of the recording.
+        let least = match (k % 2, k + 1 == voice.len()) {
+            (0, _) => 30,
+            (_, false) => 300,
+            (_, true) => 0,
+        };
+        assert!(decided >= at + least, "{v}");
+        assert!(
+            v.get("handed_ms").is_none(),
+            "a replay hands nothing live: {v}"
+        );
+    }
+}

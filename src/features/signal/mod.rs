@@ -224,6 +224,100 @@ pub fn pool_signal_rows(rows: &[&AudioRow]) -> Option<Vec<f32>> {
     Some(vec![level, clipped as f32, voiced as f32])
 }
 
+/// The participant started or stopped speaking (a `voice` message).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VoiceChange {
+    pub speaking: bool,
+    /// The session time of the change (where speech began, or where it last was heard).
+    pub at_ns: Nanos,
+    /// The session time of the last sample the rule needed to tell (the end of the row or
+    /// chunk that crossed into speech, or of the minimum silence after it): no stream can
+    /// say so earlier than this sample is heard.
+    pub decided_ns: Nanos,
+}
+
+/// Voiced rows in a row that start speech (30 ms: about one 32 ms chunk of the learned VAD).
+const START_ROWS: u32 = 3;
+
+/// Turns from the energy rule's voiced rows: the `voice` topic when the station's learned
+/// voice activity does not run. Speech starts at the first of [`START_ROWS`] voiced rows
+/// in a row, and stops where the last voiced row ended once `min_silence_ms` of rows were
+/// not voiced (the recogniser's segment rule, `[asr] min_silence_ms`).
+#[derive(Debug, Clone)]
+pub struct EnergyTurns {
+    silence_rows: u32,
+    speaking: bool,
+    /// Voiced rows in a row (not speaking) or rows not voiced since the last voiced one.
+    run: u32,
+    run_start: Nanos,
+    last_voiced_end: Nanos,
+}
+
+impl EnergyTurns {
+    pub fn new(min_silence_ms: u32) -> Self {
+        Self {
+            silence_rows: min_silence_ms.div_ceil(ROW_MS).max(1),
+            speaking: false,
+            run: 0,
+            run_start: 0,
+            last_voiced_end: 0,
+        }
+    }
+
+    /// One `audio_signal` row (10 ms): the change it decides, if any.
+    pub fn push(&mut self, row: &AudioRow) -> Option<VoiceChange> {
+        let voiced = row.values.get(2).is_some_and(|&v| v >= 0.5);
+        let end = row.t_ns + u64::from(ROW_MS) * 1_000_000;
+        if !self.speaking {
+            if !voiced {
+                self.run = 0;
+                return None;
+            }
+            if self.run == 0 {
+                self.run_start = row.t_ns;
+            }
+            self.run += 1;
+            self.last_voiced_end = end;
+            if self.run < START_ROWS {
+                return None;
+            }
+            self.speaking = true;
+            self.run = 0;
+            return Some(VoiceChange {
+                speaking: true,
+                at_ns: self.run_start,
+                decided_ns: end,
+            });
+        }
+        if voiced {
+            self.run = 0;
+            self.last_voiced_end = end;
+            return None;
+        }
+        self.run += 1;
+        if self.run < self.silence_rows {
+            return None;
+        }
+        self.speaking = false;
+        self.run = 0;
+        Some(VoiceChange {
+            speaking: false,
+            at_ns: self.last_voiced_end,
+            decided_ns: end,
+        })
+    }
+
+    /// The end of the stream: speech still going stops where it was last heard.
+    pub fn finish(&mut self) -> Option<VoiceChange> {
+        let speaking = std::mem::take(&mut self.speaking);
+        speaking.then_some(VoiceChange {
+            speaking: false,
+            at_ns: self.last_voiced_end,
+            decided_ns: self.last_voiced_end,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +328,7 @@ mod tests {
             t_ns,
             sample_rate_hz: 16_000,
             samples,
+            handed_ns: None,
         }
     }
 
@@ -317,5 +412,38 @@ mod tests {
         assert!((v[0] - (-13.01)).abs() < 0.01, "{v:?}");
         assert_eq!((v[1], v[2]), (0.25, 0.5));
         assert_eq!(pool_signal_rows(&[]), None);
+    }
+
+    #[test]
+    fn energy_turns_start_after_three_voiced_rows_and_stop_after_the_silence_rule() {
+        let row = |k: u64, voiced: bool| AudioRow {
+            t_ns: k * 10_000_000,
+            values: vec![-20.0, 0.0, f32::from(u8::from(voiced))],
+        };
+        let mut turns = EnergyTurns::new(300);
+        // A 20 ms click is not speech.
+        let mut changes: Vec<(u64, VoiceChange)> = Vec::new();
+        let pattern: Vec<bool> = [vec![false; 5], vec![true; 2], vec![false; 5]]
+            .concat()
+            .into_iter()
+            // Speech from row 12 to 61 with a 200 ms pause inside (shorter than the rule).
+            .chain((12..62).map(|k| !(30..50).contains(&k)))
+            .chain(std::iter::repeat_n(false, 40))
+            .collect();
+        for (k, &v) in pattern.iter().enumerate() {
+            if let Some(c) = turns.push(&row(k as u64, v)) {
+                changes.push((k as u64, c));
+            }
+        }
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        let (k0, start) = changes[0];
+        assert!(start.speaking && start.at_ns == 120_000_000 && k0 == 14);
+        assert_eq!(start.decided_ns, 150_000_000);
+        let (k1, stop) = changes[1];
+        assert!(!stop.speaking && stop.at_ns == 620_000_000);
+        // Decided at the end of the 30th silent row after the last voiced one.
+        assert_eq!(k1, 91);
+        assert_eq!(stop.decided_ns, 920_000_000);
+        assert_eq!(turns.finish(), None);
     }
 }

@@ -15,6 +15,7 @@
 
 use super::vad::{self, Segment, Segmenter, RATE_HZ};
 use super::{Recogniser, Utterance, MODEL_ID};
+pub use crate::features::signal::VoiceChange;
 use crate::models::ModelError;
 use crate::Nanos;
 
@@ -28,10 +29,8 @@ pub struct Heard {
     pub utterances: Vec<Utterance>,
     /// No utterance reported later starts before this.
     pub until_ns: Nanos,
-    /// Speech started (`true`) or stopped, at a session time: the voice activity as the
-    /// segmenter sees it (speech starts at the first chunk at or above the threshold, stops
-    /// after the minimum silence; both times padded as the utterances are).
-    pub voice: Vec<(bool, Nanos)>,
+    /// The voice activity's changes, as the segmenter sees them.
+    pub voice: Vec<VoiceChange>,
 }
 
 /// Audio blocks placed on one stream of samples as the live recorder writes `audio.wav`:
@@ -84,6 +83,8 @@ pub struct SpeechStream {
     /// Samples `[held_from, placement.written())`.
     held: Vec<f32>,
     held_from: u64,
+    /// Segments that ended and wait for [`SpeechStream::recognise_heard`].
+    ended: Vec<Segment>,
 }
 
 impl SpeechStream {
@@ -97,47 +98,78 @@ impl SpeechStream {
             placement: Placement::default(),
             held: Vec::new(),
             held_from: 0,
+            ended: Vec::new(),
         }
     }
 
-    /// Feeds one block: `samples` at 16 kHz from `t_ns` on the session timeline.
+    /// Feeds one block: `samples` at 16 kHz from `t_ns` on the session timeline. Returns
+    /// what was heard, utterances recognised (`hear`, then `recognise_heard`).
     pub fn push(&mut self, t_ns: Nanos, samples: &[f32]) -> Result<Heard, ModelError> {
+        let voice = self.hear(t_ns, samples)?;
+        let mut heard = self.recognise_heard()?;
+        heard.voice = voice;
+        Ok(heard)
+    }
+
+    /// The cheap half of [`SpeechStream::push`]: places the block and runs the voice
+    /// activity and the segmenter; returns the voice changes at once (turn-taking wants
+    /// them before the recogniser's hundreds of milliseconds) and keeps ended segments for
+    /// [`SpeechStream::recognise_heard`].
+    pub fn hear(&mut self, t_ns: Nanos, samples: &[f32]) -> Result<Vec<VoiceChange>, ModelError> {
         let fresh = self.placement.place(t_ns, samples);
         self.held.extend_from_slice(&fresh);
-        let mut segments: Vec<Segment> = Vec::new();
         let mut voice = Vec::new();
+        let pad = u64::from(self.recogniser.rules.pad_ms) * u64::from(RATE_HZ) / 1000;
         for p in self.recogniser.vad.push(&fresh)? {
             let was_open = self.segmenter.open_start().is_some();
             let ended = self.segmenter.push(p);
             let open = self.segmenter.open_start();
+            let decided_ns = self.placement.time_ns(self.segmenter.at());
             match (was_open, open, ended) {
-                (false, Some(start), _) => {
-                    let pad = u64::from(self.recogniser.rules.pad_ms) * u64::from(RATE_HZ) / 1000;
-                    voice.push((true, self.placement.time_ns(start.saturating_sub(pad))));
-                }
+                (false, Some(start), _) => voice.push(VoiceChange {
+                    speaking: true,
+                    at_ns: self.placement.time_ns(start.saturating_sub(pad)),
+                    decided_ns,
+                }),
                 (true, None, end) => {
                     let at = end.map_or(self.segmenter.at(), |s| s.end);
-                    voice.push((false, self.placement.time_ns(at)));
+                    voice.push(VoiceChange {
+                        speaking: false,
+                        at_ns: self.placement.time_ns(at),
+                        decided_ns,
+                    });
                 }
                 _ => {}
             }
-            segments.extend(ended);
+            self.ended.extend(ended);
         }
+        Ok(voice)
+    }
+
+    /// Recognises the segments that ended since the last call.
+    pub fn recognise_heard(&mut self) -> Result<Heard, ModelError> {
+        let segments = std::mem::take(&mut self.ended);
         let utterances = self.recognise(segments)?;
         self.trim();
         Ok(Heard {
             utterances,
             until_ns: self.placement.time_ns(self.segmenter.settled_until()),
-            voice,
+            voice: Vec::new(),
         })
     }
 
     /// The end of the stream: the utterance still open, if any.
     pub fn finish(&mut self) -> Result<Heard, ModelError> {
         let open = self.segmenter.open_start().is_some();
-        let segments: Vec<Segment> = self.segmenter.finish().into_iter().collect();
+        let mut segments = std::mem::take(&mut self.ended);
+        segments.extend(self.segmenter.finish());
         let voice = if open {
-            vec![(false, self.placement.time_ns(self.placement.written()))]
+            let end = self.placement.time_ns(self.placement.written());
+            vec![VoiceChange {
+                speaking: false,
+                at_ns: end,
+                decided_ns: end,
+            }]
         } else {
             Vec::new()
         };

@@ -9,13 +9,18 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::capture::control::{parse_request, Request};
+use crate::capture::control::{parse_request, Request, Topic};
 use crate::capture::CaptureError;
 use crate::config::Config;
 use crate::runtime::RunError;
 use crate::session::Event;
 
 use super::session::start_session;
+
+/// The subscription stream's version (docs/station.md, "Subscriptions"). 2: `voice` also
+/// from the energy rule, with `decided_ms` and `handed_ms`; `quality` for darkness,
+/// clipping, disk and drops, and the standing problems first.
+const STREAM_VERSION: u32 = 2;
 use super::{current_status, spawn, Service};
 
 /// Control connections served at once.
@@ -230,12 +235,17 @@ pub(super) fn serve_client<'scope>(
             Ok(Request::Subscribe { topics }) => {
                 // The connection becomes the subscriber's stream: no more requests on it.
                 let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
-                let ok = serde_json::json!({"ok": true, "subscribed": names, "version": 1});
+                let ok = serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
                 if writeln!(out, "{ok}").is_err() {
                     return;
                 }
                 tracing::info!(topics = ?names, "subscriber connected");
-                service.subscribers.serve(topics, out, service.stop);
+                let first = if topics.contains(&Topic::Quality) {
+                    super::watch::standing(service)
+                } else {
+                    Vec::new()
+                };
+                service.subscribers.serve(topics, first, out, service.stop);
                 return;
             }
             Ok(request) => handle(scope, service, request),

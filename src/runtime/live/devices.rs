@@ -204,6 +204,7 @@ pub(super) fn microphone_thread(
                         t_ns: origin + samples_to_ns(emitted, rate),
                         sample_rate_hz: rate,
                         samples,
+                        handed_ns: Some(clock.now_ns().saturating_sub(start_clock_ns)),
                     };
                     if seq % 250 == 0 {
                         let end = start_clock_ns + b.t_ns + samples_to_ns(n as u64, rate);

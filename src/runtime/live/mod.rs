@@ -45,6 +45,7 @@ mod recommend;
 mod retention;
 mod session;
 mod subscribe;
+mod watch;
 
 use control::{accept_loop, bind_socket};
 use devices::pause;
@@ -232,6 +233,8 @@ pub fn serve(
             tracing::info!("systemd watchdog every {} ms", watchdog_us / 1000);
         }
         let mut last_probe: Option<std::time::Instant> = None;
+        let mut last_drops = std::time::Instant::now();
+        let mut watch = watch::ServiceWatch::default();
         let mut last_ping = std::time::Instant::now();
         while !stop.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
@@ -248,7 +251,12 @@ pub fn serve(
                 }
                 let free = free_bytes(&config.recording.dir).or_else(|| free_bytes(Path::new("/")));
                 service.state().status.disk_free_mib = free.map(|f| f >> 20);
+                watch.disk(service, free);
                 last_probe = Some(std::time::Instant::now());
+            }
+            if last_drops.elapsed() >= Duration::from_secs(1) {
+                watch.drops(service);
+                last_drops = std::time::Instant::now();
             }
         }
         notify(&[sd_notify::NotifyState::Stopping]);

@@ -64,10 +64,19 @@ impl Subscribers {
         }
     }
 
-    /// Streams `topics` to `out` until it closes or `stop` is set; the connection is the
-    /// subscriber's from now on.
-    pub(super) fn serve(&self, topics: Vec<Topic>, mut out: UnixStream, stop: &AtomicBool) {
+    /// Streams `first`, then `topics`, to `out` until it closes or `stop` is set; the
+    /// connection is the subscriber's from now on.
+    pub(super) fn serve(
+        &self,
+        topics: Vec<Topic>,
+        first: Vec<String>,
+        mut out: UnixStream,
+        stop: &AtomicBool,
+    ) {
         let (tx, rx) = policy_queue::<String>(SUBSCRIBER_QUEUE, Overflow::DropOldest);
+        for line in first {
+            let _ = tx.send(line);
+        }
         let me = Arc::new(Subscriber { topics, tx });
         self.list().push(me.clone());
         // Writes never wait long, so a stop is seen; a line is never cut (see `write_line`).
@@ -207,7 +216,7 @@ mod tests {
             let (subs, stop) = (subs.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("test-subscriber".into())
-                .spawn(move || subs.serve(vec![topic], server, &stop))
+                .spawn(move || subs.serve(vec![topic], Vec::new(), server, &stop))
                 .unwrap()
         };
         while subs.list().is_empty() {

@@ -49,7 +49,8 @@ use crate::capture::{AudioBlock, AudioSource, VideoFrame, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
 use crate::features::signal::{
-    AudioSignalStage, AudioSignalTotals, VideoSignalStage, VideoSignalTotals,
+    AudioSignalStage, AudioSignalTotals, EnergyTurns, VideoSignalStage, VideoSignalTotals,
+    VoiceChange,
 };
 use crate::features::speech::stream::{Heard, SpeechStream};
 use crate::features::text::{EmbeddedUtterance, TextStage, TextTrack};
@@ -76,7 +77,7 @@ mod threads;
 pub use consumers::{PredictWindows, StoreWindows, WindowConsumer};
 use figures::*;
 pub use figures::{LatencySummary, ThreadFigures};
-pub use observe::{message, FaceWatch, Observer, Recorded, Topic};
+pub use observe::{message, tell_voice, FrameWatch, Observer, Recorded, Topic};
 use text::*;
 use threads::*;
 
@@ -238,7 +239,11 @@ pub fn run(
     consumers.extend(sinks.window_consumers);
     let writer = &sinks.writer;
     let observer: Option<&dyn Observer> = sinks.observer.as_deref();
-    let face_watch = observer.and_then(|_| FaceWatch::new(&layout, 1e9 / period_ns));
+    let frame_watch = observer.map(|_| FrameWatch::new(&layout, 1e9 / period_ns));
+    // The `voice` topic by the energy rule when the learned voice activity does not run.
+    let energy_voice = observer
+        .filter(|_| speech.is_none())
+        .map(|o| (EnergyTurns::new(config.asr.min_silence_ms), o));
 
     let (frame_tx, frame_rx) =
         policy_queue::<VideoFrame>(config.runtime.video_queue_frames, opts.video_overflow);
@@ -330,6 +335,7 @@ pub fn run(
                 speech_tx,
                 audio_signal,
                 audio_stages,
+                energy_voice,
                 figures_ref,
             )
         })?;
@@ -393,7 +399,7 @@ pub fn run(
                 progress,
                 figures_ref,
                 (pacer.speed == Speed::Realtime).then_some((clock_ref, pacer.start_clock_ns)),
-                observer.zip(face_watch),
+                observer.zip(frame_watch),
             )
         })?;
         // Join everything before looking at errors, so no thread outlives the run. The

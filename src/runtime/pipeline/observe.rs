@@ -7,11 +7,15 @@
 //! What each topic's messages carry is the control protocol's (docs/station.md,
 //! "Subscriptions"). [`FaceWatch`] turns the stored `face` vectors into `face` messages:
 //! found and lost, looking toward the camera or not (each after [`DEBOUNCE_FRAMES`] frames
-//! agree), and a summary every second of frames with a face.
+//! agree), and a summary every second of frames with a face. [`QualityWatch`] turns the
+//! `video_signal` and `audio_signal` vectors into `quality` messages: too dark and light
+//! again, clipping and stopped, by the session report's bounds over each second.
+//! [`FrameWatch`] is both, as the aligner calls them.
 
 use std::collections::BTreeMap;
 
 pub use crate::capture::control::Topic;
+use crate::features::signal::VoiceChange;
 use crate::windows::{FrameRecord, ModalityId, ModalityLayout};
 
 /// Whoever listens to a run.
@@ -35,6 +39,27 @@ pub fn message(
         }
     }
     m
+}
+
+/// Tells `observer` of voice changes heard by `source` (`silero-vad-v6` or `energy`) in a
+/// block handed on at `handed_ns` (live).
+pub fn tell_voice(
+    observer: &dyn Observer,
+    source: &str,
+    voice: &[VoiceChange],
+    handed_ns: Option<crate::Nanos>,
+) {
+    for v in voice {
+        let mut fields = serde_json::json!({
+            "event": if v.speaking { "started" } else { "stopped" },
+            "source": source,
+            "decided_ms": v.decided_ns / 1_000_000,
+        });
+        if let Some(h) = handed_ns {
+            fields["handed_ms"] = (h / 1_000_000).into();
+        }
+        observer.observe(Topic::Voice, v.at_ns / 1_000_000, fields);
+    }
 }
 
 /// What a replay's subscriber would have received (`replay --emit`): every message kept,
@@ -210,4 +235,189 @@ impl FaceWatch {
 
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+/// `quality` messages from the signal vectors of the emitted frames: each second's mean
+/// brightness and clipped fraction against the session report's bounds
+/// (`report::verdict`), with hysteresis (bad to say it, good to say it is over).
+pub struct QualityWatch {
+    video: Option<ModalityId>,
+    audio: Option<ModalityId>,
+    dark: bool,
+    clipping: bool,
+    brightness: (f64, u32),
+    clipped: (f64, u32),
+    frames: u32,
+    period_frames: u32,
+}
+
+impl QualityWatch {
+    pub fn new(layout: &ModalityLayout, fps: f64) -> Self {
+        let find = |name: &str| {
+            layout
+                .iter()
+                .find(|(_, m)| m.spec.name == name)
+                .map(|(id, _)| id)
+        };
+        Self {
+            video: find("video_signal"),
+            audio: find("audio_signal"),
+            dark: false,
+            clipping: false,
+            brightness: (0.0, 0),
+            clipped: (0.0, 0),
+            frames: 0,
+            period_frames: fps.round().max(1.0) as u32,
+        }
+    }
+
+    /// One emitted frame (decoded or not).
+    pub fn frame(&mut self, record: &FrameRecord, observer: &dyn Observer) {
+        use crate::features::signal::video_columns::BRIGHTNESS;
+        use crate::report::verdict::{
+            BRIGHTNESS_BAD_OUTSIDE, BRIGHTNESS_GOOD, CLIPPING_BAD_ABOVE, CLIPPING_GOOD,
+        };
+        let add = |sum: &mut (f64, u32), v: Option<f32>| {
+            if let Some(v) = v {
+                sum.0 += f64::from(v);
+                sum.1 += 1;
+            }
+        };
+        if record.decoded {
+            let v = self
+                .video
+                .and_then(|id| record.get(id)?.get(BRIGHTNESS).copied());
+            add(&mut self.brightness, v);
+        }
+        let a = self.audio.and_then(|id| record.get(id)?.get(1).copied());
+        add(&mut self.clipped, a);
+        self.frames += 1;
+        if self.frames < self.period_frames {
+            return;
+        }
+        let at_ms = record.t_ns / 1_000_000;
+        let mean = |s: (f64, u32)| (s.1 > 0).then(|| s.0 / f64::from(s.1));
+        if let Some(b) = mean(self.brightness) {
+            let now_dark = if self.dark {
+                !(BRIGHTNESS_GOOD.0..=BRIGHTNESS_GOOD.1).contains(&b)
+            } else {
+                b < BRIGHTNESS_BAD_OUTSIDE.0
+            };
+            if now_dark != self.dark {
+                self.dark = now_dark;
+                let event = if now_dark { "too_dark" } else { "light_ok" };
+                observer.observe(
+                    Topic::Quality,
+                    at_ms,
+                    serde_json::json!({ "event": event, "brightness": round3(b) }),
+                );
+            }
+        }
+        if let Some(c) = mean(self.clipped) {
+            let now = if self.clipping {
+                c > CLIPPING_GOOD
+            } else {
+                c > CLIPPING_BAD_ABOVE
+            };
+            if now != self.clipping {
+                self.clipping = now;
+                let event = if now { "clipping" } else { "clipping_stopped" };
+                observer.observe(
+                    Topic::Quality,
+                    at_ms,
+                    serde_json::json!({ "event": event, "clipped_fraction": c }),
+                );
+            }
+        }
+        self.brightness = (0.0, 0);
+        self.clipped = (0.0, 0);
+        self.frames = 0;
+    }
+}
+
+/// Everything the aligner tells of its frames: `face` and `quality`.
+pub struct FrameWatch {
+    face: Option<FaceWatch>,
+    quality: QualityWatch,
+}
+
+impl FrameWatch {
+    pub fn new(layout: &ModalityLayout, fps: f64) -> Self {
+        Self {
+            face: FaceWatch::new(layout, fps),
+            quality: QualityWatch::new(layout, fps),
+        }
+    }
+
+    pub fn frame(&mut self, record: &FrameRecord, observer: &dyn Observer) {
+        if let Some(f) = self.face.as_mut() {
+            f.frame(record, observer);
+        }
+        self.quality.frame(record, observer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::ModalitySpec;
+    use crate::windows::Stream;
+
+    #[test]
+    fn quality_says_dark_and_clipping_once_each_way_by_the_reports_bounds() {
+        let mut layout = ModalityLayout::new();
+        let cols = |n: usize| (0..n).map(|i| format!("c{i}")).collect::<Vec<_>>();
+        layout
+            .add(
+                Stream::Video,
+                ModalitySpec::by_algorithm("video_signal", cols(3), "test", 1),
+            )
+            .unwrap();
+        layout
+            .add(
+                Stream::Audio,
+                ModalitySpec::by_algorithm("audio_signal", cols(3), "test", 1),
+            )
+            .unwrap();
+        let mut watch = QualityWatch::new(&layout, 15.0);
+        let told = Recorded::default();
+        // Seconds of (brightness, clipped fraction): fine, dark and clipping, still dark
+        // but brighter than the bad bound (no change: hysteresis), light, clean.
+        let seconds = [
+            (0.5, 0.0),
+            (0.05, 0.2),
+            (0.2, 0.005),
+            (0.5, 0.005),
+            (0.5, 0.0),
+        ];
+        for (s, (b, c)) in seconds.iter().enumerate() {
+            for f in 0..15u64 {
+                let index = s as u64 * 15 + f;
+                let record = FrameRecord {
+                    index,
+                    t_ns: index * 66_666_667,
+                    decoded: true,
+                    features: vec![Some(vec![*b, 0.1, 10.0]), Some(vec![-20.0, *c, 1.0])],
+                };
+                watch.frame(&record, &told);
+            }
+        }
+        let events: Vec<String> = told
+            .lines()
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                format!("{}@{}", v["event"].as_str().unwrap(), v["at_ms"])
+            })
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "too_dark@1933",
+                "clipping@1933",
+                "light_ok@3933",
+                "clipping_stopped@4933"
+            ]
+        );
+    }
 }

@@ -17,26 +17,24 @@ pub(super) fn speech_recognition(
 ) -> Result<(), RunError> {
     let mut meter = Meter::new("speech-recognition");
     let mut sent_until: Nanos = 0;
-    let send = |heard: Heard| {
+    // Voice changes go to the subscribers before the block's ended segments are recognised
+    // (hundreds of milliseconds): a robot waiting for its turn hears the silence at once.
+    let tell = |voice: &[VoiceChange], handed_ns: Option<Nanos>| {
         if let Some(o) = observer {
-            for &(speaking, at_ns) in &heard.voice {
-                let event = if speaking { "started" } else { "stopped" };
-                o.observe(
-                    Topic::Voice,
-                    at_ns / 1_000_000,
-                    serde_json::json!({ "event": event, "source": "silero-vad-v6" }),
-                );
-            }
+            tell_voice(o, "silero-vad-v6", voice, handed_ns);
         }
+    };
+    let send = |heard: Heard| {
         tx.send(heard)
             .map_err(|_| next_stopped("speech-recognition", "the text stage"))
     };
     for block in &rx {
-        let heard = meter.time(|| stream.push(block.t_ns, &block.samples))?;
-        // An utterance or a voice change goes on at once (turn-taking wants it now);
-        // otherwise only a step further.
+        let voice = meter.time(|| stream.hear(block.t_ns, &block.samples))?;
+        tell(&voice, block.handed_ns);
+        let heard = meter.time(|| stream.recognise_heard())?;
+        // An utterance or a voice change goes on at once; otherwise only a step further.
         if !heard.utterances.is_empty()
-            || !heard.voice.is_empty()
+            || !voice.is_empty()
             || heard.until_ns >= sent_until + HEARD_STEP_NS
         {
             sent_until = heard.until_ns;
@@ -44,6 +42,7 @@ pub(super) fn speech_recognition(
         }
     }
     let heard = meter.time(|| stream.finish())?;
+    tell(&heard.voice, None);
     send(heard)?;
     meter.done(figures, Some(&tx));
     Ok(())

@@ -166,6 +166,7 @@ pub(super) fn audio_features(
     speech: Option<PolicySender<AudioBlock>>,
     (signal_id, mut signal): (ModalityId, AudioSignalStage),
     mut stages: Vec<AudioStageSlot>,
+    mut energy_voice: Option<(EnergyTurns, &dyn Observer)>,
     figures: &Figures,
 ) -> Result<AudioFeaturesDone, RunError> {
     use crate::features::AudioStage;
@@ -183,7 +184,14 @@ pub(super) fn audio_features(
             }
         }
         let rows = meter.time(|| -> Result<_, RunError> {
-            let mut rows = vec![(signal_id, signal.process(&block)?)];
+            let signal_rows = signal.process(&block)?;
+            // Without the learned voice activity, the energy rule's turns go to the
+            // subscribers as soon as the block's rows show them.
+            if let Some((turns, observer)) = energy_voice.as_mut() {
+                let voice: Vec<_> = signal_rows.iter().filter_map(|r| turns.push(r)).collect();
+                tell_voice(*observer, "energy", &voice, block.handed_ns);
+            }
+            let mut rows = vec![(signal_id, signal_rows)];
             for s in &mut stages {
                 rows.push((s.modality, s.stage.process(&block)?));
             }
@@ -191,7 +199,13 @@ pub(super) fn audio_features(
         })?;
         send(rows)?;
     }
-    let mut rows = vec![(signal_id, signal.finish()?)];
+    let signal_rows = signal.finish()?;
+    if let Some((turns, observer)) = energy_voice.as_mut() {
+        let mut voice: Vec<_> = signal_rows.iter().filter_map(|r| turns.push(r)).collect();
+        voice.extend(turns.finish());
+        tell_voice(*observer, "energy", &voice, None);
+    }
+    let mut rows = vec![(signal_id, signal_rows)];
     for s in &mut stages {
         rows.push((s.modality, s.stage.finish()?));
         if let Some(w) = s.stage.end_warning() {
@@ -278,7 +292,7 @@ pub(super) fn align_windows(
     progress: &dyn Progress,
     figures: &Figures,
     latency_from: Option<(&dyn Clock, Nanos)>,
-    mut face: Option<(&dyn Observer, FaceWatch)>,
+    mut watch: Option<(&dyn Observer, FrameWatch)>,
 ) -> Result<AlignDone, RunError> {
     let mut meter = Meter::new("align-windows");
     let mut latencies_us: Vec<u32> = Vec::new();
@@ -295,8 +309,8 @@ pub(super) fn align_windows(
                 latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
             }
             writer.frame(record.clone())?;
-            if let Some((observer, watch)) = face.as_mut() {
-                watch.frame(&record, *observer);
+            if let Some((observer, w)) = watch.as_mut() {
+                w.frame(&record, *observer);
             }
             frames += 1;
             progress.advance(1);
