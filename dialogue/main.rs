@@ -125,6 +125,8 @@ struct Perceived {
     /// the first one at all, when every predictor is synthetic).
     scores: BTreeMap<String, Vec<f64>>,
     predictor: Option<String>,
+    /// The participant's utterances so far (from either transcript source).
+    participant_utterances: u64,
     /// Messages the station dropped for this subscriber.
     dropped: u64,
     /// Per `voice` message, milliseconds: from the time it describes to sent (`t_ms -
@@ -158,6 +160,9 @@ impl Perceived {
                 self.speaking = e == "started";
                 self.starts += u64::from(e == "started");
                 self.voice_at = Some(Instant::now());
+            }
+            ("utterance", _) if m["speaker"] == "participant" => {
+                self.participant_utterances += 1;
             }
             ("face", "found") => self.face = Some(true),
             ("face", "lost") => self.face = Some(false),
@@ -408,6 +413,7 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
 
     // Stories chosen on the station for this person, from what they just shared.
     let answer = station.ask(json!({"type": "recommend", "k": 3, "policy": args.policy}))?;
+    summary["recommended_from"] = answer["from"].clone();
     let stories = answer["stories"].as_array().cloned().unwrap_or_default();
     if stories.is_empty() {
         return Err("recommend found no story this participant has not seen".into());

@@ -14,6 +14,7 @@
 # (device, sound server and capture thread: the rig's share), runtime (from the block handed
 # on to the message queued for the subscriber). PLAY_LATENCY_MS (default 20) is paplay's
 # buffer: the null sink delivers the played audio in blocks about that long.
+# EXTRA_TOML: more of the station's config (e.g. "[asr]\nenabled = false", with $'...').
 # Development and benchmarking only: needs pulseaudio and paplay (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,7 @@ realtime_priority = 0
 [recording]
 dir = "$tmp/recordings"
 min_free_mib = 16
+${EXTRA_TOML:-}
 TOML
 $bin participant consent P-BENCH --given --config "$tmp/station.toml" >/dev/null
 [[ -n ${ROBOT:-} ]] && $bin stories import demo/stories/stories.jsonl --db "$tmp/station.db" >/dev/null

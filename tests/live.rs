@@ -1646,7 +1646,8 @@ fn the_reference_dialogue_app_runs_a_whole_session_acting_on_what_the_station_pe
     // ... and acted on it: at least one turn ended when the participant fell silent (not
     // at the robot's limit), and the reflection is about the story predicted highest.
     let turns = summary["turns"].as_array().unwrap();
-    assert_eq!(turns.len(), 3, "{summary}");
+    assert!(turns.len() >= 3, "{summary}");
+    assert_eq!(summary["recommended_from"], "story_share", "{summary}");
     assert!(
         turns.iter().any(|t| t["ended_by_silence"] == true),
         "{summary}"

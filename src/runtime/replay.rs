@@ -147,7 +147,7 @@ pub fn replay(
             },
             progress: opts.progress.clone(),
             realtime_priority: 0,
-            events_lag_ns: 0,
+            live_events_lag_ns: None,
         },
         clock,
         &stop,

@@ -104,7 +104,7 @@ fn run_demo(
             },
             progress: std::sync::Arc::new(empathic::runtime::pipeline::NoProgress),
             realtime_priority: 0,
-            events_lag_ns: 0,
+            live_events_lag_ns: None,
         },
         clock,
         &AtomicBool::new(false),

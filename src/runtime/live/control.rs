@@ -235,7 +235,8 @@ pub(super) fn serve_client<'scope>(
             Ok(Request::Subscribe { topics }) => {
                 // The connection becomes the subscriber's stream: no more requests on it.
                 let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
-                let ok = serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
+                let ok =
+                    serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
                 if writeln!(out, "{ok}").is_err() {
                     return;
                 }

@@ -315,7 +315,7 @@ pub(super) fn run_session<'scope>(
             },
             progress: std::sync::Arc::new(crate::runtime::pipeline::NoProgress),
             realtime_priority: config.live.realtime_priority,
-            events_lag_ns: config.live.transcript_wait_ms * 1_000_000,
+            live_events_lag_ns: Some(config.live.transcript_wait_ms * 1_000_000),
         },
         clock,
         service.stop,

@@ -281,4 +281,32 @@ mod tests {
         serving.join().unwrap();
         assert!(subs.list().is_empty());
     }
+
+    /// A subscriber that hangs up in the middle of a line (it read a few bytes of a long
+    /// message and closed): the write fails, the subscriber is let go by itself, and the
+    /// pipeline's side goes on sending to the others without waiting.
+    #[test]
+    fn a_subscriber_that_hangs_up_mid_line_is_let_go_and_the_others_go_on() {
+        use std::io::Read;
+        let (subs, mut client, _stop, serving) = subscribed(Topic::Utterance);
+        let long = "word ".repeat(40_000);
+        subs.observe(Topic::Utterance, 1, serde_json::json!({ "text": long }));
+        let mut first = [0u8; 16];
+        client.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"{"), "{first:?}");
+        drop(client);
+        for i in 0..100 {
+            subs.observe(Topic::Utterance, i, serde_json::json!({ "text": long }));
+        }
+        serving.join().unwrap();
+        assert!(subs.list().is_empty());
+        // Nobody left to tell: observing still returns at once.
+        let t = std::time::Instant::now();
+        subs.observe(
+            Topic::Utterance,
+            101,
+            serde_json::json!({ "text": "after" }),
+        );
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
 }

@@ -136,9 +136,10 @@ pub struct PipelineOptions {
     pub progress: std::sync::Arc<dyn Progress>,
     /// SCHED_FIFO priority asked for the capture threads (live; 0: normal priority).
     pub realtime_priority: u8,
-    /// How far behind the capture the event source may be known (live: the transcript
-    /// wait; replay: 0).
-    pub events_lag_ns: Nanos,
+    /// Live: how far behind the capture the event source may be known (the transcript
+    /// wait, 0 included); `None` for a replay, whose events are all known. Live, frames
+    /// never wait for the recogniser past it.
+    pub live_events_lag_ns: Option<Nanos>,
 }
 
 /// What a run produced.
@@ -265,7 +266,7 @@ pub fn run(
         None => (None, None),
     };
     let (heard_tx, heard_rx) = policy_queue::<Heard>(TEXT_QUEUE, Overflow::Block);
-    let live_text = opts.events_lag_ns > 0;
+    let live_text = opts.live_events_lag_ns.is_some();
     let mut window_txs = Vec::new();
     let mut window_rxs = Vec::new();
     for c in consumers {
@@ -277,7 +278,7 @@ pub fn run(
     let figures = Figures::default();
     let pacer = opts.pacer;
     let progress = opts.progress.as_ref();
-    let opts_events_lag_ns = opts.events_lag_ns;
+    let opts_events_lag_ns = opts.live_events_lag_ns.unwrap_or(0);
 
     let result = std::thread::scope(|scope| -> Result<_, RunError> {
         let (stopped, figures_ref, layout_ref) = (&stopped_early, &figures, &layout);

@@ -151,6 +151,14 @@ pub(super) fn text_features(
             },
         };
         if let Some(o) = inputs.observer {
+            // "As stored": a robot told of an utterance may ask at once for what rests on
+            // it (`recommend` reads the store), so it is committed first.
+            if events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::Utterance { .. }))
+            {
+                writer.flush()?;
+            }
             for e in &events {
                 if let EventKind::Utterance {
                     speaker,
