@@ -412,8 +412,11 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
     turns.push(turn_json("story_share", &wait_turn(ears, args)));
 
     // Stories chosen on the station for this person, from what they just shared.
+    let predictions_before = ears.lock().counts.get("prediction").copied().unwrap_or(0);
     let answer = station.ask(json!({"type": "recommend", "k": 3, "policy": args.policy}))?;
     summary["recommended_from"] = answer["from"].clone();
+    summary["recommend_predicted_from"] = answer["predicted_from"].clone();
+    summary["predictions_before_recommend"] = json!(predictions_before);
     let stories = answer["stories"].as_array().cloned().unwrap_or_default();
     if stories.is_empty() {
         return Err("recommend found no story this participant has not seen".into());

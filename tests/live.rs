@@ -1648,6 +1648,13 @@ fn the_reference_dialogue_app_runs_a_whole_session_acting_on_what_the_station_pe
     let turns = summary["turns"].as_array().unwrap();
     assert!(turns.len() >= 3, "{summary}");
     assert_eq!(summary["recommended_from"], "story_share", "{summary}");
+    // Predicted empathy is taken against the latest window once one was predicted.
+    let basis = &summary["recommend_predicted_from"]["basis"];
+    if summary["predictions_before_recommend"].as_u64() > Some(0) {
+        assert_eq!(basis, "latest_window", "{summary}");
+    } else {
+        assert_eq!(basis, "words", "{summary}");
+    }
     assert!(
         turns.iter().any(|t| t["ended_by_silence"] == true),
         "{summary}"

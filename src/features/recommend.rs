@@ -43,6 +43,7 @@ impl Policy {
 }
 
 /// A cosine to a predicted 1-5 score, and the name of the calibration used.
+#[derive(Debug, Clone)]
 pub enum Scorer {
     /// Fitted to the participant's earlier ratings (`participant:N`).
     Participant { map: PopulationMap, label: String },
@@ -75,7 +76,9 @@ pub struct Recommended {
     pub title: String,
     /// Cosine of the story's embedding to the participant's words.
     pub similarity: f64,
-    /// The text-zero-shot predictor's score of the story for these words, 1-5.
+    /// The predictor's score of the story, 1-5: the text-zero-shot predictor's for these
+    /// words, or (live, once a window was predicted) the configured predictor's against the
+    /// latest window.
     pub predicted: f64,
     /// `participant:N` (fitted to N earlier ratings) or `population` (not fitted to ratings).
     pub calibration: String,
@@ -84,7 +87,8 @@ pub struct Recommended {
     pub candidates: usize,
 }
 
-/// The `k` stories of `index` for `query`, leaving out `exclude`, by `policy`.
+/// The `k` stories of `index` for `query`, leaving out `exclude`, by `policy`, each
+/// predicted against the words themselves.
 pub fn recommend(
     index: &StoryIndex,
     query: &[f32],
@@ -93,11 +97,36 @@ pub fn recommend(
     policy: Policy,
     scorer: &Scorer,
 ) -> Vec<Recommended> {
+    recommend_against(index, query, query, exclude, k, policy, scorer)
+}
+
+/// [`recommend`], with each story's predicted empathy taken against `z` (a predictor's
+/// representation of the participant's latest window, in the sentence encoder's space)
+/// under `scorer` (that predictor's calibration); similarity stays the cosine to `query`.
+pub fn recommend_against(
+    index: &StoryIndex,
+    query: &[f32],
+    z: &[f32],
+    exclude: &[String],
+    k: usize,
+    policy: Policy,
+    scorer: &Scorer,
+) -> Vec<Recommended> {
     let all = index.top_k(query, index.len(), exclude);
+    let to_z: std::collections::HashMap<String, f64> = if z == query {
+        all.iter().map(|h| (h.id.clone(), h.score)).collect()
+    } else {
+        index
+            .top_k(z, index.len(), exclude)
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect()
+    };
     let mut scored: Vec<(String, String, f64, f64)> = all
         .into_iter()
         .map(|h| {
-            let predicted = scorer.score(query, h.score);
+            let cos_z = to_z.get(&h.id).copied().unwrap_or(h.score);
+            let predicted = scorer.score(z, cos_z);
             (h.id, h.title, h.score, predicted)
         })
         .collect();
@@ -209,5 +238,24 @@ mod tests {
         let everything: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
         assert!(recommend(&index, &q, &everything, 3, Policy::Explore, &scorer).is_empty());
         assert!(recommend(&index, &q, &[], 0, Policy::Similarity, &scorer).is_empty());
+    }
+
+    /// Against a window's representation elsewhere in the space, predicted empathy ranks
+    /// the stories near it first, while similarity stays the words' order.
+    #[test]
+    fn predicted_empathy_against_a_window_ranks_by_the_windows_representation() {
+        let index = bank();
+        let (v, d) = index.vectors();
+        let scorer = Scorer::Bank(BankRelative::new(v, d).unwrap());
+        let q = [1.0, 0.05, 0.1];
+        // The latest window's z points at s8 (angle 2.4 rad).
+        let z = [2.4f32.cos(), 2.4f32.sin(), 0.1];
+        let pe = recommend_against(&index, &q, &z, &[], 3, Policy::PredictedEmpathy, &scorer);
+        assert_eq!(pe[0].story_id, "s8", "{pe:?}");
+        let sim = recommend_against(&index, &q, &z, &[], 3, Policy::Similarity, &scorer);
+        let ids: Vec<&str> = sim.iter().map(|r| r.story_id.as_str()).collect();
+        assert_eq!(ids, ["s0", "s1", "s2"]);
+        // Its similarity is still the cosine to the words.
+        assert!(pe[0].similarity < sim[2].similarity);
     }
 }

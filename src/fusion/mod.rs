@@ -206,10 +206,27 @@ struct InUse {
     label: String,
 }
 
+/// The latest window a predictor represented, to score stories that are not in play (the
+/// live `recommend`'s predicted empathy).
+#[derive(Debug, Clone)]
+pub struct LatestRepresentation {
+    pub window_index: u64,
+    pub end_ns: crate::Nanos,
+    pub predictor: String,
+    pub synthetic: bool,
+    /// The window's representation, in the sentence encoder's space.
+    pub z: Vec<f32>,
+    /// The predictor's map in this session (its calibration), as the window's own
+    /// predictions used it.
+    pub scorer: crate::features::recommend::Scorer,
+}
+
 /// Runs the configured predictors on every window.
 pub struct FusionStage {
     layout: ModalityLayout,
     predictors: Vec<(Configured, InUse)>,
+    /// Per predictor, the latest window it represented: (index, end, z).
+    latest: Vec<Option<(u64, crate::Nanos, Vec<f32>)>>,
     /// The story bank, for the zero-shot predictor's population map.
     bank: Option<zero_shot::BankRelative>,
     /// Predict windows that have no phase (a recording whose events declare none).
@@ -237,7 +254,7 @@ impl FusionStage {
         for c in &predictors {
             c.predictor.check_layout(&layout)?;
         }
-        let predictors = predictors
+        let predictors: Vec<(Configured, InUse)> = predictors
             .into_iter()
             .map(|c| {
                 let map = c.predictor.population_map();
@@ -252,6 +269,7 @@ impl FusionStage {
             .collect();
         Ok(Self {
             layout,
+            latest: vec![None; predictors.len()],
             predictors,
             bank: None,
             predict_unphased: false,
@@ -277,6 +295,39 @@ impl FusionStage {
             .iter()
             .map(|(c, _)| c.predictor.id().to_string())
             .collect()
+    }
+
+    /// The latest window represented by the first predictor that is not synthetic (or by
+    /// the first at all), with the map its predictions use; `None` before any.
+    pub fn latest(&self) -> Option<LatestRepresentation> {
+        use crate::features::recommend::Scorer;
+        let pick = |synthetic_ok: bool| {
+            self.predictors
+                .iter()
+                .zip(&self.latest)
+                .find(|((c, _), l)| l.is_some() && (synthetic_ok || !c.predictor.synthetic()))
+        };
+        let ((c, in_use), latest) = pick(false).or_else(|| pick(true))?;
+        let (window_index, end_ns, z) = latest.clone()?;
+        let bank = self.bank.as_ref().filter(|_| {
+            c.predictor.id() == zero_shot::TextZeroShot::ID && in_use.label == "population"
+        });
+        let scorer = match bank {
+            Some(b) => Scorer::Bank(b.clone()),
+            None if in_use.label == "population" => Scorer::Absolute(in_use.map),
+            None => Scorer::Participant {
+                map: in_use.map,
+                label: in_use.label.clone(),
+            },
+        };
+        Some(LatestRepresentation {
+            window_index,
+            end_ns,
+            predictor: c.predictor.id().to_string(),
+            synthetic: c.predictor.synthetic(),
+            z,
+            scorer,
+        })
     }
 
     /// Recalibrates predictor `id` for this session's participant from `pairs` (mean raw
@@ -328,6 +379,15 @@ impl FusionStage {
             let mut out: Vec<Option<Representation>> = vec![None; windows.len()];
             for (i, rep) in wanted.iter().zip(c.predictor.represent_batch(&inputs)) {
                 out[*i] = rep;
+            }
+            if let Some((i, rep)) = out
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+            {
+                self.latest[reps.len()] =
+                    Some((windows[i].index, windows[i].end_ns, rep.z.clone()));
             }
             reps.push(out);
         }

@@ -136,6 +136,7 @@ pub fn replay(
             writer: sessions.writer()?.clone(),
             window_consumers: Vec::new(),
             observer: emitted.clone().map(|r| r as Arc<dyn pipeline::Observer>),
+            latest_window: None,
         },
         config,
         PipelineOptions {

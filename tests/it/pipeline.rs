@@ -94,6 +94,7 @@ fn run_demo(
             writer: writer.clone(),
             window_consumers: consumers,
             observer: None,
+            latest_window: None,
         },
         config,
         PipelineOptions {

@@ -116,6 +116,8 @@ struct Running {
     counters: Arc<Counters>,
     recording: Option<Arc<Mutex<Recording>>>,
     recording_dir: Option<PathBuf>,
+    /// The latest window the session's predictors represented (`recommend`).
+    latest_window: crate::runtime::pipeline::LatestSlot,
 }
 
 struct State {

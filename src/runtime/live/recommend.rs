@@ -5,12 +5,15 @@
 //! Contract: answers `{"stories":[{story_id, title, text, similarity, predicted,
 //! calibration, predicted_rank, candidates}], "policy", "from", "left_out"}` or a reason: no session, an
 //! empty bank, nothing shared yet (and no `text` given), every story already shown (an
-//! empty list, not an error). Deterministic for the same store and words
-//! (`features::recommend`).
+//! empty list, not an error). Deterministic for the same store, words and latest window
+//! (`features::recommend`). Predicted empathy is the configured predictor's (the first that
+//! is not synthetic) against the latest window it represented in this session, under its
+//! calibration there (`predicted_from`: `latest_window`); before any window was
+//! represented, the text-zero-shot predictor's against the words (`words`).
 
 use std::sync::atomic::Ordering;
 
-use crate::features::recommend::{recommend, Policy};
+use crate::features::recommend::{recommend_against, Policy};
 use crate::features::text::SentenceEncoder;
 use crate::models::manifest::Manifest;
 use crate::session::{Event, EventKind};
@@ -24,12 +27,17 @@ pub(super) fn recommend_now(
     policy: Policy,
 ) -> Result<serde_json::Value, String> {
     let config = service.config;
-    let (participant, session_id) = {
+    let (participant, session_id, latest) = {
         let state = service.state();
         let r = state.running.as_ref().ok_or(
             "no session is running: recommend answers for the running session's participant",
         )?;
-        (r.participant.clone(), r.id.clone())
+        let latest = r
+            .latest_window
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        (r.participant.clone(), r.id.clone(), latest)
     };
     let (index, inputs) = {
         let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -63,7 +71,23 @@ pub(super) fn recommend_now(
         .embed(&[inputs.text.as_str()])
         .map_err(|e| e.to_string())?
         .remove(0);
-    let chosen = recommend(&index, &query, &inputs.exclude, k, policy, &inputs.scorer);
+    // Predicted empathy against the latest window the configured predictor represented,
+    // under its calibration in this session; before any, against the words themselves.
+    let (z, scorer, basis) = match &latest {
+        Some(l) if l.z.len() == query.len() => (
+            l.z.as_slice(),
+            &l.scorer,
+            serde_json::json!({"basis": "latest_window", "predictor": l.predictor,
+                               "synthetic": l.synthetic, "window_index": l.window_index,
+                               "end_ms": l.end_ns / 1_000_000}),
+        ),
+        _ => (
+            query.as_slice(),
+            &inputs.scorer,
+            serde_json::json!({"basis": "words", "predictor": crate::fusion::zero_shot::TextZeroShot::ID}),
+        ),
+    };
+    let chosen = recommend_against(&index, &query, z, &inputs.exclude, k, policy, scorer);
     // Each story's text, so the robot can show it without a second look-up.
     let texts: std::collections::HashMap<String, String> = {
         let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -97,7 +121,7 @@ pub(super) fn recommend_now(
                     kind: EventKind::Recommendation {
                         policy: policy.as_str().to_string(),
                         story_ids: chosen.iter().map(|c| c.story_id.clone()).collect(),
-                        calibration: inputs.scorer.label().to_string(),
+                        calibration: scorer.label().to_string(),
                     },
                 };
                 if let Some(rec) = &r.recording {
@@ -114,6 +138,7 @@ pub(super) fn recommend_now(
         "policy": policy.as_str(),
         "from": if inputs.session.is_some() { "story_share" } else { "text" },
         "left_out": inputs.exclude.len(),
+        "predicted_from": basis,
         "stories": stories,
     }))
 }

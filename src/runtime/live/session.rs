@@ -171,7 +171,9 @@ pub(super) fn start_session_checked<'scope>(
     let end = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
     let start_clock_ns = service.clock.now_ns();
+    let latest_window: crate::runtime::pipeline::LatestSlot = Default::default();
     let run = SessionRun {
+        latest_window: latest_window.clone(),
         id: id.clone(),
         start_clock_ns,
         end: end.clone(),
@@ -189,6 +191,7 @@ pub(super) fn start_session_checked<'scope>(
         counters,
         recording,
         recording_dir: recording_dir.clone(),
+        latest_window,
     });
     let session_id = id.clone();
     let started = spawn(scope, "live-session", move || {
@@ -231,6 +234,7 @@ pub(super) struct SessionRun {
     counters: Arc<Counters>,
     recording: Option<Arc<Mutex<Recording>>>,
     events: PolicyReceiver<Event>,
+    latest_window: crate::runtime::pipeline::LatestSlot,
 }
 
 pub(super) fn run_session<'scope>(
@@ -305,6 +309,7 @@ pub(super) fn run_session<'scope>(
             writer: sessions.writer()?.clone(),
             window_consumers: Vec::new(),
             observer: Some(service.subscribers.clone()),
+            latest_window: Some(run.latest_window.clone()),
         },
         config,
         PipelineOptions {

@@ -33,7 +33,12 @@ pub struct PredictWindows {
     held: Vec<Window>,
     /// Told each window's predictions (`prediction` messages).
     observer: Option<Arc<dyn Observer>>,
+    /// Where the latest window's representation is kept (the live `recommend`).
+    latest: Option<LatestSlot>,
 }
+
+/// The latest window a predictor represented, shared with whoever scores stories against it.
+pub type LatestSlot = Arc<std::sync::Mutex<Option<crate::fusion::LatestRepresentation>>>;
 
 impl PredictWindows {
     pub fn new(stage: crate::fusion::FusionStage, writer: StoreWriter, speed: Speed) -> Self {
@@ -47,7 +52,14 @@ impl PredictWindows {
             block,
             held: Vec::with_capacity(block),
             observer: None,
+            latest: None,
         }
+    }
+
+    /// Keeps the latest window's representation in `slot` after each batch.
+    pub fn with_latest(mut self, slot: Option<LatestSlot>) -> Self {
+        self.latest = slot;
+        self
     }
 
     /// Tells `observer` each window's predictions as they are made.
@@ -62,6 +74,9 @@ impl PredictWindows {
         }
         let refs: Vec<&Window> = self.held.iter().collect();
         let predictions = self.stage.predict_batch(&refs);
+        if let (Some(slot), Some(l)) = (&self.latest, self.stage.latest()) {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
+        }
         if let Some(o) = &self.observer {
             for w in &refs {
                 let of_window: Vec<serde_json::Value> = predictions

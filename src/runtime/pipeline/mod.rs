@@ -74,7 +74,7 @@ mod observe;
 mod text;
 mod threads;
 
-pub use consumers::{PredictWindows, StoreWindows, WindowConsumer};
+pub use consumers::{LatestSlot, PredictWindows, StoreWindows, WindowConsumer};
 use figures::*;
 pub use figures::{LatencySummary, ThreadFigures};
 pub use observe::{message, tell_voice, FrameWatch, Observer, Recorded, Topic};
@@ -125,6 +125,8 @@ pub struct Sinks {
     pub window_consumers: Vec<Box<dyn WindowConsumer>>,
     /// Told what the run perceives as it goes (the live service's subscribers).
     pub observer: Option<Arc<dyn Observer>>,
+    /// Given the latest window's representation by the fusion consumer (live `recommend`).
+    pub latest_window: Option<LatestSlot>,
 }
 
 /// How to run.
@@ -234,7 +236,8 @@ pub fn run(
     if let Some(stage) = fusion {
         consumers.push(Box::new(
             PredictWindows::new(stage, sinks.writer.clone(), opts.pacer.speed)
-                .with_observer(sinks.observer.clone()),
+                .with_observer(sinks.observer.clone())
+                .with_latest(sinks.latest_window.clone()),
         ));
     }
     consumers.extend(sinks.window_consumers);
