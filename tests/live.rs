@@ -540,6 +540,14 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
     // Refusals name their reason.
     let a = station.ask(json!({"type": "phase", "phase": "warm_up"}));
     assert_eq!(a["error"], "no session is running");
+    let a = station.ask(json!({"type": "recommend", "k": 3, "text": "a story"}));
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("no session is running"),
+        "{a}"
+    );
     let a = station.ask(json!({"type": "start_session", "participant_id": "P-NOBODY"}));
     assert!(
         a["error"].as_str().unwrap().contains("unknown participant"),
@@ -1328,8 +1336,12 @@ fn microphone_lost_mid_session_is_retried_and_counted_as_a_discontinuity() {
     let mut pulse = Pulse::start(dir.path());
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
+    import_bank(&dir.path().join("station.db"));
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
     let (id, mut first_player) = start_warm_up(&station, &pulse);
+    // Nothing shared yet (still the warm-up) and no `text`: recommend says what to do.
+    let a = station.ask(json!({"type": "recommend", "k": 3}));
+    assert!(a["error"].as_str().unwrap().contains("give `text`"), "{a}");
     sleep_s(3.0);
     // The microphone goes away (pulled out) and comes back.
     pulse.unplug();
@@ -1394,6 +1406,12 @@ fn disk_nearly_full_stops_raw_media_first_and_keeps_the_session() {
     // first look at the disk, as a change when before.
     let listener = station.subscribe(&["quality", "session"]);
     let (id, mut player) = start_warm_up(&station, &pulse);
+    // No story bank on this station: recommend says so.
+    let a = station.ask(json!({"type": "recommend", "k": 3, "text": "I moved to a new city"}));
+    assert!(
+        a["error"].as_str().unwrap().contains("stories import"),
+        "{a}"
+    );
     sleep_s(6.0);
     station.ok(json!({"type": "note", "text": "still recording events"}));
     station.ok(json!({"type": "stop_session"}));
