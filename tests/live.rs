@@ -1513,6 +1513,52 @@ fn the_service_publishes_each_ended_session_to_the_study() {
     station.wait_status("not synced", 60, |s| {
         s["sync"]["synced"].as_u64() == Some(1) && s["sync"]["pending"].as_u64() == Some(0)
     });
+    // The station's health reached the study too: sent again when the session ended,
+    // signed, with no participant data in it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stations = loop {
+        let o = empathic(&[
+            "collect",
+            "stations",
+            "--db",
+            path_str(&central),
+            "--study",
+            "test-study",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let h = &v["health"][0]["health"];
+        if h["last_session_status"] == "complete" || Instant::now() > deadline {
+            break v;
+        }
+        sleep_s(0.5);
+    };
+    let a = &stations["health"][0];
+    assert_eq!(a["station"], "st-live", "{stations}");
+    assert_eq!(a["status"], "online", "{stations}");
+    let h = &a["health"];
+    assert_eq!(h["last_session_status"], "complete", "{stations}");
+    assert!(h["sessions_today"].as_u64() >= Some(1), "{stations}");
+    assert_eq!(h["camera"]["present"], true, "{stations}");
+    assert!(
+        h["sig"].is_string(),
+        "sealed: signed by the station: {stations}"
+    );
+    assert!(!h.to_string().contains("P-LIVE"), "{stations}");
+    let o = empathic(&[
+        "collect",
+        "stations",
+        "--db",
+        path_str(&central),
+        "--study",
+        "test-study",
+    ]);
+    assert!(
+        stdout(&o).contains("st-live          online since"),
+        "{}",
+        stdout(&o)
+    );
     let _ = collector.kill();
     let _ = collector.wait();
     let c = Connection::open(&central).unwrap();

@@ -174,11 +174,15 @@ impl Args {
                 let counts = db
                     .station_counts(&study)
                     .map_err(|e| (ExitKind::Runtime, e))?;
+                let health = db
+                    .station_health(&study)
+                    .map_err(|e| (ExitKind::Runtime, e))?;
                 if json.json {
                     print_json(&serde_json::json!({
                         "study": study,
                         "enrolments": enrolments,
                         "received": counts,
+                        "health": health,
                     }))?;
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -213,6 +217,10 @@ impl Args {
                         },
                         c.quarantined
                     );
+                }
+                outln!("health (status; latest health message: camera, microphone, free disk, outbox):");
+                for h in &health {
+                    outln!("  {}", health_line(h));
                 }
                 Ok(ExitCode::SUCCESS)
             }
@@ -317,4 +325,36 @@ pub fn collect(
         crate::sync::central::redacted(central)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// One station's health as a line of `collect stations`.
+fn health_line(h: &crate::sync::central::StationHealth) -> String {
+    let status = match (&h.status, &h.status_received_at) {
+        (Some(s), Some(at)) => format!("{s} since {at}"),
+        _ => "no status received".into(),
+    };
+    let Some(m) = &h.health else {
+        return format!("{:<16} {status}; no health message received", h.station);
+    };
+    let device = |d: &serde_json::Value| {
+        if d["present"] == true {
+            "ok".to_string()
+        } else {
+            format!(
+                "MISSING ({})",
+                d["problem"].as_str().unwrap_or("no reason given")
+            )
+        }
+    };
+    format!(
+        "{:<16} {status}; health sent {}: camera {}, microphone {}, disk {} MiB free, outbox {} pending, {} session(s) today, last {}",
+        h.station,
+        m["sent_at"].as_str().unwrap_or("?"),
+        device(&m["camera"]),
+        device(&m["microphone"]),
+        m["disk_free_mib"].as_u64().map_or("?".to_string(), |f| f.to_string()),
+        m["outbox_pending"].as_u64().unwrap_or(0),
+        m["sessions_today"].as_u64().unwrap_or(0),
+        m["last_session_status"].as_str().unwrap_or("none"),
+    )
 }

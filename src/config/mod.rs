@@ -262,6 +262,12 @@ impl Config {
         )?;
         within("store.batch_max_ms", self.store.batch_max_ms, 1, 60_000)?;
         within(
+            "sync.health_interval_min",
+            u64::from(self.sync.health_interval_min),
+            1,
+            1_440,
+        )?;
+        within(
             "store.busy_timeout_ms",
             self.store.busy_timeout_ms,
             0,

@@ -174,6 +174,9 @@ pub struct SyncConfig {
     pub study_key: String,
     /// The public keys (`ed25519:...`) of the collectors whose receipts count.
     pub collector_keys: Vec<String>,
+    /// Minutes between the station's health messages when nothing changes (it also sends
+    /// one at start and at every change; `sync::health`).
+    pub health_interval_min: u32,
 }
 
 /// How sync protects what it carries (`[sync] security`).
@@ -249,6 +252,7 @@ impl Default for SyncConfig {
             signing_key: PathBuf::from("keys/station.key"),
             study_key: String::new(),
             collector_keys: Vec::new(),
+            health_interval_min: 15,
         }
     }
 }

@@ -62,7 +62,7 @@ pub trait CentralTx {
     fn commit(self: Box<Self>) -> Result<(), String>;
 }
 
-/// The collector's tables (central format 3).
+/// The collector's tables (central format 4: format 3 and the stations' health).
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS collect_records (
     message_id  TEXT PRIMARY KEY,
@@ -104,6 +104,30 @@ CREATE TABLE IF NOT EXISTS collect_stations (
     enrolled_at TEXT NOT NULL,
     revoked_at  TEXT,
     PRIMARY KEY (study, station, key)
+);
+CREATE TABLE IF NOT EXISTS collect_health (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    sent_at     TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    sealed      INTEGER NOT NULL DEFAULT 0,
+    payload     TEXT NOT NULL,
+    PRIMARY KEY (study, station)
+);
+CREATE TABLE IF NOT EXISTS collect_health_history (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    sent_at     TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    PRIMARY KEY (study, station, sent_at)
+);
+CREATE TABLE IF NOT EXISTS collect_status (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (study, station)
 );
 CREATE TABLE IF NOT EXISTS collect_quarantine (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -9,8 +9,10 @@
 //! Every whole message (new or a duplicate) is answered, after the commit, with a receipt on
 //! `empathic/v1/{study}/{station}/receipt` (`{"message_id": ..., "collector": NAME}`, NAME the
 //! share group if any, else the client id), which is what makes the station call it synced. What is stored, voided, purged or quarantined is
-//! [`Central::store_publish`]'s; the collector never stops on a bad message, and a database
-//! error leaves the message unacknowledged (the broker delivers it again).
+//! [`Central::store_publish`]'s; a station's retained `health` and `status` are kept by
+//! [`Central::store_health`] and [`Central::store_status`] (no receipt: they are not in any
+//! outbox). The collector never stops on a bad message, and a database error leaves the
+//! message unacknowledged (the broker delivers it again).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,7 +118,7 @@ pub fn collect(
                 tracing::info!(host, port, %filter, "collect: connected");
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
-                if p.topic.ends_with("/status") || p.topic.ends_with("/receipt") {
+                if p.topic.ends_with("/receipt") {
                     outgoing.push_back(Outgoing::Ack(p));
                     continue;
                 }
@@ -201,7 +203,15 @@ fn store_until_stored(
 ) -> Option<Stored> {
     let mut wait = Duration::from_millis(250);
     loop {
-        match central.store_publish_with(&p.topic, &p.payload, gate) {
+        // A station's health and status are kept beside its records (`central::health`).
+        let result = if p.topic.ends_with("/health") {
+            central.store_health(&p.topic, &p.payload, gate)
+        } else if p.topic.ends_with("/status") {
+            central.store_status(&p.topic, &p.payload)
+        } else {
+            central.store_publish_with(&p.topic, &p.payload, gate)
+        };
+        match result {
             Ok(stored) => return Some(stored),
             Err(e) => {
                 tracing::error!(error = %e, retry_in_ms = wait.as_millis() as u64, "collect: could not store a message");

@@ -22,6 +22,7 @@
 
 pub mod central;
 pub mod collect;
+pub mod health;
 pub mod keys;
 mod wire;
 

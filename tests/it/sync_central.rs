@@ -579,3 +579,121 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
         );
     }
 }
+
+/// Station health in the central database, SQLite and PostgreSQL alike: the latest by
+/// `sent_at` (a retained older one handed out again changes nothing), a history, the
+/// status word; malformed, from the future, unsigned where sealed is required, signed by a
+/// key not enrolled for the station it names, or with a forged field: quarantined with the
+/// reason, nothing kept.
+#[test]
+fn station_health_is_kept_latest_first_and_refused_with_a_reason_in_either_database() {
+    use empathic::sync::central::{Central, Gate, Stored};
+    use empathic::sync::health::{signed_bytes, Health, HEALTH_FORMAT, HEALTH_VERSION};
+    use empathic::sync::keys::{generate, KeyKind, SigningKey};
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = Postgres::start();
+    let key_a = generate(&tmp.path().join("a.key"), KeyKind::Ed25519).unwrap();
+    let _key_b = generate(&tmp.path().join("b.key"), KeyKind::Ed25519).unwrap();
+    let signing_a = SigningKey::load(&tmp.path().join("a.key")).unwrap();
+    let signing_b = SigningKey::load(&tmp.path().join("b.key")).unwrap();
+    let sign = |mut h: Health, k: &SigningKey| {
+        h.signer = Some(k.public().to_string());
+        h.sig = Some(k.sign(&signed_bytes(&h)));
+        h
+    };
+    let health = |station: &str, sent_at: &str, camera: bool| Health {
+        format: HEALTH_FORMAT.into(),
+        v: HEALTH_VERSION,
+        study: "hs".into(),
+        station: station.into(),
+        sent_at: sent_at.into(),
+        software: "0.1.0".into(),
+        camera: empathic::sync::health::DeviceHealth {
+            present: camera,
+            problem: (!camera).then(|| "no camera at /dev/video0".to_string()),
+        },
+        ..Health::default()
+    };
+    let bytes = |h: &Health| serde_json::to_vec(h).unwrap();
+    let topic = |s: &str| format!("empathic/v1/hs/{s}/health");
+    let sealed = Gate {
+        accept_plain: false,
+        study_key: None,
+    };
+    for target in [
+        tmp.path().join("central.db").display().to_string(),
+        pg.database("health"),
+    ] {
+        let mut c = Central::open(&target).unwrap();
+        c.enrol("hs", "a", Some(&key_a), false).unwrap();
+        let newer = sign(health("a", "2026-11-25T10:00:00.000Z", false), &signing_a);
+        let older = sign(health("a", "2026-11-25T09:00:00.000Z", true), &signing_a);
+        assert_eq!(
+            c.store_health(&topic("a"), &bytes(&newer), &sealed)
+                .unwrap(),
+            Stored::Health {
+                station: "a".into()
+            }
+        );
+        // The retained older one, handed out again, is history, not the latest.
+        c.store_health(&topic("a"), &bytes(&older), &sealed)
+            .unwrap();
+        c.store_status("empathic/v1/hs/a/status", b"offline")
+            .unwrap();
+        let refused = |c: &mut Central, t: &str, payload: &[u8], why: &str| match c
+            .store_health(t, payload, &sealed)
+            .unwrap()
+        {
+            Stored::Quarantined { reason, receipt } => {
+                assert!(reason.contains(why), "{target}: {reason}");
+                assert!(receipt.is_none());
+            }
+            other => panic!("{target}: {why}: {other:?}"),
+        };
+        refused(
+            &mut c,
+            &topic("a"),
+            b"not json",
+            "not an empathic-health object",
+        );
+        let future = sign(health("a", "2099-01-01T00:00:00.000Z", true), &signing_a);
+        refused(&mut c, &topic("a"), &bytes(&future), "from the future");
+        let unsigned = health("a", "2026-11-25T10:30:00.000Z", true);
+        refused(
+            &mut c,
+            &topic("a"),
+            &bytes(&unsigned),
+            "only sealed messages",
+        );
+        let stranger = sign(health("a", "2026-11-25T10:30:00.000Z", true), &signing_b);
+        refused(
+            &mut c,
+            &topic("a"),
+            &bytes(&stranger),
+            "no station of study hs",
+        );
+        let mut forged = sign(health("a", "2026-11-25T10:30:00.000Z", false), &signing_a);
+        forged.camera.present = true;
+        refused(&mut c, &topic("a"), &bytes(&forged), "does not verify");
+        refused(&mut c, &topic("b"), &bytes(&newer), "came on");
+        match c
+            .store_status("empathic/v1/hs/a/status", b"rebooting")
+            .unwrap()
+        {
+            Stored::Quarantined { reason, .. } => {
+                assert!(reason.contains("expected online or offline"), "{reason}")
+            }
+            other => panic!("{target}: {other:?}"),
+        }
+        let stations = c.station_health("hs").unwrap();
+        assert_eq!(stations.len(), 1, "{target}: {stations:?}");
+        let a = &stations[0];
+        assert_eq!(
+            a.health.as_ref().unwrap()["sent_at"],
+            "2026-11-25T10:00:00.000Z"
+        );
+        assert_eq!(a.health.as_ref().unwrap()["camera"]["present"], false);
+        assert_eq!(a.status.as_deref(), Some("offline"));
+        assert_eq!(a.history, 2, "{target}");
+    }
+}

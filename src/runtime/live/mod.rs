@@ -41,6 +41,7 @@ use crate::Nanos;
 /// Camera buffers waiting for the video-capture thread (the oldest goes when full).
 mod control;
 mod devices;
+mod health;
 mod recommend;
 mod retention;
 mod session;
@@ -227,6 +228,9 @@ pub fn serve(
         })?;
         if !config.sync.broker.is_empty() {
             spawn(scope, "sync-publisher", move || publish_loop(service))?;
+            spawn(scope, "health-publisher", move || {
+                health::health_loop(service)
+            })?;
         }
         notify(&[sd_notify::NotifyState::Ready]);
         tracing::info!(socket = %config.live.socket.display(), station = %config.station.id, "live service ready");
@@ -316,31 +320,8 @@ fn spawn<'scope>(
 /// The outbox publisher of `empathic sync`, as a thread of the service: every ended
 /// session goes to the study's broker while the station runs (exactly once, see `sync`).
 fn publish_loop(service: &Service<'_>) {
-    let config = service.config;
-    if config.station.id == crate::config::DEFAULT_STATION_ID {
-        service.set_error(format!(
-            "sync: not publishing: [station] id is not set (records would go out as `{}`, mixed with every other unnamed station's)",
-            crate::config::DEFAULT_STATION_ID
-        ));
-        return;
-    }
-    let sealing = match crate::sync::Sealing::from_config(&config.sync) {
-        Ok(s) => s,
-        Err(e) => {
-            service.set_error(format!("sync: not publishing: {e}"));
-            return;
-        }
-    };
-    let opts = match crate::sync::parse_broker(&config.sync.broker) {
-        Ok(address) => crate::sync::SyncOptions {
-            sealing,
-            auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),
-            host: address.host,
-            port: address.port,
-            study: config.sync.study.clone(),
-            station: config.station.id.clone(),
-            collectors: config.sync.collectors.clone(),
-        },
+    let opts = match sync_options(service.config) {
+        Ok(o) => o,
         Err(e) => {
             service.set_error(format!("sync: {e}"));
             return;
@@ -349,13 +330,39 @@ fn publish_loop(service: &Service<'_>) {
     while !service.stop.load(Ordering::SeqCst) {
         // Runs until the stop flag; it reconnects with backoff on its own. A store error
         // (the disk) is retried after a pause.
-        if let Err(e) =
-            crate::sync::publish(&config.store.db_path, &opts, false, None, service.stop)
-        {
+        if let Err(e) = crate::sync::publish(
+            &service.config.store.db_path,
+            &opts,
+            false,
+            None,
+            service.stop,
+        ) {
             service.set_error(format!("sync: {e}"));
             pause(service.stop, 30_000);
         }
     }
+}
+
+/// Where and as whom the station publishes (its records and its health).
+fn sync_options(config: &Config) -> Result<crate::sync::SyncOptions, String> {
+    if config.station.id == crate::config::DEFAULT_STATION_ID {
+        return Err(format!(
+            "not publishing: [station] id is not set (records would go out as `{}`, mixed with every other unnamed station's)",
+            crate::config::DEFAULT_STATION_ID
+        ));
+    }
+    let sealing = crate::sync::Sealing::from_config(&config.sync)
+        .map_err(|e| format!("not publishing: {e}"))?;
+    let address = crate::sync::parse_broker(&config.sync.broker).map_err(|e| e.to_string())?;
+    Ok(crate::sync::SyncOptions {
+        sealing,
+        auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),
+        host: address.host,
+        port: address.port,
+        study: config.sync.study.clone(),
+        station: config.station.id.clone(),
+        collectors: config.sync.collectors.clone(),
+    })
 }
 
 fn current_status(service: &Service<'_>) -> ServiceStatus {

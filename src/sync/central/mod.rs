@@ -31,10 +31,12 @@ mod postgres;
 
 mod enrol;
 mod envelope;
+mod health;
 mod rules;
 use envelope::*;
 use rules::*;
 
+pub use health::StationHealth;
 pub use postgres::redacted;
 
 use sha2::{Digest, Sha256};
@@ -83,6 +85,14 @@ pub enum Stored {
     Quarantined {
         reason: String,
         receipt: Option<(String, String, String)>,
+    },
+    /// A station's health message, kept (`health`).
+    Health {
+        station: String,
+    },
+    /// A station's `status` word, kept.
+    Status {
+        station: String,
     },
 }
 
@@ -362,47 +372,12 @@ fn admit(
     gate: &Gate,
 ) -> Result<Result<(), String>, String> {
     let Some((signer, sig)) = &env.signed else {
-        if gate.accept_plain {
-            return Ok(Ok(()));
-        }
-        let allowed = tx.rows(
-            "SELECT 1 FROM collect_stations WHERE study = ?1 AND station = ?2
-               AND allow_plain = 1 AND revoked_at IS NULL",
-            &[Val::text(&env.study), Val::text(&env.station)],
-        )?;
-        return Ok(if allowed.is_empty() {
-            Err(format!(
-                "unsigned (plain) message from station {}: this collector takes only sealed messages from it (`collect enrol {} --allow-plain` admits plain ones during a changeover)",
-                env.station, env.station
-            ))
-        } else {
-            Ok(())
-        });
+        return plain_admitted(tx, gate, &env.study, &env.station);
     };
-    let enrolled = tx.rows(
-        "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
-        &[Val::text(&env.study), Val::text(signer)],
-    )?;
-    let Some(row) = enrolled.into_iter().next() else {
-        return Ok(Err(format!(
-            "signed by {signer}, a key no station of study {} is enrolled with",
-            env.study
-        )));
+    let owner = match signer_enrolled(tx, &env.study, &env.station, signer)? {
+        Ok(owner) => owner,
+        Err(reason) => return Ok(Err(reason)),
     };
-    let mut row = row.into_iter();
-    let owner = row.next().and_then(Val::into_text).unwrap_or_default();
-    let revoked = row.next().and_then(Val::into_text);
-    if owner != env.station {
-        return Ok(Err(format!(
-            "signed by station {owner}'s key but names station {}",
-            env.station
-        )));
-    }
-    if let Some(at) = revoked {
-        return Ok(Err(format!(
-            "signed by station {owner}'s key revoked at {at}"
-        )));
-    }
     let Some(seq) = env.seq else {
         return Ok(Err("a sealed envelope without `seq`".into()));
     };
@@ -429,6 +404,64 @@ fn admit(
             "the signature by station {owner}'s key does not verify over this envelope"
         ))
     })
+}
+
+/// Whether an unsigned message from `station` is let in: from any station with
+/// `gate.accept_plain`, else only from one enrolled with `--allow-plain`.
+fn plain_admitted(
+    tx: &mut dyn CentralTx,
+    gate: &Gate,
+    study: &str,
+    station: &str,
+) -> Result<Result<(), String>, String> {
+    if gate.accept_plain {
+        return Ok(Ok(()));
+    }
+    let allowed = tx.rows(
+        "SELECT 1 FROM collect_stations WHERE study = ?1 AND station = ?2
+           AND allow_plain = 1 AND revoked_at IS NULL",
+        &[Val::text(study), Val::text(station)],
+    )?;
+    Ok(if allowed.is_empty() {
+        Err(format!(
+            "unsigned (plain) message from station {station}: this collector takes only sealed messages from it (`collect enrol {station} --allow-plain` admits plain ones during a changeover)"
+        ))
+    } else {
+        Ok(())
+    })
+}
+
+/// Whether `signer` is the key enrolled, and not revoked, for `station` of `study`; the
+/// owner's name when it is.
+fn signer_enrolled(
+    tx: &mut dyn CentralTx,
+    study: &str,
+    station: &str,
+    signer: &str,
+) -> Result<Result<String, String>, String> {
+    let enrolled = tx.rows(
+        "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
+        &[Val::text(study), Val::text(signer)],
+    )?;
+    let Some(row) = enrolled.into_iter().next() else {
+        return Ok(Err(format!(
+            "signed by {signer}, a key no station of study {study} is enrolled with"
+        )));
+    };
+    let mut row = row.into_iter();
+    let owner = row.next().and_then(Val::into_text).unwrap_or_default();
+    let revoked = row.next().and_then(Val::into_text);
+    if owner != station {
+        return Ok(Err(format!(
+            "signed by station {owner}'s key but names station {station}"
+        )));
+    }
+    if let Some(at) = revoked {
+        return Ok(Err(format!(
+            "signed by station {owner}'s key revoked at {at}"
+        )));
+    }
+    Ok(Ok(owner))
 }
 
 /// The payload of a whole message: plain as received, or sealed opened with the study's

@@ -60,6 +60,30 @@ CREATE TABLE IF NOT EXISTS collect_stations (
     revoked_at  TEXT,
     PRIMARY KEY (study, station, key)
 );
+CREATE TABLE IF NOT EXISTS collect_health (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    sent_at     TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    sealed      BIGINT NOT NULL DEFAULT 0,
+    payload     TEXT NOT NULL,
+    PRIMARY KEY (study, station)
+);
+CREATE TABLE IF NOT EXISTS collect_health_history (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    sent_at     TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    PRIMARY KEY (study, station, sent_at)
+);
+CREATE TABLE IF NOT EXISTS collect_status (
+    study       TEXT NOT NULL,
+    station     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (study, station)
+);
 CREATE TABLE IF NOT EXISTS collect_quarantine (
     id          BIGSERIAL PRIMARY KEY,
     topic       TEXT NOT NULL,

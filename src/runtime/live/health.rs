@@ -1,0 +1,117 @@
+//! The `health-publisher` thread: the station's health to study staff over MQTT
+//! (`sync::health`), with no participant data.
+//!
+//! Contract: while the service runs with a broker configured, it publishes one health
+//! message at start, one whenever what it reports changes (a device found or lost or its
+//! problem, the disk falling below `recording.min_free_mib` or back, a session ended), and
+//! one every `[sync] health_interval_min` otherwise. A publish that fails (broker down) is
+//! tried again every 30 s until one goes through; the outbox's records never wait for it
+//! (it has its own short connection).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::Service;
+use crate::sync::health::{DeviceHealth, Health, HEALTH_FORMAT, HEALTH_VERSION};
+
+/// What a change of makes a health message go out at once.
+#[derive(PartialEq)]
+struct Watched {
+    camera: (bool, Option<String>),
+    microphone: (bool, Option<String>),
+    disk_low: bool,
+    sessions_run: u64,
+}
+
+pub(super) fn health_loop(service: &Service<'_>) {
+    let Ok(opts) = super::sync_options(service.config) else {
+        return; // `sync-publisher` says why.
+    };
+    let started = Instant::now();
+    let interval = Duration::from_secs(u64::from(service.config.sync.health_interval_min) * 60);
+    let mut told: Option<Watched> = None;
+    let mut last_sent: Option<Instant> = None;
+    let mut last_try: Option<Instant> = None;
+    while !service.stop.load(Ordering::SeqCst) {
+        let now = watched(service);
+        let due = told.as_ref() != Some(&now) || last_sent.is_none_or(|t| t.elapsed() >= interval);
+        let may_try = last_try.is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
+            || told.as_ref() != Some(&now);
+        if due && may_try {
+            last_try = Some(Instant::now());
+            match crate::sync::health::publish(&opts, health(service, started)) {
+                Ok(()) => {
+                    tracing::debug!("health published");
+                    told = Some(now);
+                    last_sent = Some(Instant::now());
+                }
+                Err(e) => tracing::warn!("health not published (tried again in 30 s): {e}"),
+            }
+        }
+        super::devices::pause(service.stop, 1_000);
+    }
+}
+
+fn watched(service: &Service<'_>) -> Watched {
+    let status = service.state().status.clone();
+    Watched {
+        camera: (status.camera.present, status.camera.problem),
+        microphone: (status.microphone.present, status.microphone.problem),
+        disk_low: status
+            .disk_free_mib
+            .is_some_and(|f| f < service.config.recording.min_free_mib),
+        sessions_run: status.sessions_run,
+    }
+}
+
+/// The health message now: the service's status, the outbox, today's sessions.
+fn health(service: &Service<'_>, started: Instant) -> Health {
+    let config = service.config;
+    let status = service.state().status.clone();
+    let sent_at = crate::clock::utc_now();
+    let (outbox_pending, outbox_oldest_pending, today, last) = {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        let outbox = store.outbox().status().ok();
+        let sessions = store.list_sessions().unwrap_or_default();
+        let day = &sent_at[..10];
+        let today = sessions
+            .iter()
+            .filter(|s| s.created_at.starts_with(day))
+            .count() as u64;
+        let last = sessions
+            .iter()
+            .find(|s| s.status != "running")
+            .map(|s| (s.status.clone(), s.updated_at.clone()));
+        (
+            outbox.as_ref().map_or(0, |o| o.pending + o.sent),
+            outbox.and_then(|o| o.oldest_pending),
+            today,
+            last,
+        )
+    };
+    let device = |d: &super::DeviceStatus| DeviceHealth {
+        present: d.present,
+        problem: d.problem.clone(),
+    };
+    Health {
+        format: HEALTH_FORMAT.into(),
+        v: HEALTH_VERSION,
+        study: config.sync.study.clone(),
+        station: config.station.id.clone(),
+        sent_at,
+        software: env!("CARGO_PKG_VERSION").into(),
+        uptime_s: started.elapsed().as_secs(),
+        camera: device(&status.camera),
+        microphone: device(&status.microphone),
+        disk_free_mib: status.disk_free_mib,
+        disk_min_free_mib: config.recording.min_free_mib,
+        outbox_pending,
+        outbox_oldest_pending,
+        sessions_today: today,
+        last_session_status: last.as_ref().map(|l| l.0.clone()),
+        last_session_ended_at: last.map(|l| l.1),
+        clock_offset_ms: None,
+        signer: None,
+        sig: None,
+    }
+}
