@@ -9,6 +9,11 @@
 //! and `EMPATHIC_LOAD_LIMIT_SECS` (default 300 per database) change the bounds. Each
 //! database is loaded twice: plain, and sealed (every station with its own enrolled key,
 //! payloads sealed to the study, receipts signed), so the two rows give sealing's cost.
+//! Meanwhile every station also sends its health (`sync::health`, retained, each on its own
+//! short connection as the live service does; signed when sealed) every
+//! `EMPATHIC_LOAD_HEALTH_MS` (default 2000: 450 times the stations' default rate of one per
+//! 15 min, so the collector's share of health shows); the line after each row says how many
+//! went out and how many the central database kept.
 //!
 //! Needs `target/release/empathic` (`make bench` builds it) for the seed record, and
 //! Debian's `mosquitto` and `postgresql` (`make setup`).
@@ -325,6 +330,48 @@ fn main() {
         );
         let collector0 = cpu_of_named("/proc/self/task", "collector");
         let started = Instant::now();
+        // Health from every station while the records go out.
+        let health_every = Duration::from_millis(env_or("EMPATHIC_LOAD_HEALTH_MS", 2000));
+        let health_stop = std::sync::Arc::new(AtomicBool::new(false));
+        let health_senders: Vec<_> = (0..stations)
+            .zip(sealings.clone())
+            .map(|(k, sealing)| {
+                let stop = health_stop.clone();
+                let opts = empathic::sync::SyncOptions {
+                    host: "127.0.0.1".into(),
+                    port,
+                    study: "load".into(),
+                    station: format!("station-{k:02}"),
+                    auth: Default::default(),
+                    collectors: Vec::new(),
+                    sealing,
+                };
+                std::thread::Builder::new()
+                    .name("publisher".into())
+                    .spawn(move || {
+                        let (mut sent, mut failed) = (0u64, 0u64);
+                        while !stop.load(Ordering::Relaxed) {
+                            let h = empathic::sync::health::Health {
+                                format: empathic::sync::health::HEALTH_FORMAT.into(),
+                                v: empathic::sync::health::HEALTH_VERSION,
+                                study: "load".into(),
+                                station: opts.station.clone(),
+                                sent_at: empathic::clock::utc_now(),
+                                software: "load".into(),
+                                outbox_pending: sent,
+                                ..Default::default()
+                            };
+                            match empathic::sync::health::publish(&opts, h) {
+                                Ok(()) => sent += 1,
+                                Err(_) => failed += 1,
+                            }
+                            std::thread::sleep(health_every);
+                        }
+                        (sent, failed)
+                    })
+                    .expect("a health thread")
+            })
+            .collect();
         let publishers: Vec<_> = dbs
             .iter()
             .enumerate()
@@ -353,6 +400,13 @@ fn main() {
             .filter(Result::is_err)
             .count();
         let secs = started.elapsed().as_secs_f64();
+        health_stop.store(true, Ordering::Relaxed);
+        let (health_sent, health_failed) = health_senders
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        // The collector takes what is still on its way.
+        std::thread::sleep(Duration::from_secs(2));
         let collector_cpu = cpu_of_named("/proc/self/task", "collector") - collector0;
         let publishers_cpu = process_cpu() - cpu0 - collector_cpu;
         let broker_cpu = cpu_of_pid(broker.id()) - broker0;
@@ -397,6 +451,20 @@ fn main() {
             .filter_map(|(id, at)| Some(millis(at)? - millis(sent.get(id)?)?))
             .collect();
         let messages = received.len();
+        let health_kept: i64 = if target.starts_with("postgres://") {
+            let mut c = postgres::Client::connect(&target, postgres::NoTls).expect("PostgreSQL");
+            c.query_one("SELECT count(*) FROM collect_health_history", &[])
+                .map(|r| r.get(0))
+                .unwrap_or(-1)
+        } else {
+            rusqlite::Connection::open(&target)
+                .and_then(|c| {
+                    c.query_row("SELECT count(*) FROM collect_health_history", [], |r| {
+                        r.get(0)
+                    })
+                })
+                .unwrap_or(-1)
+        };
         let mb = (messages * seed.0.len()) as f64 / 1e6;
         println!(
             "{name:<17} {messages:>9} {secs:>8.1} {:>7.1} {:>8.2} {:>6.0}ms {:>6.0}ms {:>8.1}s {:>9.1}s {:>8.1}s {:>7.1}s",
@@ -408,6 +476,10 @@ fn main() {
             publishers_cpu,
             broker_cpu,
             pg_cpu
+        );
+        println!(
+            "  health: {health_sent} sent ({health_failed} failed), {health_kept} kept, every {} ms from each of {stations} stations",
+            health_every.as_millis()
         );
         if sealed {
             // What sealing puts on the wire per record: the sealed payload as kept in the
