@@ -19,8 +19,7 @@
 use serde::Serialize;
 
 use super::retrieval::StoryIndex;
-use crate::fusion::zero_shot::BankRelative;
-use crate::fusion::PopulationMap;
+pub use crate::fusion::calibration::Scorer;
 
 /// How candidates are ranked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -38,33 +37,6 @@ impl Policy {
             Policy::Similarity => "similarity",
             Policy::PredictedEmpathy => "predicted_empathy",
             Policy::Explore => "explore",
-        }
-    }
-}
-
-/// A cosine to a predicted 1-5 score, and the name of the calibration used.
-#[derive(Debug, Clone)]
-pub enum Scorer {
-    /// Fitted to the participant's earlier ratings (`participant:N`).
-    Participant { map: PopulationMap, label: String },
-    /// Relative to the bank's cosines to the query (`population`, not fitted to ratings).
-    Bank(BankRelative),
-    /// No bank spread to speak of: the absolute map (`population`).
-    Absolute(PopulationMap),
-}
-
-impl Scorer {
-    fn score(&self, query: &[f32], cosine: f64) -> f64 {
-        match self {
-            Scorer::Participant { map, .. } | Scorer::Absolute(map) => map.score(cosine),
-            Scorer::Bank(bank) => bank.score(query, cosine).unwrap_or(3.0),
-        }
-    }
-
-    pub fn label(&self) -> &str {
-        match self {
-            Scorer::Participant { label, .. } => label,
-            Scorer::Bank(_) | Scorer::Absolute(_) => "population",
         }
     }
 }
@@ -190,6 +162,7 @@ fn spread(n: usize, k: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fusion::zero_shot::BankRelative;
 
     fn bank() -> StoryIndex {
         StoryIndex::from_vectors(

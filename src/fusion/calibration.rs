@@ -12,6 +12,7 @@
 //! be fitted), only the intercept moves: their mean rating against the population map's
 //! mean prediction, shrunk the same way.
 
+use super::zero_shot::BankRelative;
 use super::PopulationMap;
 
 /// How many rated stories the population map is worth.
@@ -45,6 +46,36 @@ pub fn participant_map(population: PopulationMap, pairs: &[(f64, f64)]) -> Optio
         intercept: w * intercept + (1.0 - w) * population.intercept,
         slope: w * slope + (1.0 - w) * population.slope,
     })
+}
+
+/// A cosine to a predicted 1-5 score under the calibration in use, and its name (the
+/// story recommendation's, and the latest window's of a live session).
+#[derive(Debug, Clone)]
+pub enum Scorer {
+    /// Fitted to the participant's earlier ratings (`participant:N`).
+    Participant { map: PopulationMap, label: String },
+    /// Relative to the bank's cosines to the query (`population`, not fitted to ratings).
+    Bank(BankRelative),
+    /// No bank spread to speak of: the absolute map (`population`).
+    Absolute(PopulationMap),
+}
+
+impl Scorer {
+    /// The score of a story at `cosine` to `query` (the words, or a window's
+    /// representation).
+    pub fn score(&self, query: &[f32], cosine: f64) -> f64 {
+        match self {
+            Scorer::Participant { map, .. } | Scorer::Absolute(map) => map.score(cosine),
+            Scorer::Bank(bank) => bank.score(query, cosine).unwrap_or(3.0),
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        match self {
+            Scorer::Participant { label, .. } => label,
+            Scorer::Bank(_) | Scorer::Absolute(_) => "population",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ pub struct LatestRepresentation {
     pub z: Vec<f32>,
     /// The predictor's map in this session (its calibration), as the window's own
     /// predictions used it.
-    pub scorer: crate::features::recommend::Scorer,
+    pub scorer: calibration::Scorer,
 }
 
 /// Runs the configured predictors on every window.
@@ -300,7 +300,7 @@ impl FusionStage {
     /// The latest window represented by the first predictor that is not synthetic (or by
     /// the first at all), with the map its predictions use; `None` before any.
     pub fn latest(&self) -> Option<LatestRepresentation> {
-        use crate::features::recommend::Scorer;
+        use calibration::Scorer;
         let pick = |synthetic_ok: bool| {
             self.predictors
                 .iter()
