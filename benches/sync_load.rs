@@ -12,8 +12,8 @@
 //! Meanwhile every station also sends its health (`sync::health`, retained, each on its own
 //! short connection as the live service does; signed when sealed) every
 //! `EMPATHIC_LOAD_HEALTH_MS` (default 2000: 450 times the stations' default rate of one per
-//! 15 min, so the collector's share of health shows); the line after each row says how many
-//! went out and how many the central database kept.
+//! 15 min, so the collector's share of health shows; 0: none); the line after each row says
+//! how many went out and how many the central database kept.
 //!
 //! Needs `target/release/empathic` (`make bench` builds it) for the seed record, and
 //! Debian's `mosquitto` and `postgresql` (`make setup`).
@@ -334,6 +334,7 @@ fn main() {
         let health_every = Duration::from_millis(env_or("EMPATHIC_LOAD_HEALTH_MS", 2000));
         let health_stop = std::sync::Arc::new(AtomicBool::new(false));
         let health_senders: Vec<_> = (0..stations)
+            .filter(|_| !health_every.is_zero())
             .zip(sealings.clone())
             .map(|(k, sealing)| {
                 let stop = health_stop.clone();
@@ -365,7 +366,10 @@ fn main() {
                                 Ok(()) => sent += 1,
                                 Err(_) => failed += 1,
                             }
-                            std::thread::sleep(health_every);
+                            let next = Instant::now() + health_every;
+                            while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
                         }
                         (sent, failed)
                     })
