@@ -569,11 +569,13 @@ fn write_summary(args: &Args, summary: &Value) {
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
+        // Asked for help: the usage on stdout, success.
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return;
+        }
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("empathic-dialogue: {e}");
-            }
-            eprintln!("{USAGE}");
+            eprintln!("empathic-dialogue: {e}\n{USAGE}");
             std::process::exit(2);
         }
     };

@@ -1792,6 +1792,8 @@ fn the_reference_dialogue_app_refuses_bad_arguments_and_an_absent_station() {
             .output()
             .unwrap()
     };
+    let o = app(&["--help"]);
+    assert!(o.status.success() && stdout(&o).contains("usage: empathic-dialogue --socket"));
     let o = app(&["--participant", "P01"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--socket and --participant are required"));
