@@ -194,6 +194,23 @@ fn percentile(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
+/// How simulated station `k` publishes to the broker on `port`.
+fn station_options(
+    port: u16,
+    k: u64,
+    sealing: Option<empathic::sync::Sealing>,
+) -> empathic::sync::SyncOptions {
+    empathic::sync::SyncOptions {
+        host: "127.0.0.1".into(),
+        port,
+        study: "load".into(),
+        station: format!("station-{k:02}"),
+        auth: Default::default(),
+        collectors: Vec::new(),
+        sealing,
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -338,15 +355,7 @@ fn main() {
             .zip(sealings.clone())
             .map(|(k, sealing)| {
                 let stop = health_stop.clone();
-                let opts = empathic::sync::SyncOptions {
-                    host: "127.0.0.1".into(),
-                    port,
-                    study: "load".into(),
-                    station: format!("station-{k:02}"),
-                    auth: Default::default(),
-                    collectors: Vec::new(),
-                    sealing,
-                };
+                let opts = station_options(port, k, sealing);
                 std::thread::Builder::new()
                     .name("publisher".into())
                     .spawn(move || {
@@ -383,15 +392,7 @@ fn main() {
             .map(|((k, db), sealing)| {
                 let db = db.clone();
                 let stop = stop.clone();
-                let opts = empathic::sync::SyncOptions {
-                    host: "127.0.0.1".into(),
-                    port,
-                    study: "load".into(),
-                    station: format!("station-{k:02}"),
-                    auth: Default::default(),
-                    collectors: Vec::new(),
-                    sealing,
-                };
+                let opts = station_options(port, k as u64, sealing);
                 std::thread::Builder::new()
                     .name("publisher".into())
                     .spawn(move || empathic::sync::publish(&db, &opts, true, Some(limit), &stop))

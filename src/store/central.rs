@@ -105,12 +105,25 @@ CREATE TABLE IF NOT EXISTS collect_stations (
     revoked_at  TEXT,
     PRIMARY KEY (study, station, key)
 );
+CREATE TABLE IF NOT EXISTS collect_quarantine (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic       TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    received_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    message_id  TEXT
+);
+";
+
+/// The tables central format 4 added (stations' health, `sync::central::health`), the same
+/// text for SQLite and PostgreSQL (`BIGINT` has SQLite's integer affinity).
+pub const HEALTH_TABLES: &str = "
 CREATE TABLE IF NOT EXISTS collect_health (
     study       TEXT NOT NULL,
     station     TEXT NOT NULL,
     sent_at     TEXT NOT NULL,
     received_at TEXT NOT NULL,
-    sealed      INTEGER NOT NULL DEFAULT 0,
+    sealed      BIGINT NOT NULL DEFAULT 0,
     payload     TEXT NOT NULL,
     PRIMARY KEY (study, station)
 );
@@ -128,14 +141,6 @@ CREATE TABLE IF NOT EXISTS collect_status (
     status      TEXT NOT NULL,
     received_at TEXT NOT NULL,
     PRIMARY KEY (study, station)
-);
-CREATE TABLE IF NOT EXISTS collect_quarantine (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    topic       TEXT NOT NULL,
-    reason      TEXT NOT NULL,
-    payload     TEXT NOT NULL,
-    received_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-    message_id  TEXT
 );
 ";
 
@@ -170,6 +175,7 @@ pub fn open(path: &Path) -> Result<Store, String> {
     let conn = store.connection();
     conn.busy_timeout(std::time::Duration::from_secs(30))
         .and_then(|()| conn.execute_batch(SCHEMA))
+        .and_then(|()| conn.execute_batch(HEALTH_TABLES))
         .map_err(|e| fail(&e))?;
     let mut upgraded = false;
     for (table, column, ty) in ADDED {

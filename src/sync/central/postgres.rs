@@ -60,30 +60,6 @@ CREATE TABLE IF NOT EXISTS collect_stations (
     revoked_at  TEXT,
     PRIMARY KEY (study, station, key)
 );
-CREATE TABLE IF NOT EXISTS collect_health (
-    study       TEXT NOT NULL,
-    station     TEXT NOT NULL,
-    sent_at     TEXT NOT NULL,
-    received_at TEXT NOT NULL,
-    sealed      BIGINT NOT NULL DEFAULT 0,
-    payload     TEXT NOT NULL,
-    PRIMARY KEY (study, station)
-);
-CREATE TABLE IF NOT EXISTS collect_health_history (
-    study       TEXT NOT NULL,
-    station     TEXT NOT NULL,
-    sent_at     TEXT NOT NULL,
-    received_at TEXT NOT NULL,
-    payload     TEXT NOT NULL,
-    PRIMARY KEY (study, station, sent_at)
-);
-CREATE TABLE IF NOT EXISTS collect_status (
-    study       TEXT NOT NULL,
-    station     TEXT NOT NULL,
-    status      TEXT NOT NULL,
-    received_at TEXT NOT NULL,
-    PRIMARY KEY (study, station)
-);
 CREATE TABLE IF NOT EXISTS collect_quarantine (
     id          BIGSERIAL PRIMARY KEY,
     topic       TEXT NOT NULL,
@@ -137,6 +113,7 @@ pub(super) fn open(url: &str) -> Result<Client, String> {
         "SET LOCAL client_min_messages TO WARNING; SELECT pg_advisory_xact_lock(7120394)",
     )
     .and_then(|()| tx.batch_execute(SCHEMA))
+    .and_then(|()| tx.batch_execute(crate::store::central::HEALTH_TABLES))
     .and_then(|()| tx.commit())
     .map_err(|e| {
         format!(
