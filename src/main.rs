@@ -58,6 +58,8 @@ enum Command {
     Recording(cli::live::RecordingArgs),
     Participant(cli::participant::Args),
     Collect(cli::collect::Args),
+    /// The study at a glance from the central database (`study report`).
+    Study(cli::study::Args),
     Keys(cli::keys::Args),
     #[cfg(feature = "sensing")]
     Transcribe(cli::transcribe::Args),
@@ -150,6 +152,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         Command::Recording(a) => a.run(),
         Command::Participant(a) => a.run(),
         Command::Collect(a) => a.run(),
+        Command::Study(a) => a.run(),
         Command::Keys(a) => a.run(),
         #[cfg(feature = "sensing")]
         Command::Transcribe(a) => a.run(),

@@ -48,8 +48,8 @@ pub struct Args {
 /// `--db FILE` or `--central URL`: the central database.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CentralOption {
-    /// The central SQLite file (created when missing; the other commands read it with
-    /// `--db FILE`).
+    /// The central SQLite file (`collect` creates it when missing; the other commands read
+    /// it with `--db FILE`).
     #[arg(long, conflicts_with = "central", required_unless_present = "central")]
     db: Option<PathBuf>,
     /// The central database as `postgres://USER@HOST:PORT/DB` (or a SQLite file); the
@@ -59,7 +59,7 @@ pub struct CentralOption {
 }
 
 impl CentralOption {
-    fn target(&self) -> String {
+    pub(super) fn target(&self) -> String {
         self.central
             .clone()
             .or(self.db.as_ref().map(|d| d.to_string_lossy().into_owned()))
@@ -247,7 +247,7 @@ impl Args {
 }
 
 /// The central database and the study a `collect` subcommand works on.
-fn open_central(
+pub(super) fn open_central(
     central: &CentralOption,
     config: Option<&Path>,
     study: Option<String>,

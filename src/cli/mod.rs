@@ -56,6 +56,7 @@ pub mod report;
 pub mod sessions;
 #[cfg(feature = "sensing")]
 pub mod stories;
+pub mod study;
 pub mod sync;
 #[cfg(feature = "sensing")]
 pub mod tracked_video;

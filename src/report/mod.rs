@@ -8,6 +8,7 @@
 
 pub mod page;
 pub mod plots;
+pub mod study;
 pub mod verdict;
 
 use std::fmt::Write as _;

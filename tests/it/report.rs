@@ -251,3 +251,150 @@ fn a_failed_session_renders_with_its_reason_and_unknown_ones_write_nothing() {
         .unwrap()
         .contains("decoding stopped"));
 }
+
+/// The study page from a central database holding two stations with a problem each (one's
+/// camera missing, one offline after a session) and one in order, in SQLite and
+/// PostgreSQL: both problems listed first, the healthy station last, every problem with
+/// what to do; opened in Chromium; a missing database refused.
+#[test]
+fn the_study_page_lists_the_stations_problems_first_in_either_database() {
+    use empathic::sync::central::{Central, Gate};
+    use empathic::sync::health::{DeviceHealth, Health, HEALTH_FORMAT, HEALTH_VERSION};
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = crate::common::postgres::Postgres::start();
+    let now = empathic::clock::utc_now();
+    let health = |station: &str, camera: bool| Health {
+        format: HEALTH_FORMAT.into(),
+        v: HEALTH_VERSION,
+        study: "hs".into(),
+        station: station.into(),
+        sent_at: now.clone(),
+        software: "0.1.0".into(),
+        camera: DeviceHealth {
+            present: camera,
+            problem: (!camera).then(|| "cannot open /dev/video0".to_string()),
+        },
+        microphone: DeviceHealth {
+            present: true,
+            problem: None,
+        },
+        disk_free_mib: Some(50_000),
+        disk_min_free_mib: 2048,
+        sessions_today: 1,
+        last_session_status: Some("complete".into()),
+        last_session_ended_at: Some(now.clone()),
+        ..Health::default()
+    };
+    for (k, (flag, target)) in [
+        ("--db", tmp.path().join("central.db").display().to_string()),
+        ("--central", pg.database("study")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = Central::open(&target).unwrap();
+        for (station, camera, status) in [
+            ("st-camera", false, "online"),
+            ("st-offline", true, "offline"),
+            ("st-fine", true, "online"),
+        ] {
+            c.enrol("hs", station, None, true).unwrap();
+            let topic = format!("empathic/v1/hs/{station}/health");
+            let bytes = serde_json::to_vec(&health(station, camera)).unwrap();
+            c.store_health(&topic, &bytes, &Gate::plain()).unwrap();
+            c.store_status(
+                &format!("empathic/v1/hs/{station}/status"),
+                status.as_bytes(),
+            )
+            .unwrap();
+        }
+        drop(c);
+        let page = tmp.path().join(format!("study-{k}.html"));
+        let o = empathic(&[
+            "study",
+            "report",
+            flag,
+            &target,
+            "--study",
+            "hs",
+            "--out",
+            path_str(&page),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let facts: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let problems = facts["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 2, "{facts:#}");
+        let first_two: Vec<&str> = problems
+            .iter()
+            .map(|p| p["station"].as_str().unwrap())
+            .collect();
+        assert!(
+            first_two.contains(&"st-camera") && first_two.contains(&"st-offline"),
+            "{facts:#}"
+        );
+        assert!(problems
+            .iter()
+            .all(|p| p["severity"] == 3 && p["todo"].is_string()));
+        let order: Vec<&str> = facts["stations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["station"].as_str().unwrap())
+            .collect();
+        assert_eq!(order.last(), Some(&"st-fine"), "{facts:#}");
+        assert!(!facts["database"].as_str().unwrap().contains("password"));
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            !html.contains("<script") && !html.contains("http://") && !html.contains("https://")
+        );
+        let (dom, spread) = open_in_chromium(&page);
+        assert!(spread > 5.0, "the page renders blank");
+        let problems_at = dom.find("Open problems").unwrap();
+        let stations_at = dom.find(">Stations<").unwrap();
+        for what in ["camera missing (cannot open /dev/video0)", "offline since"] {
+            let at = dom
+                .find(what)
+                .unwrap_or_else(|| panic!("{what} not on the page"));
+            assert!(
+                problems_at < at && at < stations_at,
+                "{what} is not in the problem list"
+            );
+        }
+        assert!(
+            dom.contains(&format!("Made {now}")) || dom.contains("Made 20"),
+            "{dom}"
+        );
+        if k == 0 {
+            // Looked at by eye (the session note says what was checked).
+            let _ = browser(
+                &page,
+                &[
+                    "--window-size=1400,900",
+                    &format!(
+                        "--screenshot={}",
+                        tmp.path().join("study-1400.png").display()
+                    ),
+                ],
+            );
+            if let Ok(keep) = std::env::var("EMPATHIC_KEEP_STUDY_PAGE") {
+                let _ = std::fs::copy(tmp.path().join("study-1400.png"), keep);
+            }
+        }
+    }
+    let o = empathic(&[
+        "study",
+        "report",
+        "--db",
+        path_str(&tmp.path().join("nothing.db")),
+        "--out",
+        path_str(&tmp.path().join("x.html")),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no central database at"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!tmp.path().join("nothing.db").exists());
+}
