@@ -482,10 +482,12 @@ fn main() {
             broker_cpu,
             pg_cpu
         );
-        println!(
-            "  health: {health_sent} sent ({health_failed} failed), {health_kept} kept, every {} ms from each of {stations} stations",
-            health_every.as_millis()
-        );
+        if !health_every.is_zero() {
+            println!(
+                "  health: {health_sent} sent ({health_failed} failed), {health_kept} kept, every {} ms from each of {stations} stations",
+                health_every.as_millis()
+            );
+        }
         if sealed {
             // What sealing puts on the wire per record: the sealed payload as kept in the
             // outbox (base64), against the record itself.
