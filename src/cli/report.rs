@@ -16,6 +16,22 @@ use crate::exit::ExitKind;
 use crate::report::page::{self, PageError, PageOptions};
 use crate::store::StoreError;
 
+/// Writes `content` to `OUT.partial` beside `out`, then renames it over `out`: a reader
+/// never sees half a page, and a failure leaves the previous page (the partial removed).
+pub(super) fn write_beside(out: &Path, content: &str) -> std::io::Result<()> {
+    let partial = out.with_file_name(format!(
+        "{}.partial",
+        out.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "page.html".into())
+    ));
+    let write = std::fs::write(&partial, content).and_then(|()| std::fs::rename(&partial, out));
+    if write.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    write
+}
+
 /// One self-contained HTML page (no network, no script) of a session, or of a
 /// participant across their sessions: timeline, predictions, face, voice, data quality.
 #[derive(clap::Args)]
@@ -99,20 +115,12 @@ pub fn report(
         }
     }
     .map_err(page_failure)?;
-    let partial = out.with_file_name(format!(
-        "{}.partial",
-        out.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "report.html".into())
-    ));
-    let write = std::fs::write(&partial, &html).and_then(|()| std::fs::rename(&partial, out));
-    if let Err(e) = write {
-        let _ = std::fs::remove_file(&partial);
-        return Err((
+    write_beside(out, &html).map_err(|e| {
+        (
             ExitKind::Runtime,
             format!("cannot write the report to {}: {e}", out.display()),
-        ));
-    }
+        )
+    })?;
     eprintln!(
         "wrote {} ({:.0} kB in {:.2} s)",
         out.display(),

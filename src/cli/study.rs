@@ -66,17 +66,12 @@ impl Args {
             print_json(&facts)?;
         }
         if let Some(out) = out {
-            let page = html(&facts);
-            let partial = PathBuf::from(format!("{}.partial", out.display()));
-            let write =
-                std::fs::write(&partial, &page).and_then(|()| std::fs::rename(&partial, &out));
-            if let Err(e) = write {
-                let _ = std::fs::remove_file(&partial);
-                return Err((
+            super::report::write_beside(&out, &html(&facts)).map_err(|e| {
+                (
                     ExitKind::Runtime,
                     format!("cannot write the study page to {}: {e}", out.display()),
-                ));
-            }
+                )
+            })?;
             eprintln!(
                 "wrote {} ({} stations, {} open problems)",
                 out.display(),
