@@ -227,7 +227,7 @@ pub fn recommendation_inputs(
         None => {
             let (v, d) = index.vectors();
             match BankRelative::new(v, d) {
-                Some(bank) => Scorer::Bank(bank),
+                Some(bank) => Scorer::Bank(std::sync::Arc::new(bank)),
                 None => Scorer::Absolute(ABSOLUTE_MAP),
             }
         }

@@ -183,7 +183,7 @@ mod tests {
     fn policies_rank_deterministically_and_leave_out_what_was_shown() {
         let index = bank();
         let (v, d) = index.vectors();
-        let scorer = Scorer::Bank(BankRelative::new(v, d).unwrap());
+        let scorer = Scorer::Bank(std::sync::Arc::new(BankRelative::new(v, d).unwrap()));
         let q = [1.0, 0.05, 0.1];
         let shown = vec!["s0".to_string()];
         let sim = recommend(&index, &q, &shown, 3, Policy::Similarity, &scorer);
@@ -219,7 +219,7 @@ mod tests {
     fn predicted_empathy_against_a_window_ranks_by_the_windows_representation() {
         let index = bank();
         let (v, d) = index.vectors();
-        let scorer = Scorer::Bank(BankRelative::new(v, d).unwrap());
+        let scorer = Scorer::Bank(std::sync::Arc::new(BankRelative::new(v, d).unwrap()));
         let q = [1.0, 0.05, 0.1];
         // The latest window's z points at s8 (angle 2.4 rad).
         let z = [2.4f32.cos(), 2.4f32.sin(), 0.1];

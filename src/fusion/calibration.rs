@@ -55,7 +55,8 @@ pub enum Scorer {
     /// Fitted to the participant's earlier ratings (`participant:N`).
     Participant { map: PopulationMap, label: String },
     /// Relative to the bank's cosines to the query (`population`, not fitted to ratings).
-    Bank(BankRelative),
+    /// Shared: a live session keeps it in the latest-window slot every second.
+    Bank(std::sync::Arc<BankRelative>),
     /// No bank spread to speak of: the absolute map (`population`).
     Absolute(PopulationMap),
 }

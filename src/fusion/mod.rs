@@ -228,7 +228,7 @@ pub struct FusionStage {
     /// Per predictor, the latest window it represented: (index, end, z).
     latest: Vec<Option<(u64, crate::Nanos, Vec<f32>)>>,
     /// The story bank, for the zero-shot predictor's population map.
-    bank: Option<zero_shot::BankRelative>,
+    bank: Option<std::sync::Arc<zero_shot::BankRelative>>,
     /// Predict windows that have no phase (a recording whose events declare none).
     predict_unphased: bool,
 }
@@ -280,7 +280,7 @@ impl FusionStage {
     /// [`zero_shot::BankRelative`]) from the story bank's unit-length `vectors`; it applies
     /// while the predictor is not calibrated to the participant.
     pub fn set_story_bank(&mut self, vectors: &[f32], dims: usize) {
-        self.bank = zero_shot::BankRelative::new(vectors, dims);
+        self.bank = zero_shot::BankRelative::new(vectors, dims).map(std::sync::Arc::new);
     }
 
     /// Whether windows without a phase are predicted (a recording whose events declare no
