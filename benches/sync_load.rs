@@ -282,6 +282,7 @@ fn main() {
             study: "load".into(),
             client_id: format!("load-collector-{}", name.replace(' ', "-")),
             share_group: None,
+            changes: None,
         };
         // Sealed: every station enrolled with its own key before the collector starts.
         let sealings: Vec<Option<empathic::sync::Sealing>> = (0..stations)

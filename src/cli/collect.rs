@@ -43,6 +43,11 @@ pub struct Args {
     /// receipts; required with --security sealed.
     #[arg(long, default_value = "keys/collector.key")]
     signing_key: PathBuf,
+    /// Keep the study page (`empathic study report`) current in this file: rewritten
+    /// (beside, then renamed) at most once a minute after new records or health, and every
+    /// 10 minutes; `[study]` is its plan, `[collect] on_problem` alerts on new problems.
+    #[arg(long)]
+    study_page: Option<PathBuf>,
 }
 
 /// `--db FILE` or `--central URL`: the central database.
@@ -241,6 +246,7 @@ impl Args {
                 self.share_group.as_deref(),
                 &self.study_key,
                 &self.signing_key,
+                self.study_page,
             ),
         }
     }
@@ -269,8 +275,19 @@ pub fn collect(
     share_group: Option<&str>,
     study_key: &Path,
     signing_key: &Path,
+    study_page: Option<PathBuf>,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
+    if let Some(dir) = study_page
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+    {
+        return Err((
+            ExitKind::BadInput,
+            format!("--study-page: the folder {} does not exist", dir.display()),
+        ));
+    }
     let sealed = o.security != Some(crate::config::SyncSecurity::Plain);
     let keys_err = |flag: &str, e: crate::sync::keys::KeyError| {
         (
@@ -310,6 +327,20 @@ pub fn collect(
             format!("cannot install signal handlers: {e}"),
         )
     })?;
+    // The study page and the alerts are kept on their own thread: the collector only
+    // counts what it stored, so acknowledgements never wait for a page.
+    let changes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let keeper =
+        (study_page.is_some() || !config.collect.on_problem.trim().is_empty()).then(|| {
+            crate::report::study::fresh::Keeper {
+                central: central.to_string(),
+                study: study.clone(),
+                plan: config.study.clone(),
+                collect: config.collect.clone(),
+                page: study_page,
+                changes: changes.clone(),
+            }
+        });
     let opts = crate::sync::collect::CollectOptions {
         host: address.host,
         port: address.port,
@@ -317,9 +348,28 @@ pub fn collect(
         study,
         client_id: client_id.to_string(),
         share_group: share_group.map(str::to_string),
+        changes: Some(changes),
     };
-    let records = crate::sync::collect::collect(central, &opts, &gate, signing.as_ref(), &stop)
-        .map_err(|e| (ExitKind::Runtime, e))?;
+    let records = std::thread::scope(|scope| {
+        if let Some(k) = &keeper {
+            let stop = &stop;
+            std::thread::Builder::new()
+                .name("study-page".into())
+                .spawn_scoped(scope, move || {
+                    crate::report::study::fresh::keep_fresh(k, stop)
+                })
+                .map_err(|e| {
+                    (
+                        ExitKind::Runtime,
+                        format!("cannot start the study-page thread: {e}"),
+                    )
+                })?;
+        }
+        let records = crate::sync::collect::collect(central, &opts, &gate, signing.as_ref(), &stop);
+        // The page thread ends with the collector (on SIGINT/SIGTERM or an error).
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        records.map_err(|e| (ExitKind::Runtime, e))
+    })?;
     eprintln!(
         "collect: {records} record(s) stored in {}",
         crate::sync::central::redacted(central)

@@ -16,22 +16,6 @@ use crate::exit::ExitKind;
 use crate::report::page::{self, PageError, PageOptions};
 use crate::store::StoreError;
 
-/// Writes `content` to `OUT.partial` beside `out`, then renames it over `out`: a reader
-/// never sees half a page, and a failure leaves the previous page (the partial removed).
-pub(super) fn write_beside(out: &Path, content: &str) -> std::io::Result<()> {
-    let partial = out.with_file_name(format!(
-        "{}.partial",
-        out.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "page.html".into())
-    ));
-    let write = std::fs::write(&partial, content).and_then(|()| std::fs::rename(&partial, out));
-    if write.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    write
-}
-
 /// One self-contained HTML page (no network, no script) of a session, or of a
 /// participant across their sessions: timeline, predictions, face, voice, data quality.
 #[derive(clap::Args)]
@@ -115,7 +99,7 @@ pub fn report(
         }
     }
     .map_err(page_failure)?;
-    write_beside(out, &html).map_err(|e| {
+    crate::report::write_beside(out, &html).map_err(|e| {
         (
             ExitKind::Runtime,
             format!("cannot write the report to {}: {e}", out.display()),

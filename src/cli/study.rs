@@ -58,15 +58,16 @@ impl Args {
                 ),
             ));
         }
+        let plan = super::load_config(config.path())?.study;
         let (mut db, study) = open_central(&central, config.path(), study)?;
         let name = crate::sync::central::redacted(&target);
-        let facts = StudyFacts::gather(&mut db, &study, &name, &crate::clock::utc_now())
+        let facts = StudyFacts::gather(&mut db, &study, &plan, &name, &crate::clock::utc_now())
             .map_err(|e| (ExitKind::Runtime, e))?;
         if json.json {
             print_json(&facts)?;
         }
         if let Some(out) = out {
-            super::report::write_beside(&out, &html(&facts)).map_err(|e| {
+            crate::report::write_beside(&out, &html(&facts)).map_err(|e| {
                 (
                     ExitKind::Runtime,
                     format!("cannot write the study page to {}: {e}", out.display()),

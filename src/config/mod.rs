@@ -59,6 +59,8 @@ pub struct Config {
     pub live: LiveConfig,
     pub recording: RecordingConfig,
     pub asr: AsrConfig,
+    pub study: StudyConfig,
+    pub collect: CollectConfig,
 }
 
 impl Config {
@@ -262,6 +264,24 @@ impl Config {
         )?;
         within("store.batch_max_ms", self.store.batch_max_ms, 1, 60_000)?;
         within(
+            "collect.alert_interval_min",
+            u64::from(self.collect.alert_interval_min),
+            1,
+            1_440,
+        )?;
+        within(
+            "study.bad_sessions_in_a_row",
+            u64::from(self.study.bad_sessions_in_a_row),
+            1,
+            1_000,
+        )?;
+        within(
+            "study.max_days_between_sessions",
+            u64::from(self.study.max_days_between_sessions),
+            1,
+            366,
+        )?;
+        within(
             "sync.health_interval_min",
             u64::from(self.sync.health_interval_min),
             1,
@@ -365,6 +385,8 @@ mod tests {
             ("live", fields_of::<LiveConfig>()),
             ("recording", fields_of::<RecordingConfig>()),
             ("asr", fields_of::<AsrConfig>()),
+            ("study", fields_of::<StudyConfig>()),
+            ("collect", fields_of::<CollectConfig>()),
         ];
         let top = fields_of::<Config>();
         assert_eq!(

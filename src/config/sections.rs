@@ -257,6 +257,58 @@ impl Default for SyncConfig {
     }
 }
 
+/// The study's plan, which the study page (`empathic study report`, `collect
+/// --study-page`) measures each participant against. Zero: no plan (the page shows what was
+/// done, without "behind plan").
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StudyConfig {
+    /// Sessions each participant is to do.
+    pub sessions_per_participant: u32,
+    /// Days each participant's study lasts, from their first session.
+    pub days: u32,
+    /// More days than this since a participant's last session (before they are done, and
+    /// not withdrawn) is flagged "missed days".
+    pub max_days_between_sessions: u32,
+    /// A participant's last this-many sessions all with a "bad" data-quality verdict is
+    /// flagged (the station probably needs a visit).
+    pub bad_sessions_in_a_row: u32,
+}
+
+impl Default for StudyConfig {
+    fn default() -> Self {
+        Self {
+            sessions_per_participant: 0,
+            days: 0,
+            max_days_between_sessions: 3,
+            bad_sessions_in_a_row: 2,
+        }
+    }
+}
+
+/// The collector's own settings (`empathic collect`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectConfig {
+    /// Run (through `sh -c`) when new problems appear on the study page: the new problems
+    /// come on its standard input, one a line; `$EMPATHIC_STUDY` names the study and
+    /// `$EMPATHIC_PROBLEMS` says how many. Empty: no alerts. Each problem is reported once
+    /// until it clears.
+    pub on_problem: String,
+    /// At most one `on_problem` run in this many minutes; problems that appear meanwhile go
+    /// together in the next run.
+    pub alert_interval_min: u32,
+}
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        Self {
+            on_problem: String::new(),
+            alert_interval_min: 10,
+        }
+    }
+}
+
 /// What `empathic report` may show.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

@@ -14,7 +14,8 @@
 use super::QualityReport;
 
 /// How a measure looks. Ordered: the worst of a session is its `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Good,
     Check,

@@ -62,7 +62,7 @@ pub trait CentralTx {
     fn commit(self: Box<Self>) -> Result<(), String>;
 }
 
-/// The collector's tables (central format 4: format 3 and the stations' health).
+/// The collector's tables (central format 5: format 3, the stations' health and the alerts told).
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS collect_records (
     message_id  TEXT PRIMARY KEY,
@@ -115,7 +115,8 @@ CREATE TABLE IF NOT EXISTS collect_quarantine (
 );
 ";
 
-/// The tables central format 4 added (stations' health, `sync::central::health`), the same
+/// The tables central format 4 added (stations' health, `sync::central::health`) and format 5's
+/// `collect_alerts` (the problems `[collect] on_problem` was told of and that have not cleared), the same
 /// text for SQLite and PostgreSQL (`BIGINT` has SQLite's integer affinity).
 pub const HEALTH_TABLES: &str = "
 CREATE TABLE IF NOT EXISTS collect_health (
@@ -141,6 +142,13 @@ CREATE TABLE IF NOT EXISTS collect_status (
     status      TEXT NOT NULL,
     received_at TEXT NOT NULL,
     PRIMARY KEY (study, station)
+);
+CREATE TABLE IF NOT EXISTS collect_alerts (
+    study       TEXT NOT NULL,
+    problem     TEXT NOT NULL,
+    what        TEXT NOT NULL,
+    reported_at TEXT NOT NULL,
+    PRIMARY KEY (study, problem)
 );
 ";
 

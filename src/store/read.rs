@@ -515,6 +515,26 @@ impl Store {
     pub fn latest_session_of(&self, participant: &str) -> Result<Option<String>, StoreError> {
         sql::stories::latest_session_of(&self.conn, participant)
     }
+
+    /// Every participant with consent, ratings and survey time points (the study page).
+    pub fn study_participants(&self) -> Result<Vec<sql::study::ParticipantRow>, StoreError> {
+        sql::study::participants(&self.conn)
+    }
+
+    /// Each session's start (recorded, else stored), by session id.
+    pub fn session_starts(&self) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+        sql::study::session_starts(&self.conn)
+    }
+
+    /// Predicted scores per phase and predictor, binned 1-5.
+    pub fn prediction_bins(&self) -> Result<Vec<sql::study::ScoreBins>, StoreError> {
+        sql::study::prediction_bins(&self.conn)
+    }
+
+    /// Self-ratings by value 1-5.
+    pub fn rating_bins(&self) -> Result<[u64; 5], StoreError> {
+        sql::study::rating_bins(&self.conn)
+    }
 }
 
 const SUMMARY_SELECT: &str =

@@ -37,6 +37,9 @@ pub struct CollectOptions {
     pub client_id: String,
     /// A shared-subscription group: the group's collectors split the messages.
     pub share_group: Option<String>,
+    /// Counts every message stored (records, health, status, quarantine), after its commit:
+    /// the study page's keeper watches it (`report::study::fresh`).
+    pub changes: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Receives until `stop`, letting in what `gate` admits and signing receipts with
@@ -56,6 +59,7 @@ pub fn collect(
         study,
         client_id,
         share_group,
+        changes,
     } = c;
     let (host, port) = (host.as_str(), *port);
     // Who the receipts say confirmed: a group of collectors splitting the load into one
@@ -135,6 +139,9 @@ pub fn collect(
                 }
                 if matches!(stored, Stored::Record { .. }) {
                     records += 1;
+                }
+                if let Some(c) = changes {
+                    c.fetch_add(1, Ordering::Relaxed);
                 }
                 outgoing.push_back(Outgoing::Ack(p));
             }

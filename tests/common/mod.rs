@@ -133,6 +133,7 @@ pub fn replay_cli_with(session: &Path, db: &Path, config: Option<&Path>, extra: 
 
 pub mod broker;
 pub mod central;
+pub mod chromium;
 pub mod csv;
 pub mod postgres;
 pub mod store;

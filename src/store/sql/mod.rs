@@ -6,6 +6,7 @@
 //! - [`frames`]: frames and windows with their per-modality features.
 //! - [`predictions`]: predictions (removal with a failed session's partial rows).
 //! - [`stories`]: the story bank and its embeddings, and a session's retrieval context.
+//! - [`study`]: whole-database aggregates for the study page.
 
 pub mod delivery;
 pub mod export;
@@ -15,6 +16,7 @@ pub mod predictions;
 pub mod report;
 pub mod sessions;
 pub mod stories;
+pub mod study;
 
 use super::StoreError;
 

@@ -29,6 +29,7 @@
 
 mod postgres;
 
+mod alerts;
 mod enrol;
 mod envelope;
 mod health;
@@ -36,6 +37,7 @@ mod rules;
 use envelope::*;
 use rules::*;
 
+pub use alerts::Withdrawal;
 pub use health::StationHealth;
 pub use postgres::redacted;
 
@@ -196,6 +198,24 @@ impl Central {
         match self {
             Central::Sqlite(store) => Ok(store),
             Central::Postgres(mut client, _) => postgres::snapshot(&mut client),
+        }
+    }
+
+    /// Runs `read` on the station-schema view of what the database holds, keeping the
+    /// connection ([`Central::read_view`] without giving the database up): the file itself
+    /// for SQLite, a fresh snapshot for PostgreSQL.
+    pub fn with_view<T>(
+        &mut self,
+        read: impl FnOnce(&Store) -> Result<T, String>,
+    ) -> Result<T, String> {
+        match self {
+            Central::Sqlite(store) => read(store),
+            Central::Postgres(client, url) => {
+                if client.is_closed() {
+                    **client = postgres::open(url)?;
+                }
+                read(&postgres::snapshot(client)?)
+            }
         }
     }
 

@@ -1,0 +1,185 @@
+//! The rules that make a station's or a participant's facts open problems, each with its
+//! severity, what it is and what to do. The thresholds are the study's (`[study]`) or the
+//! station's own (its raw-media floor), never fitted to data.
+
+use super::{
+    hours_between, short, ParticipantFacts, Problem, StationFacts, BACKLOG_HOURS,
+    STALE_HEALTH_HOURS,
+};
+use crate::config::StudyConfig;
+
+/// The open problems of one station at `now`.
+pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut add = |kind: &'static str, severity: u8, what: String, todo: &str| {
+        out.push(Problem {
+            station: s.station.clone(),
+            participant: None,
+            kind,
+            severity,
+            what,
+            todo: todo.to_string(),
+        })
+    };
+    match (&s.status, &s.health) {
+        (Some(st), _) if st == "offline" => add(
+            "offline",
+            3,
+            format!(
+                "offline since {}",
+                s.status_since.as_deref().map_or("an unknown time".into(), short)
+            ),
+            "check the station's power and network; its outbox keeps what it records meanwhile and sends it when it is back",
+        ),
+        (None, None) => add(
+            "never_heard",
+            3,
+            "never heard from: no status, no health message".into(),
+            "check that it is switched on and that its [sync] broker and study are this study's",
+        ),
+        _ => {}
+    }
+    if let Some(m) = &s.health {
+        let sent = m["sent_at"].as_str().unwrap_or("");
+        for (device, kind) in [
+            ("camera", "camera_missing"),
+            ("microphone", "microphone_missing"),
+        ] {
+            if m[device]["present"] == false {
+                add(
+                    kind,
+                    3,
+                    format!(
+                        "{device} missing ({}), as of {}",
+                        m[device]["problem"].as_str().unwrap_or("no reason given"),
+                        short(sent)
+                    ),
+                    "check its cable and power, then run `empathic doctor --live` on the station",
+                );
+            }
+        }
+        if let (Some(free), Some(min)) =
+            (m["disk_free_mib"].as_u64(), m["disk_min_free_mib"].as_u64())
+        {
+            if free < min {
+                add(
+                    "disk_low",
+                    2,
+                    format!("disk low: {free} MiB free, raw media stop below {min} MiB"),
+                    "free space on the station or lower [recording] retention_days; features and events are still kept",
+                );
+            }
+        }
+        if let Some(oldest) = m["outbox_oldest_pending"].as_str() {
+            let hours = hours_between(oldest, now);
+            if hours > BACKLOG_HOURS {
+                add(
+                    "outbox_backlog",
+                    2,
+                    format!(
+                        "outbox backing up: {} message(s) pending, the oldest for {hours:.0} h",
+                        m["outbox_pending"].as_u64().unwrap_or(0)
+                    ),
+                    "check the broker and that a collector runs; the station sends again by itself",
+                );
+            }
+        }
+        let quiet = hours_between(sent, now);
+        if s.status.as_deref() == Some("online") && quiet > STALE_HEALTH_HOURS {
+            add(
+                "health_stale",
+                2,
+                format!("no health message for {quiet:.1} h while online"),
+                "check the station's service (`systemctl status empathic`) and its log",
+            );
+        }
+        if let Some(last) = m["last_session_status"]
+            .as_str()
+            .filter(|l| *l != "complete")
+        {
+            add(
+                "last_session",
+                1,
+                format!(
+                    "last session {last} (ended {})",
+                    m["last_session_ended_at"]
+                        .as_str()
+                        .map_or("?".into(), short)
+                ),
+                "read its reason with `empathic report` on the station or here once synced",
+            );
+        }
+    } else if s.status.as_deref() == Some("online") {
+        add(
+            "no_health",
+            2,
+            "online but no health message received".into(),
+            "update the station's software (health messages came with central format 4)",
+        );
+    }
+    if s.quarantined > 0 {
+        add(
+            "quarantined",
+            1,
+            format!("{} message(s) quarantined", s.quarantined),
+            "read the reasons in the central database's collect_quarantine table",
+        );
+    }
+    if !s.enrolled {
+        add(
+            "not_enrolled",
+            1,
+            "not enrolled in this study".into(),
+            "enrol it (`empathic collect enrol`) or find out whose station it is",
+        );
+    }
+    out
+}
+
+/// The open problems of one participant against `plan`: missed days (more than
+/// `max_days_between_sessions` since their last session while not done and not
+/// withdrawn), and their latest `bad_sessions_in_a_row` sessions all "bad" in data quality.
+pub(super) fn of_participant(p: &ParticipantFacts, plan: &StudyConfig) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if p.consent == "withdrawn" {
+        return out;
+    }
+    let station = p.stations.last().cloned().unwrap_or_else(|| "-".into());
+    let done = p.planned.is_some_and(|n| p.complete >= u64::from(n))
+        || (plan.days > 0
+            && p.first_session
+                .as_deref()
+                .zip(p.last_session.as_deref())
+                .is_some_and(|(f, l)| hours_between(f, l) / 24.0 >= f64::from(plan.days)));
+    if let Some(days) = p.days_since_last {
+        if !done && days > f64::from(plan.max_days_between_sessions) {
+            out.push(Problem {
+                station: station.clone(),
+                participant: Some(p.participant.clone()),
+                kind: "missed_days",
+                severity: 2,
+                what: format!(
+                    "participant {} has had no session for {:.0} days (last {})",
+                    p.participant,
+                    days.floor(),
+                    p.last_session.as_deref().map(short).unwrap_or_default()
+                ),
+                todo: "call the participant (or check the station's status above)".into(),
+            });
+        }
+    }
+    if p.bad_in_a_row >= plan.bad_sessions_in_a_row {
+        out.push(Problem {
+            station,
+            participant: Some(p.participant.clone()),
+            kind: "bad_quality",
+            severity: 2,
+            what: format!(
+                "participant {}'s last {} sessions were all bad in data quality",
+                p.participant, p.bad_in_a_row
+            ),
+            todo: "open the latest session's report (`empathic report`) and visit the station if the camera or microphone is to blame".into(),
+        });
+    }
+    out
+}
