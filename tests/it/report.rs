@@ -3,8 +3,7 @@
 //! a screenshot that is not blank, every section heading in the DOM, no URL in the file.
 //! A failed session renders with its reason; an unknown session writes nothing.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use crate::common::chromium::{browser, open_in_chromium};
 use crate::common::*;

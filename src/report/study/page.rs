@@ -197,11 +197,11 @@ fn participants(p: &mut String, participants: &[ParticipantFacts]) {
 fn station_multiple(sessions: &[&SessionQuality], span: (f64, f64)) -> String {
     const W: f64 = 300.0;
     const LANE: f64 = 34.0;
-    const LEFT: f64 = 92.0;
+    const LEFT: f64 = 112.0;
     let lanes = ["face present", "clipping (x100)", "silence", "brightness"];
     let h = LANE * lanes.len() as f64 + 6.0;
     let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{h}\" role=\"img\">",
+        "<svg width=\"{}\" height=\"{h}\" role=\"img\">",
         W + LEFT
     );
     let x_of = |t: f64| {
@@ -295,7 +295,7 @@ fn quality(p: &mut String, f: &StudyFacts) {
 fn bars(bins: &[u64; 5], colour: &str) -> String {
     let max = bins.iter().copied().max().unwrap_or(0).max(1) as f64;
     let mut s = String::from(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"150\" height=\"62\" role=\"img\">",
+        "<svg width=\"150\" height=\"62\" role=\"img\">",
     );
     for (k, n) in bins.iter().enumerate() {
         let h = 40.0 * *n as f64 / max;
