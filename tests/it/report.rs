@@ -233,6 +233,7 @@ fn the_study_page_lists_the_stations_problems_first_in_either_database() {
             ("st-camera", false, "online"),
             ("st-offline", true, "offline"),
             ("st-fine", true, "online"),
+            ("st-old", true, "offline"),
         ] {
             c.enrol("hs", station, None, true).unwrap();
             let topic = format!("empathic/v1/hs/{station}/health");
@@ -244,6 +245,8 @@ fn the_study_page_lists_the_stations_problems_first_in_either_database() {
             )
             .unwrap();
         }
+        // Decommissioned: its enrolment revoked, what it left retained is history.
+        c.revoke("hs", "st-old", None).unwrap();
         drop(c);
         let page = tmp.path().join(format!("study-{k}.html"));
         let o = empathic(&[
@@ -278,7 +281,8 @@ fn the_study_page_lists_the_stations_problems_first_in_either_database() {
             .iter()
             .map(|s| s["station"].as_str().unwrap())
             .collect();
-        assert_eq!(order.last(), Some(&"st-fine"), "{facts:#}");
+        assert_eq!(order[2..], ["st-fine", "st-old"], "{facts:#}");
+        assert!(facts["stations"][3]["revoked_at"].is_string(), "{facts:#}");
         assert!(!facts["database"].as_str().unwrap().contains("password"));
         let html = std::fs::read_to_string(&page).unwrap();
         assert!(
@@ -317,6 +321,28 @@ fn the_study_page_lists_the_stations_problems_first_in_either_database() {
                 let _ = std::fs::copy(tmp.path().join("study-1400.png"), keep);
             }
         }
+    }
+    // A study with nothing yet (no station, no session): said so, not a blank page.
+    let empty = tmp.path().join("empty.html");
+    let o = empathic(&[
+        "study",
+        "report",
+        "--db",
+        path_str(&tmp.path().join("central.db")),
+        "--study",
+        "not-started",
+        "--out",
+        path_str(&empty),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (dom, spread) = open_in_chromium(&empty);
+    assert!(spread > 5.0, "the empty study's page renders blank");
+    for said in [
+        "No station has enrolled",
+        "No participant yet",
+        "No session with a quality report yet",
+    ] {
+        assert!(dom.contains(said), "{said}: {dom}");
     }
     let o = empathic(&[
         "study",

@@ -96,6 +96,8 @@ pub fn severity_word(s: u8) -> &'static str {
 pub struct StationFacts {
     pub station: String,
     pub enrolled: bool,
+    /// When its last enrolment was revoked (decommissioned): it has no problems then.
+    pub revoked_at: Option<String>,
     pub status: Option<String>,
     pub status_since: Option<String>,
     pub health: Option<serde_json::Value>,
@@ -243,11 +245,18 @@ impl StudyFacts {
         database: &str,
         now: &str,
     ) -> Result<Self, String> {
-        let enrolled: BTreeSet<String> = central
-            .enrolments(study)?
-            .into_iter()
+        let enrolments = central.enrolments(study)?;
+        let enrolled: BTreeSet<String> = enrolments
+            .iter()
             .filter(|e| e.revoked_at.is_none())
-            .map(|e| e.station)
+            .map(|e| e.station.clone())
+            .collect();
+        // Every enrolment revoked: a decommissioned (or stolen) station. What it left
+        // retained on the broker is refused; the page shows it without alarms.
+        let revoked: BTreeMap<String, String> = enrolments
+            .iter()
+            .filter(|e| !enrolled.contains(&e.station))
+            .filter_map(|e| Some((e.station.clone(), e.revoked_at.clone()?)))
             .collect();
         let counts = central.station_counts(study)?;
         let health = central.station_health(study)?;
@@ -266,6 +275,7 @@ impl StudyFacts {
             let mut s = StationFacts {
                 station: name.clone(),
                 enrolled: enrolled.contains(&name),
+                revoked_at: revoked.get(&name).cloned(),
                 status: h.and_then(|h| h.status.clone()),
                 status_since: h.and_then(|h| h.status_received_at.clone()),
                 health: h.and_then(|h| h.health.clone()),

@@ -123,15 +123,16 @@ fn stations(p: &mut String, stations: &[StationFacts]) {
             Some(false) => "MISSING",
             None => "-",
         };
-        let status = match (&s.status, &s.status_since) {
-            (Some(st), Some(at)) => format!("{st} since {}", short(at)),
+        let status = match (&s.revoked_at, &s.status, &s.status_since) {
+            (Some(r), ..) => format!("decommissioned (revoked {})", short(r)),
+            (None, Some(st), Some(at)) => format!("{st} since {}", short(at)),
             _ => "never heard".into(),
         };
         let _ = writeln!(
             p,
             "<tr class=\"s{worst}\"><td><b>{}</b>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.station),
-            if s.enrolled { "" } else { " (not enrolled)" },
+            if s.enrolled || s.revoked_at.is_some() { "" } else { " (not enrolled)" },
             esc(&status),
             device(&m["camera"]),
             device(&m["microphone"]),
@@ -200,10 +201,7 @@ fn station_multiple(sessions: &[&SessionQuality], span: (f64, f64)) -> String {
     const LEFT: f64 = 112.0;
     let lanes = ["face present", "clipping (x100)", "silence", "brightness"];
     let h = LANE * lanes.len() as f64 + 6.0;
-    let mut s = format!(
-        "<svg width=\"{}\" height=\"{h}\" role=\"img\">",
-        W + LEFT
-    );
+    let mut s = format!("<svg width=\"{}\" height=\"{h}\" role=\"img\">", W + LEFT);
     let x_of = |t: f64| {
         let (lo, hi) = span;
         LEFT + 6.0
@@ -294,9 +292,7 @@ fn quality(p: &mut String, f: &StudyFacts) {
 /// A 1-5 histogram as bars, `label` under it.
 fn bars(bins: &[u64; 5], colour: &str) -> String {
     let max = bins.iter().copied().max().unwrap_or(0).max(1) as f64;
-    let mut s = String::from(
-        "<svg width=\"150\" height=\"62\" role=\"img\">",
-    );
+    let mut s = String::from("<svg width=\"150\" height=\"62\" role=\"img\">");
     for (k, n) in bins.iter().enumerate() {
         let h = 40.0 * *n as f64 / max;
         let x = 5.0 + k as f64 * 28.0;

@@ -11,6 +11,10 @@ use crate::config::StudyConfig;
 /// The open problems of one station at `now`.
 pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
     let mut out = Vec::new();
+    if s.revoked_at.is_some() {
+        // Decommissioned: nothing of it is a problem any more.
+        return out;
+    }
     let mut add = |kind: &'static str, severity: u8, what: String, todo: &str| {
         out.push(Problem {
             station: s.station.clone(),
