@@ -94,11 +94,23 @@ COLLECTOR_TARGET ?= target/collector
 collector:
 	$(CARGO) build --release --locked --no-default-features --target-dir $(COLLECTOR_TARGET)
 
+# The collector as a service (docs/sync.md, "Running the collector as a service"): the
+# binary, its systemd unit, its config (kept when present) and its user.
 install-collector: collector
 	objcopy --strip-all $(COLLECTOR_TARGET)/release/empathic $(COLLECTOR_TARGET)/release/empathic.stripped
 	install -D -m 0755 $(COLLECTOR_TARGET)/release/empathic.stripped $(DESTDIR)$(PREFIX)/bin/empathic
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/empathic/README.md
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/empathic/docs docs/*.md
+	install -D -m 0644 systemd/empathic-collect.service $(DESTDIR)/lib/systemd/system/empathic-collect.service
+	test -e $(DESTDIR)/etc/empathic/collect.toml || install -D -m 0640 firmware-config/collect.toml $(DESTDIR)/etc/empathic/collect.toml
+	install -d -m 0750 $(DESTDIR)/var/lib/empathic-collect $(DESTDIR)/var/lib/empathic-collect/pages
+	@if [ -z "$(DESTDIR)" ]; then \
+	  id empathic-collect >/dev/null 2>&1 || useradd --system --home-dir /var/lib/empathic-collect --shell /usr/sbin/nologin empathic-collect; \
+	  chgrp empathic-collect /etc/empathic/collect.toml; \
+	  chown -R empathic-collect:empathic-collect /var/lib/empathic-collect; \
+	  systemctl daemon-reload 2>/dev/null || true; \
+	  echo "installed: edit /etc/empathic/collect.toml, make the keys as empathic-collect (docs/sync.md), then: systemctl enable --now empathic-collect"; \
+	fi
 
 clean:
 	$(CARGO) clean

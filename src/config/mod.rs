@@ -433,6 +433,13 @@ mod tests {
     }
 
     #[test]
+    fn collector_example_parses() {
+        let config = parse(include_str!("../../firmware-config/collect.toml")).unwrap();
+        assert_eq!(config.collect.alert_interval_min, 10);
+        assert_eq!(config.study.max_days_between_sessions, 3);
+    }
+
+    #[test]
     fn station_example_parses() {
         let text = include_str!("../../firmware-config/station.toml");
         let config = parse(text).unwrap();

@@ -197,6 +197,44 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
     assert!(o.status.success(), "{}", stderr(&o));
     let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(1));
+    // The study page from the collector build: the synced session's participant, its data
+    // quality and its ratings, beside the station.
+    let o = run(
+        &bin,
+        &[
+            "study",
+            "report",
+            "--db",
+            db,
+            "--study",
+            "test-study",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let study: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let p = &study["participants"][0];
+    assert_eq!(p["participant"], "P-DEMO", "{study:#}");
+    assert_eq!(
+        (p["sessions"].as_u64(), p["complete"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(p["ratings"], 3, "{study:#}");
+    assert_eq!(study["quality"][0]["session_id"], "demo-0001", "{study:#}");
+    assert_eq!(study["quality"][0]["station"], "station-1", "{study:#}");
+    assert_eq!(
+        study["ratings"]["ratings"]
+            .as_array()
+            .map(|r| r.iter().filter_map(|v| v.as_u64()).sum::<u64>()),
+        Some(3)
+    );
+    assert!(
+        !study["ratings"]["predictions"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{study:#}"
+    );
     let o = run(&bin, &["sessions", "show", "demo-0001", "--db", db]);
     assert!(o.status.success(), "{}", stderr(&o));
     let page = tmp.path().join("report.html");

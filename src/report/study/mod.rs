@@ -227,8 +227,6 @@ fn hours_between(earlier: &str, later: &str) -> f64 {
 
 /// What the station-schema view holds, read at once.
 struct ViewFacts {
-    /// Stations with a session here.
-    stations: BTreeSet<String>,
     participants: Vec<ParticipantFacts>,
     sessions: u64,
     quality: Vec<SessionQuality>,
@@ -261,11 +259,10 @@ impl StudyFacts {
         let counts = central.station_counts(study)?;
         let health = central.station_health(study)?;
         let withdrawals = central.withdrawals(study)?;
-        let view = central.with_view(|store| read_view(store, plan, &withdrawals, now))?;
+        let senders = central.session_stations(study)?;
+        let view =
+            central.with_view(|store| read_view(store, plan, &withdrawals, &senders, now))?;
         let mut names: BTreeSet<String> = enrolled.clone();
-        // A station whose sessions are here, whatever else is known of it.
-        names.extend(view.quality.iter().map(|q| q.station.clone()));
-        names.extend(view.stations.iter().cloned());
         names.extend(health.iter().map(|h| h.station.clone()));
         names.extend(counts.iter().map(|c| c.station.clone()));
         let mut stations: Vec<StationFacts> = Vec::new();
@@ -319,10 +316,17 @@ fn read_view(
     store: &Store,
     plan: &StudyConfig,
     withdrawals: &[crate::sync::central::Withdrawal],
+    senders: &BTreeMap<String, String>,
     now: &str,
 ) -> Result<ViewFacts, String> {
     let e = |e: crate::store::StoreError| e.to_string();
-    let sessions = store.list_sessions().map_err(e)?;
+    let mut sessions = store.list_sessions().map_err(e)?;
+    // Each session under the station that sent it (its own `station_id` when not synced).
+    for s in &mut sessions {
+        if let Some(sender) = senders.get(&s.id) {
+            s.station_id = sender.clone();
+        }
+    }
     let starts = store.session_starts().map_err(e)?;
     let start_of = |id: &str| starts.get(id).cloned().unwrap_or_default();
     let mut quality: Vec<SessionQuality> = sessions
@@ -438,7 +442,6 @@ fn read_view(
         })
         .collect();
     Ok(ViewFacts {
-        stations: sessions.iter().map(|s| s.station_id.clone()).collect(),
         participants,
         sessions: sessions.len() as u64,
         quality,

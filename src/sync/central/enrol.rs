@@ -130,6 +130,27 @@ impl Central {
             .collect())
     }
 
+    /// Which station sent each session shown from `study` (by the sync's station id, which
+    /// a replayed recording's own `station_id` need not be).
+    pub fn session_stations(
+        &mut self,
+        study: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let mut tx = self.begin()?;
+        let mut out = std::collections::BTreeMap::new();
+        for r in tx.rows(
+            "SELECT subject, station FROM collect_records
+             WHERE study = ?1 AND kind = 'session' AND applied = 1",
+            &[Val::text(study)],
+        )? {
+            let mut r = r.into_iter();
+            let subject = r.next().and_then(Val::into_text).unwrap_or_default();
+            let station = r.next().and_then(Val::into_text).unwrap_or_default();
+            out.insert(subject, station);
+        }
+        Ok(out)
+    }
+
     /// Per station of `study` that sent anything: records stored sealed and plain, and
     /// messages quarantined under its topics.
     pub fn station_counts(&mut self, study: &str) -> Result<Vec<StationCounts>, String> {
