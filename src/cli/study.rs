@@ -61,8 +61,15 @@ impl Args {
         let plan = super::load_config(config.path())?.study;
         let (mut db, study) = open_central(&central, config.path(), study)?;
         let name = crate::sync::central::redacted(&target);
-        let facts = StudyFacts::gather(&mut db, &study, &plan, &name, &crate::clock::utc_now())
-            .map_err(|e| (ExitKind::Runtime, e))?;
+        let facts = StudyFacts::gather(
+            &mut db,
+            &mut Default::default(),
+            &study,
+            &plan,
+            &name,
+            &crate::clock::utc_now(),
+        )
+        .map_err(|e| (ExitKind::Runtime, e))?;
         if json.json {
             print_json(&facts)?;
         }

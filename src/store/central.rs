@@ -255,6 +255,39 @@ impl Store {
             .map_err(|e| format!("cannot begin a central transaction: {e}"))
     }
 
+    /// An empty in-memory store with the station schema, for [`Store::apply_changes`].
+    pub fn in_memory() -> Result<Store, String> {
+        Store::open(Path::new(":memory:"))
+            .map_err(|e| format!("cannot make a read view of the central database: {e}"))
+    }
+
+    /// Brings an in-memory read view up to date in one transaction: removes the sessions
+    /// in `gone`, then applies `records` (message id, payload; each replaces its session)
+    /// without the tables in `skip`.
+    pub fn apply_changes(
+        &self,
+        gone: &[String],
+        records: impl IntoIterator<Item = (String, String)>,
+        skip: &[&str],
+    ) -> Result<(), String> {
+        let tx = self
+            .connection()
+            .unchecked_transaction()
+            .map_err(|e| format!("cannot update the read view: {e}"))?;
+        for id in gone {
+            apply::remove_session(&tx, id)?;
+        }
+        for (id, payload) in records {
+            let h = apply::header(&payload)
+                .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+            apply::remove_session(&tx, &h.session_id)?;
+            apply::apply_record_without(&tx, &payload, None, skip)
+                .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+        }
+        tx.commit()
+            .map_err(|e| format!("cannot update the read view: {e}"))
+    }
+
     /// An in-memory store with the station schema holding the given session records
     /// (`(message id, payload)`, applied in order): a central database's read view.
     pub fn from_records(

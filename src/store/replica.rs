@@ -364,8 +364,18 @@ pub(super) fn apply_record(
     payload: &str,
     seq: Option<i64>,
 ) -> Result<RecordHeader, String> {
+    apply_record_without(tx, payload, seq, &[])
+}
+
+/// [`apply_record`] leaving out the tables named in `skip` (a light read view).
+pub(super) fn apply_record_without(
+    tx: &Transaction<'_>,
+    payload: &str,
+    seq: Option<i64>,
+    skip: &[&str],
+) -> Result<RecordHeader, String> {
     let head = header(payload)?;
-    let tables = tables(payload)?;
+    let mut tables = tables(payload)?;
     // What the record carried of the optional tables, for readers of this database (they
     // say "not synced" rather than show an absent table as zero rows).
     let carried = |name: &str| tables.iter().any(|t| t.name == name);
@@ -374,6 +384,7 @@ pub(super) fn apply_record(
         transcripts: carried("utterances"),
         frame_features: carried("frames") && carried("frame_features"),
     };
+    tables.retain(|t| !skip.contains(&t.name.as_str()));
     for t in tables {
         let schema = schema_of(tx, &t.name)?;
         for c in &t.columns {

@@ -543,6 +543,35 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
             &want_later,
             &target,
         );
+        // The study page's light view, kept between reads, agrees on the sessions and
+        // leaves the feature vectors out (PostgreSQL; SQLite reads the file itself).
+        let listed =
+            |s: &empathic::store::Store| -> Result<Vec<(String, Option<String>, String)>, String> {
+                let mut l: Vec<_> = s
+                    .list_sessions()
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|x| (x.id, x.participant_id, x.status))
+                    .collect();
+                l.sort();
+                Ok(l)
+            };
+        let mut page_view = empathic::sync::central::PageView::default();
+        let mut reader = Central::open(&target).unwrap();
+        let full = listed(&Central::open(&target).unwrap().read_view().unwrap()).unwrap();
+        assert_eq!(full.len(), 2, "{full:?}");
+        assert_eq!(reader.with_page_view(&mut page_view, listed).unwrap(), full);
+        if target.starts_with("postgres") {
+            let features = reader
+                .with_page_view(&mut page_view, |s| {
+                    Ok(crate::common::store::count(
+                        s.connection_for_tests(),
+                        "SELECT count(*) FROM window_features",
+                    ))
+                })
+                .unwrap();
+            assert_eq!(features, 0, "the page view carries no feature vectors");
+        }
         // A withdrawal (seq 10), then a late redelivery of a record from before it.
         let purge = serde_json::json!({"format": "empathic-purge", "version": 2,
             "participant_id": "P-DEMO", "sessions": ["demo-0001"]})
@@ -570,6 +599,10 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
             sessions_in(view.connection_for_tests()).is_empty(),
             "{target}"
         );
+        // The kept page view follows: the purged session is gone from it too.
+        let after = reader.with_page_view(&mut page_view, listed).unwrap();
+        assert_eq!(after, listed(&view).unwrap(), "{target}");
+        assert!(after.is_empty(), "{target}: {after:?}");
         assert_eq!(
             crate::common::store::count(
                 view.connection_for_tests(),

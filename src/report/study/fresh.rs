@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::{Problem, StudyFacts};
 use crate::config::{CollectConfig, StudyConfig};
-use crate::sync::central::Central;
+use crate::sync::central::{Central, PageView};
 
 /// The page is rebuilt at most this often after new messages.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
@@ -53,6 +53,7 @@ pub struct Built {
 /// Runs until `stop` (see the module's contract).
 pub fn keep_fresh(k: &Keeper, stop: &AtomicBool) {
     let mut db: Option<Central> = None;
+    let mut view = PageView::default();
     let mut last_build: Option<Instant> = None;
     let mut seen = u64::MAX;
     let mut last_alert: Option<Instant> = None;
@@ -71,7 +72,7 @@ pub fn keep_fresh(k: &Keeper, stop: &AtomicBool) {
         if due {
             seen = changes;
             last_build = Some(Instant::now());
-            match build(k, &mut db, &mut last_alert) {
+            match build(k, &mut db, &mut view, &mut last_alert) {
                 Ok((built, waiting)) => {
                     alerts_waiting = waiting;
                     tracing::info!(
@@ -101,6 +102,7 @@ fn alert_allowed(last: Option<Instant>, c: &CollectConfig) -> bool {
 fn build(
     k: &Keeper,
     db: &mut Option<Central>,
+    view: &mut PageView,
     last_alert: &mut Option<Instant>,
 ) -> Result<(Built, bool), String> {
     if db.is_none() {
@@ -111,7 +113,7 @@ fn build(
     };
     let now = crate::clock::utc_now();
     let name = crate::sync::central::redacted(&k.central);
-    let facts = StudyFacts::gather(central, &k.study, &k.plan, &name, &now)?;
+    let facts = StudyFacts::gather(central, view, &k.study, &k.plan, &name, &now)?;
     if let Some(page) = &k.page {
         crate::report::write_beside(page, &super::html(&facts))
             .map_err(|e| format!("cannot write the study page to {}: {e}", page.display()))?;
@@ -223,7 +225,7 @@ mod tests {
             .unwrap();
         let lines = || std::fs::read_to_string(&log).unwrap_or_default();
         let (mut db, mut last) = (None, None);
-        let (b, waiting) = build(&k, &mut db, &mut last).unwrap();
+        let (b, waiting) = build(&k, &mut db, &mut PageView::default(), &mut last).unwrap();
         assert_eq!((b.told, b.cleared, waiting), (1, 0, false));
         assert!(
             lines().starts_with("st-a (urgent): offline since"),
@@ -234,24 +236,24 @@ mod tests {
             .unwrap()
             .contains("offline since"));
         // Still open: not told again, even with the rate limit out of the way.
-        let (b, _) = build(&k, &mut db, &mut None).unwrap();
+        let (b, _) = build(&k, &mut db, &mut PageView::default(), &mut None).unwrap();
         assert_eq!((b.told, b.cleared), (0, 0));
         assert_eq!(lines().lines().count(), 1);
         // Across a restart too (what was told is in the database).
-        let (b, _) = build(&k, &mut None, &mut None).unwrap();
+        let (b, _) = build(&k, &mut None, &mut PageView::default(), &mut None).unwrap();
         assert_eq!(b.told, 0);
         // Back online: offline clears (and "no health" is new).
         c.store_status("empathic/v1/s/st-a/status", b"online")
             .unwrap();
-        let (b, _) = build(&k, &mut db, &mut None).unwrap();
+        let (b, _) = build(&k, &mut db, &mut PageView::default(), &mut None).unwrap();
         assert_eq!((b.told, b.cleared), (1, 1), "{}", lines());
         // Offline again within the rate limit: it waits, then goes.
         c.store_status("empathic/v1/s/st-a/status", b"offline")
             .unwrap();
         let mut recent = Some(Instant::now());
-        let (b, waiting) = build(&k, &mut db, &mut recent).unwrap();
+        let (b, waiting) = build(&k, &mut db, &mut PageView::default(), &mut recent).unwrap();
         assert_eq!((b.told, waiting), (0, true));
-        let (b, waiting) = build(&k, &mut db, &mut None).unwrap();
+        let (b, waiting) = build(&k, &mut db, &mut PageView::default(), &mut None).unwrap();
         assert_eq!((b.told, waiting), (1, false));
         let told: Vec<String> = lines().lines().map(str::to_string).collect();
         assert_eq!(told.len(), 3, "{told:?}");
@@ -265,7 +267,7 @@ mod tests {
         let mut c = Central::open(&k.central).unwrap();
         c.store_status("empathic/v1/s/st-a/status", b"offline")
             .unwrap();
-        let (b, waiting) = build(&k, &mut None, &mut None).unwrap();
+        let (b, waiting) = build(&k, &mut None, &mut PageView::default(), &mut None).unwrap();
         assert_eq!((b.told, waiting), (0, true));
         assert!(c.alerts_told("s").unwrap().is_empty());
         let e = run_alert("exit 3", "s", 1, "x\n").unwrap_err();

@@ -32,7 +32,7 @@ use crate::config::StudyConfig;
 use crate::report::verdict::{quality_rows, Verdict, MEASURES};
 use crate::report::QualityReport;
 use crate::store::{ScoreBins, Store};
-use crate::sync::central::Central;
+use crate::sync::central::{Central, PageView};
 use crate::sync::health::parse_utc_ms;
 
 /// A message pending this long is a backlog.
@@ -235,9 +235,10 @@ struct ViewFacts {
 
 impl StudyFacts {
     /// The facts of `study` in `central` (named `database` on the page) at `now`, measured
-    /// against `plan`.
+    /// against `plan`; `view` keeps a PostgreSQL database's read view for the next call.
     pub fn gather(
         central: &mut Central,
+        view: &mut PageView,
         study: &str,
         plan: &StudyConfig,
         database: &str,
@@ -260,8 +261,9 @@ impl StudyFacts {
         let health = central.station_health(study)?;
         let withdrawals = central.withdrawals(study)?;
         let senders = central.session_stations(study)?;
-        let view =
-            central.with_view(|store| read_view(store, plan, &withdrawals, &senders, now))?;
+        let view = central.with_page_view(view, |store| {
+            read_view(store, plan, &withdrawals, &senders, now)
+        })?;
         let mut names: BTreeSet<String> = enrolled.clone();
         names.extend(health.iter().map(|h| h.station.clone()));
         names.extend(counts.iter().map(|c| c.station.clone()));

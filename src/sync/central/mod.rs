@@ -162,6 +162,19 @@ pub struct StationCounts {
     pub quarantined: i64,
 }
 
+/// Tables the study page's view of a PostgreSQL database leaves out: the per-window and
+/// per-frame feature vectors, most of a record's bytes, which the page does not show.
+pub const PAGE_VIEW_SKIPS: [&str; 3] = ["window_features", "frame_features", "frames"];
+
+/// A read view of a PostgreSQL central database kept between reads
+/// ([`Central::with_page_view`]): the records in it, and the view.
+#[derive(Default)]
+pub struct PageView {
+    store: Option<Store>,
+    /// message id -> session id of every record applied in `store`.
+    applied: std::collections::BTreeMap<String, String>,
+}
+
 /// Whether `target` names a PostgreSQL database rather than a file.
 pub fn is_postgres(target: &str) -> bool {
     target.starts_with("postgres://") || target.starts_with("postgresql://")
@@ -215,6 +228,29 @@ impl Central {
                     **client = postgres::open(url)?;
                 }
                 read(&postgres::snapshot(client)?)
+            }
+        }
+    }
+
+    /// [`Central::with_view`] for a reader that comes back (the study page, once a minute):
+    /// for PostgreSQL, `cache` keeps a light in-memory view between calls (without
+    /// [`PAGE_VIEW_SKIPS`]) and only the records that changed since are read into it.
+    pub fn with_page_view<T>(
+        &mut self,
+        cache: &mut PageView,
+        read: impl FnOnce(&Store) -> Result<T, String>,
+    ) -> Result<T, String> {
+        match self {
+            Central::Sqlite(store) => read(store),
+            Central::Postgres(client, url) => {
+                if client.is_closed() {
+                    **client = postgres::open(url)?;
+                }
+                postgres::refresh(client, cache)?;
+                match &cache.store {
+                    Some(store) => read(store),
+                    None => Err("no read view of the central database".into()),
+                }
             }
         }
     }

@@ -241,3 +241,58 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
         .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
     Store::from_records(rows.iter().map(|r| (r.get(0), r.get(1))))
 }
+
+/// Brings `view` up to date with the applied session records: removes the sessions whose
+/// record is no longer applied (replaced, voided, purged), applies the records not yet in
+/// it (in the snapshot's order), leaving out [`super::PAGE_VIEW_SKIPS`]. Each record is
+/// read once over the life of `view`.
+pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result<(), String> {
+    let rows = client
+        .query(
+            "SELECT message_id, subject FROM collect_records
+             WHERE kind = 'session' AND applied = 1
+             ORDER BY station, seq NULLS FIRST, received_at, message_id",
+            &[],
+        )
+        .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
+    let now: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let ids: std::collections::HashSet<&str> = now.iter().map(|(id, _)| id.as_str()).collect();
+    let mut gone: Vec<String> = view
+        .applied
+        .iter()
+        .filter(|(id, _)| !ids.contains(id.as_str()))
+        .map(|(_, subject)| subject.clone())
+        .collect();
+    let new: Vec<String> = now
+        .iter()
+        .filter(|(id, _)| !view.applied.contains_key(id))
+        .map(|(id, _)| id.clone())
+        .collect();
+    if view.store.is_none() {
+        view.store = Some(Store::in_memory()?);
+    }
+    let Some(store) = view.store.as_ref() else {
+        return Err("no read view".into());
+    };
+    for batch in new.chunks(64) {
+        let batch: Vec<String> = batch.to_vec();
+        let rows = client
+            .query(
+                "SELECT message_id, payload FROM collect_records WHERE message_id = ANY($1)",
+                &[&batch],
+            )
+            .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
+        let mut by_id: std::collections::HashMap<String, String> =
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let records: Vec<(String, String)> = batch
+            .iter()
+            .filter_map(|id| Some((id.clone(), by_id.remove(id)?)))
+            .collect();
+        store.apply_changes(&std::mem::take(&mut gone), records, &super::PAGE_VIEW_SKIPS)?;
+    }
+    if !gone.is_empty() {
+        store.apply_changes(&gone, Vec::new(), &super::PAGE_VIEW_SKIPS)?;
+    }
+    view.applied = now.into_iter().collect();
+    Ok(())
+}
