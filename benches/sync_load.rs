@@ -489,6 +489,45 @@ fn main() {
                 health_every.as_millis()
             );
         }
+        // The study page from what arrived, as `collect --study-page` makes it: a first
+        // build (PostgreSQL: the light view read whole), then one with nothing new (the
+        // kept view); the process's resident memory after them.
+        {
+            let mut central =
+                empathic::sync::central::Central::open(&target).expect("the central database");
+            let mut view = empathic::sync::central::PageView::default();
+            let plan = empathic::config::StudyConfig::default();
+            let (mut times, mut bytes) = (Vec::new(), 0);
+            for _ in 0..2 {
+                let t = Instant::now();
+                let facts = empathic::report::study::StudyFacts::gather(
+                    &mut central,
+                    &mut view,
+                    "load",
+                    &plan,
+                    "bench",
+                    &empathic::clock::utc_now(),
+                )
+                .expect("the study page");
+                bytes = empathic::report::study::html(&facts).len();
+                times.push(t.elapsed().as_secs_f64());
+            }
+            let rss = std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                })
+                .unwrap_or(0.0);
+            println!(
+                "  study page: first build {:.2} s, again {:.2} s, {:.0} kB; bench RSS after {:.0} MiB",
+                times[0],
+                times[1],
+                bytes as f64 / 1e3,
+                rss / 1024.0
+            );
+        }
         if sealed {
             // What sealing puts on the wire per record: the sealed payload as kept in the
             // outbox (base64), against the record itself.

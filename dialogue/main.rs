@@ -31,6 +31,24 @@ const USAGE: &str = "usage: empathic-dialogue --socket PATH --participant ID [--
 [--policy similarity|predicted_empathy|explore] [--answer-s 10] [--end-of-turn-ms 800] \
 [--max-turn-s 60] [--read-s 20] [--face-s 30] [--prediction-wait-s 20] [--summary FILE]";
 
+/// `--help`: every option, what it does and its default.
+const HELP: &str = "Drives one session on an empathic station through its control socket, as a robot's dialogue app would.
+
+  --socket PATH             the station's control socket ([live] socket)          required
+  --participant ID          the participant's pseudonym (with consent recorded)   required
+  --ratings 4,2,5           the participant's 1-5 rating of each story shown      default: asked on stdin
+  --policy P                which stories `recommend` picks: similarity, predicted_empathy or explore
+                                                                                  default: similarity
+  --answer-s S              wait for an answer to start after a prompt            default: 10
+  --end-of-turn-ms MS       silence after voice/stopped before the robot speaks   default: 800
+  --max-turn-s S            longest answer waited out                             default: 60
+  --read-s S                reading time per story                                default: 20
+  --face-s S                wait for the participant's face (start, and when lost) default: 30
+  --prediction-wait-s S     wait at the reflection for a prediction per story     default: 20
+  --summary FILE            write what happened (JSON: messages, turns, choices, latency)
+                                                                                  default: none
+Exit: 0 done; 1 the station refused or went away (a session it started is stopped); 2 arguments.";
+
 /// The robot's settings (every time a limit, so a session never hangs on a silent or
 /// absent participant).
 struct Args {
@@ -571,7 +589,7 @@ fn main() {
         Ok(a) => a,
         // Asked for help: the usage on stdout, success.
         Err(e) if e.is_empty() => {
-            println!("{USAGE}");
+            println!("{USAGE}\n\n{HELP}");
             return;
         }
         Err(e) => {

@@ -1794,6 +1794,13 @@ fn the_reference_dialogue_app_refuses_bad_arguments_and_an_absent_station() {
     };
     let o = app(&["--help"]);
     assert!(o.status.success() && stdout(&o).contains("usage: empathic-dialogue --socket"));
+    for line in [
+        "default: 800",
+        "default: asked on stdin",
+        "default: similarity",
+    ] {
+        assert!(stdout(&o).contains(line), "{line}: {}", stdout(&o));
+    }
     let o = app(&["--participant", "P01"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--socket and --participant are required"));

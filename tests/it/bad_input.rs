@@ -243,3 +243,58 @@ fn missing_sentence_model_fails_the_session_naming_the_file() {
     assert_eq!(status, "failed");
     assert!(reason.contains("missing"), "{reason}");
 }
+
+/// `collect --study-page` into a folder that is not there, and a collector config whose
+/// `[collect]` or `[study]` bounds are wrong: refused at once, naming what and where,
+/// before anything connects or is created.
+#[test]
+fn the_collectors_study_page_and_alert_settings_are_checked_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let central = dir.path().join("central.db");
+    let o = empathic(&[
+        "collect",
+        "--security",
+        "plain",
+        "--db",
+        path_str(&central),
+        "--study-page",
+        "/nonexistent-folder/study.html",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--study-page: the folder /nonexistent-folder does not exist"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!central.exists());
+    for (text, field) in [
+        (
+            "[collect]\nalert_interval_min = 0\n",
+            "collect.alert_interval_min",
+        ),
+        (
+            "[study]\nbad_sessions_in_a_row = 0\n",
+            "study.bad_sessions_in_a_row",
+        ),
+        ("[collect]\non_problems = \"x\"\n", "on_problems"),
+    ] {
+        let config = dir.path().join("collect.toml");
+        std::fs::write(&config, text).unwrap();
+        let o = empathic(&[
+            "collect",
+            "--security",
+            "plain",
+            "--db",
+            path_str(&central),
+            "--config",
+            path_str(&config),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{text}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(field) && stderr(&o).contains("collect.toml"),
+            "{text}: {}",
+            stderr(&o)
+        );
+        assert!(!central.exists());
+    }
+}
