@@ -142,7 +142,7 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
 
 /// The open problems of one participant against `plan`: missed days (more than
 /// `max_days_between_sessions` since their last session while not done and not
-/// withdrawn), and their latest `bad_sessions_in_a_row` sessions all "bad" in data quality.
+/// withdrawn; only with a plan set), and their latest `bad_sessions_in_a_row` sessions all "bad" in data quality.
 pub(super) fn of_participant(p: &ParticipantFacts, plan: &StudyConfig) -> Vec<Problem> {
     let mut out = Vec::new();
     if p.consent == "withdrawn" {
@@ -155,8 +155,11 @@ pub(super) fn of_participant(p: &ParticipantFacts, plan: &StudyConfig) -> Vec<Pr
                 .as_deref()
                 .zip(p.last_session.as_deref())
                 .is_some_and(|(f, l)| hours_between(f, l) / 24.0 >= f64::from(plan.days)));
+    // Without a plan a participant who finished cannot be told from one who stopped
+    // coming: missed days are flagged only against a plan.
+    let planned = plan.sessions_per_participant > 0 || plan.days > 0;
     if let Some(days) = p.days_since_last {
-        if !done && days > f64::from(plan.max_days_between_sessions) {
+        if planned && !done && days > f64::from(plan.max_days_between_sessions) {
             out.push(Problem {
                 station: station.clone(),
                 participant: Some(p.participant.clone()),
@@ -186,4 +189,68 @@ pub(super) fn of_participant(p: &ParticipantFacts, plan: &StudyConfig) -> Vec<Pr
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn participant(days_since: f64, complete: u64, consent: &str, bad: u32) -> ParticipantFacts {
+        ParticipantFacts {
+            participant: "P1".into(),
+            consent: consent.into(),
+            withdrawn_at: None,
+            stations: vec!["st-1".into()],
+            sessions: complete,
+            complete,
+            planned: Some(10),
+            expected_by_now: None,
+            first_session: Some("2026-11-01T10:00:00Z".into()),
+            last_session: Some("2026-11-05T10:00:00Z".into()),
+            days_since_last: Some(days_since),
+            ratings: 0,
+            surveys: Vec::new(),
+            bad_in_a_row: bad,
+            problems: Vec::new(),
+        }
+    }
+
+    fn kinds(p: &ParticipantFacts, plan: &StudyConfig) -> Vec<&'static str> {
+        of_participant(p, plan).iter().map(|x| x.kind).collect()
+    }
+
+    #[test]
+    fn missed_days_need_a_plan_and_stop_when_done_or_withdrawn() {
+        let plan = StudyConfig {
+            sessions_per_participant: 10,
+            days: 30,
+            ..StudyConfig::default()
+        };
+        assert_eq!(
+            kinds(&participant(4.5, 3, "given", 0), &plan),
+            ["missed_days"]
+        );
+        assert!(kinds(&participant(2.0, 3, "given", 0), &plan).is_empty());
+        // Done: all sessions, or the plan's days gone by.
+        assert!(kinds(&participant(9.0, 10, "given", 0), &plan).is_empty());
+        let mut long = participant(9.0, 3, "given", 0);
+        long.last_session = Some("2026-12-02T10:00:00Z".into());
+        assert!(kinds(&long, &plan).is_empty());
+        assert!(kinds(&participant(9.0, 3, "withdrawn", 2), &plan).is_empty());
+        // No plan: nothing to tell a finished participant from one who stopped.
+        assert!(kinds(&participant(9.0, 3, "given", 0), &StudyConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn repeated_bad_sessions_are_flagged_from_the_configured_count() {
+        let plan = StudyConfig::default();
+        assert!(kinds(&participant(0.0, 3, "given", 1), &plan).is_empty());
+        assert_eq!(
+            kinds(&participant(0.0, 3, "given", 2), &plan),
+            ["bad_quality"]
+        );
+        let p = &of_participant(&participant(0.0, 3, "given", 3), &plan)[0];
+        assert_eq!((p.severity, p.participant.as_deref()), (2, Some("P1")));
+        assert!(p.what.contains("last 3 sessions"), "{}", p.what);
+    }
 }
