@@ -4,7 +4,7 @@
 //! Contract: [`StudyFacts::gather`] reads, at `now`:
 //! - the stations: enrolments, status, latest health, record counts (`sync::central`);
 //! - the participants, sessions, ratings and predictions from the station-schema view of the
-//!   database (`Central::with_view`: the SQLite file itself, or a PostgreSQL snapshot),
+//!   database (`Central::with_page_view`: the SQLite file itself, or a light PostgreSQL view kept in `PageView`),
 //!   measured against the study's plan (`[study]`); withdrawals from the purge audit;
 //! - each session's data quality (face presence, clipping, silence, brightness) with the
 //!   session report's own verdicts (`report::verdict`);

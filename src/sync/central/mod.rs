@@ -214,27 +214,11 @@ impl Central {
         }
     }
 
-    /// Runs `read` on the station-schema view of what the database holds, keeping the
-    /// connection ([`Central::read_view`] without giving the database up): the file itself
-    /// for SQLite, a fresh snapshot for PostgreSQL.
-    pub fn with_view<T>(
-        &mut self,
-        read: impl FnOnce(&Store) -> Result<T, String>,
-    ) -> Result<T, String> {
-        match self {
-            Central::Sqlite(store) => read(store),
-            Central::Postgres(client, url) => {
-                if client.is_closed() {
-                    **client = postgres::open(url)?;
-                }
-                read(&postgres::snapshot(client)?)
-            }
-        }
-    }
-
-    /// [`Central::with_view`] for a reader that comes back (the study page, once a minute):
-    /// for PostgreSQL, `cache` keeps a light in-memory view between calls (without
-    /// [`PAGE_VIEW_SKIPS`]) and only the records that changed since are read into it.
+    /// Runs `read` on a station-schema view of what the database holds, for a reader that
+    /// comes back (the study page, once a minute), keeping the connection: the file itself
+    /// for SQLite; for PostgreSQL, `cache` keeps a light in-memory view between calls
+    /// (without [`PAGE_VIEW_SKIPS`]) and only the records that changed since are read
+    /// into it.
     pub fn with_page_view<T>(
         &mut self,
         cache: &mut PageView,

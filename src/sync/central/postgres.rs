@@ -229,15 +229,15 @@ impl CentralTx for PgTx<'_> {
     }
 }
 
+/// The applied session records, in the order a view applies them (per station, by outbox
+/// sequence).
+const APPLIED: &str = "FROM collect_records WHERE kind = 'session' AND applied = 1
+     ORDER BY station, seq NULLS FIRST, received_at, message_id";
+
 /// An in-memory store with the station schema holding every applied session record.
 pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
     let rows = client
-        .query(
-            "SELECT message_id, payload FROM collect_records
-             WHERE kind = 'session' AND applied = 1
-             ORDER BY station, seq NULLS FIRST, received_at, message_id",
-            &[],
-        )
+        .query(&format!("SELECT message_id, payload {APPLIED}"), &[])
         .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
     Store::from_records(rows.iter().map(|r| (r.get(0), r.get(1))))
 }
@@ -248,12 +248,7 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
 /// read once over the life of `view`.
 pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result<(), String> {
     let rows = client
-        .query(
-            "SELECT message_id, subject FROM collect_records
-             WHERE kind = 'session' AND applied = 1
-             ORDER BY station, seq NULLS FIRST, received_at, message_id",
-            &[],
-        )
+        .query(&format!("SELECT message_id, subject {APPLIED}"), &[])
         .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
     let now: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let ids: std::collections::HashSet<&str> = now.iter().map(|(id, _)| id.as_str()).collect();
