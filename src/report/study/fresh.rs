@@ -7,10 +7,11 @@
 //! [`MAX_INTERVAL`] (problems that come with time, like an offline station's hours, need no
 //! message). The page is written beside and renamed, so a reader never sees half of one
 //! and a failed build leaves the last one. After each build the open problems are compared
-//! with those told (`collect_alerts`): new ones go to `on_problem` together (on its
-//! standard input, one a line), at most once per `alert_interval_min`; a problem is told
-//! once until it clears, across restarts; a failed or hung command (killed after
-//! [`COMMAND_TIMEOUT`]) is retried at the next chance, nothing is marked told. The
+//! with those told (`collect_alerts`): new ones are claimed (so collectors sharing a
+//! database tell each once) and go to `on_problem` together (on its standard input, one a
+//! line), at most once per `alert_interval_min`; a problem is told once until it clears,
+//! across restarts; a failed or hung command (killed after [`COMMAND_TIMEOUT`]) gives its
+//! claims back and is retried at the next chance. The
 //! collector's own work never waits for any of this: it only counts what it stored.
 
 use std::path::PathBuf;
@@ -136,27 +137,33 @@ fn build(
         .into_iter()
         .filter(|p| !told.contains_key(&p.key()))
         .collect();
-    let mut noted: Vec<(String, String)> = Vec::new();
+    let mut told_now: Vec<String> = Vec::new();
     let mut waiting = false;
     if !new.is_empty() {
         if alert_allowed(*last_alert, &k.collect) {
-            *last_alert = Some(Instant::now());
-            let lines: String = new.iter().map(|p| p.line() + "\n").collect();
-            match run_alert(&k.collect.on_problem, &k.study, new.len(), &lines) {
-                Ok(()) => noted = new.iter().map(|p| (p.key(), p.what.clone())).collect(),
-                Err(e) => {
-                    waiting = true;
-                    tracing::warn!(error = %e, "collect: [collect] on_problem failed; the problems will be told at the next chance");
+            let pairs: Vec<(String, String)> =
+                new.iter().map(|p| (p.key(), p.what.clone())).collect();
+            // Claimed first: another collector on this database may be telling the same.
+            let claimed = central.claim_alerts(&k.study, &pairs, &now)?;
+            let mine: Vec<&&Problem> = new.iter().filter(|p| claimed.contains(&p.key())).collect();
+            if !mine.is_empty() {
+                *last_alert = Some(Instant::now());
+                let lines: String = mine.iter().map(|p| p.line() + "\n").collect();
+                match run_alert(&k.collect.on_problem, &k.study, mine.len(), &lines) {
+                    Ok(()) => told_now = claimed,
+                    Err(e) => {
+                        waiting = true;
+                        central.forget_alerts(&k.study, &claimed)?;
+                        tracing::warn!(error = %e, "collect: [collect] on_problem failed; the problems will be told at the next chance");
+                    }
                 }
             }
         } else {
             waiting = true;
         }
     }
-    if !noted.is_empty() || !cleared.is_empty() {
-        central.note_alerts(&k.study, &noted, &cleared, &now)?;
-    }
-    built.told = noted.len();
+    central.forget_alerts(&k.study, &cleared)?;
+    built.told = told_now.len();
     built.cleared = cleared.len();
     Ok((built, waiting))
 }
@@ -258,6 +265,23 @@ mod tests {
         let told: Vec<String> = lines().lines().map(str::to_string).collect();
         assert_eq!(told.len(), 3, "{told:?}");
         assert!(told[2].contains("offline since"), "{told:?}");
+    }
+
+    #[test]
+    fn two_collectors_on_one_database_tell_a_problem_once() {
+        // Both saw the problem as new; the one that claims it first tells it.
+        let dir = tempfile::tempdir().unwrap();
+        let k = keeper(dir.path(), "true");
+        let mut a = Central::open(&k.central).unwrap();
+        let mut b = Central::open(&k.central).unwrap();
+        let new = [("offline/st-a/".to_string(), "offline".to_string())];
+        let now = crate::clock::utc_now();
+        assert_eq!(a.claim_alerts("s", &new, &now).unwrap(), ["offline/st-a/"]);
+        assert!(b.claim_alerts("s", &new, &now).unwrap().is_empty());
+        // Given back (its telling failed): the next to claim it tells it.
+        a.forget_alerts("s", &["offline/st-a/".to_string()])
+            .unwrap();
+        assert_eq!(b.claim_alerts("s", &new, &now).unwrap().len(), 1);
     }
 
     #[test]

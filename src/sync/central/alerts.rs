@@ -3,9 +3,10 @@
 //! (`collect_alerts`), and the participants whose data a purge removed (`collect_purges`).
 //!
 //! Contract: [`Central::alerts_told`] lists the told problems of a study by key;
-//! [`Central::note_alerts`] records, in one transaction, the problems just told and forgets
-//! the ones that cleared, so a problem is told once until it clears, across collector
-//! restarts. SQLite and PostgreSQL alike.
+//! [`Central::claim_alerts`] claims new ones before they are told (only the keys a caller
+//! claimed are its to tell, so collectors sharing a database tell each once) and
+//! [`Central::forget_alerts`] forgets those that cleared or whose telling failed. A problem
+//! is told once until it clears, across collector restarts. SQLite and PostgreSQL alike.
 
 use std::collections::BTreeMap;
 
@@ -39,17 +40,19 @@ impl Central {
         Ok(out)
     }
 
-    /// Records `told` (key, what) as told at `now` and forgets `cleared`, in one transaction.
-    pub fn note_alerts(
+    /// Claims the problems `new` (key, what) as told at `now`, in one transaction, and
+    /// returns the keys this caller claimed: when several collectors of a share group keep
+    /// the page, the one that claims a problem first is the one that tells it.
+    pub fn claim_alerts(
         &mut self,
         study: &str,
-        told: &[(String, String)],
-        cleared: &[String],
+        new: &[(String, String)],
         now: &str,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
         let mut tx = self.begin()?;
-        for (key, what) in told {
-            tx.exec(
+        let mut claimed = Vec::new();
+        for (key, what) in new {
+            let n = tx.exec(
                 "INSERT INTO collect_alerts (study, problem, what, reported_at)
                  VALUES (?1, ?2, ?3, ?4) ON CONFLICT (study, problem) DO NOTHING",
                 &[
@@ -59,8 +62,22 @@ impl Central {
                     Val::text(now),
                 ],
             )?;
+            if n > 0 {
+                claimed.push(key.clone());
+            }
         }
-        for key in cleared {
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    /// Forgets `keys`: problems that cleared, or claims whose telling failed (told again
+    /// at the next chance).
+    pub fn forget_alerts(&mut self, study: &str, keys: &[String]) -> Result<(), String> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin()?;
+        for key in keys {
             tx.exec(
                 "DELETE FROM collect_alerts WHERE study = ?1 AND problem = ?2",
                 &[Val::text(study), Val::text(key)],
