@@ -269,7 +269,9 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
     let Some(store) = view.store.as_ref() else {
         return Err("no read view".into());
     };
-    for batch in new.chunks(64) {
+    // A few records a query: a long session's record is megabytes of window features
+    // (parsed, then left out), so a batch bounds what is held at once.
+    for batch in new.chunks(8) {
         let batch: Vec<String> = batch.to_vec();
         let rows = client
             .query(
