@@ -255,16 +255,20 @@ impl Store {
             .map_err(|e| format!("cannot begin a central transaction: {e}"))
     }
 
-    /// An empty in-memory store with the station schema, for [`Store::apply_changes`].
-    pub fn in_memory() -> Result<Store, String> {
-        Store::open(Path::new(":memory:"))
-            .map_err(|e| format!("cannot make a read view of the central database: {e}"))
+    /// An empty page view: an in-memory store with the station schema and the fold of the
+    /// predictions (`sql::study::make_page_table`), for [`Store::update_page_view`].
+    pub fn new_page_view() -> Result<Store, String> {
+        let store = Store::open(Path::new(":memory:"))
+            .map_err(|e| format!("cannot make a read view of the central database: {e}"))?;
+        super::sql::study::make_page_table(store.connection()).map_err(|e| e.to_string())?;
+        Ok(store)
     }
 
-    /// Brings an in-memory read view up to date in one transaction: removes the sessions
-    /// in `gone`, then applies `records` (message id, payload; each replaces its session)
-    /// without the tables in `skip`.
-    pub fn apply_changes(
+    /// Brings a page view up to date in one transaction: removes the sessions in `gone`,
+    /// then applies `records` (message id, payload; each replaces its session) without the
+    /// tables in `skip`, folding each one's predictions and windows
+    /// (`sql::study::fold_predictions`).
+    pub fn update_page_view(
         &self,
         gone: &[String],
         records: impl IntoIterator<Item = (String, String)>,
@@ -283,6 +287,7 @@ impl Store {
             apply::remove_session(&tx, &h.session_id)?;
             apply::apply_record_without(&tx, &payload, None, skip)
                 .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+            super::sql::study::fold_predictions(&tx, &h.session_id).map_err(|e| e.to_string())?;
         }
         tx.commit()
             .map_err(|e| format!("cannot update the read view: {e}"))

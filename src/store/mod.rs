@@ -44,7 +44,7 @@ pub use read::{
 pub use sql::export::{ExportModality, ExportWindow};
 pub use sql::report::{PredictionPoint, SurveyRow, UtteranceRow};
 pub use sql::stories::StoredEmbedding;
-pub use sql::study::{ParticipantRow, ScoreBins};
+pub use sql::study::{ParticipantRow, RatedStory, ScoreBins};
 pub use writer::StoreWriter;
 
 /// Who owns a running session: host, boot and process.

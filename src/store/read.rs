@@ -535,6 +535,12 @@ impl Store {
     pub fn rating_bins(&self) -> Result<[u64; 5], StoreError> {
         sql::study::rating_bins(&self.conn)
     }
+
+    /// Every rated story's session-level prediction, by predictor (the study page's
+    /// agreement).
+    pub fn rated_stories(&self) -> Result<Vec<sql::study::RatedStory>, StoreError> {
+        sql::study::rated_stories(&self.conn)
+    }
 }
 
 const SUMMARY_SELECT: &str =

@@ -235,6 +235,25 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
             .is_empty(),
         "{study:#}"
     );
+    // Its agreement is `empathic evaluate`'s, to rounding.
+    let o = run(&bin, &["evaluate", "--db", db, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let evaluated: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let page = &study["ratings"]["agreement"][0];
+    let same = evaluated
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["predictor"] == page["predictor"] && e["phase"].is_null())
+        .unwrap_or_else(|| panic!("{evaluated:#}"));
+    assert_eq!(page["rated"], same["overall"]["n"], "{page} {same}");
+    for (mine, theirs) in [("spearman_rho", "spearman_rho"), ("mse", "mse")] {
+        let (a, b) = (
+            page[mine].as_f64().unwrap(),
+            same["overall"][theirs]["value"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() < 1e-9, "{mine}: {a} against evaluate's {b}");
+    }
     let o = run(&bin, &["sessions", "show", "demo-0001", "--db", db]);
     assert!(o.status.success(), "{}", stderr(&o));
     let page = tmp.path().join("report.html");

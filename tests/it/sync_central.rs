@@ -571,6 +571,31 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
                 })
                 .unwrap();
             assert_eq!(features, 0, "the page view carries no feature vectors");
+            // Its folded predictions say what the raw rows say: the same bins per phase,
+            // the same session-level prediction of each rated story.
+            let full_view = Central::open(&target).unwrap().read_view().unwrap();
+            let (bins, rated) = (
+                full_view.prediction_bins().unwrap(),
+                full_view.rated_stories().unwrap(),
+            );
+            assert!(!bins.is_empty() && !rated.is_empty());
+            let (got_bins, got_rated) = reader
+                .with_page_view(&mut page_view, |s| {
+                    Ok((
+                        s.prediction_bins().map_err(|e| e.to_string())?,
+                        s.rated_stories().map_err(|e| e.to_string())?,
+                    ))
+                })
+                .unwrap();
+            assert_eq!(got_bins, bins);
+            assert_eq!(got_rated.len(), rated.len());
+            for (g, w) in got_rated.iter().zip(&rated) {
+                assert_eq!(
+                    (&g.predictor, &g.session_id, &g.story_id, g.rating),
+                    (&w.predictor, &w.session_id, &w.story_id, w.rating)
+                );
+                assert!((g.predicted - w.predicted).abs() < 1e-9, "{g:?} {w:?}");
+            }
         }
         // A withdrawal (seq 10), then a late redelivery of a record from before it.
         let purge = serde_json::json!({"format": "empathic-purge", "version": 2,

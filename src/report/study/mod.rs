@@ -416,17 +416,20 @@ fn read_view(
         participants.push(p);
     }
 
-    let rated = store.rated_predictions(None, None).map_err(e)?.0;
+    // Each predictor's rated stories, at session level, as `empathic evaluate` takes them.
     let mut by_predictor: BTreeMap<(String, bool), Vec<crate::fusion::evaluate::Rated>> =
         BTreeMap::new();
-    let synthetic: BTreeSet<String> = rated
-        .iter()
-        .filter(|w| w.synthetic)
-        .map(|w| w.predictor.clone())
-        .collect();
-    for (predictor, r, _) in crate::fusion::evaluate::session_level(&rated, |_| None) {
-        let s = synthetic.contains(&predictor);
-        by_predictor.entry((predictor, s)).or_default().push(r);
+    for r in store.rated_stories().map_err(e)? {
+        by_predictor
+            .entry((r.predictor, r.synthetic))
+            .or_default()
+            .push(crate::fusion::evaluate::Rated {
+                participant: r.participant,
+                session_id: r.session_id,
+                story_id: r.story_id,
+                predicted: r.predicted,
+                rating: r.rating,
+            });
     }
     let agreement = by_predictor
         .into_iter()

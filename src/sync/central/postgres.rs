@@ -264,7 +264,7 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
         .map(|(id, _)| id.clone())
         .collect();
     if view.store.is_none() {
-        view.store = Some(Store::in_memory()?);
+        view.store = Some(Store::new_page_view()?);
     }
     let Some(store) = view.store.as_ref() else {
         return Err("no read view".into());
@@ -285,10 +285,10 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
             .iter()
             .filter_map(|id| Some((id.clone(), by_id.remove(id)?)))
             .collect();
-        store.apply_changes(&std::mem::take(&mut gone), records, &super::PAGE_VIEW_SKIPS)?;
+        store.update_page_view(&std::mem::take(&mut gone), records, &super::PAGE_VIEW_SKIPS)?;
     }
     if !gone.is_empty() {
-        store.apply_changes(&gone, Vec::new(), &super::PAGE_VIEW_SKIPS)?;
+        store.update_page_view(&gone, Vec::new(), &super::PAGE_VIEW_SKIPS)?;
     }
     view.applied = now.into_iter().collect();
     Ok(())
