@@ -169,8 +169,18 @@ fn build(
 }
 
 /// Runs `command` through `sh -c` with `lines` on its standard input; an error names its
-/// exit status or the timeout.
+/// exit status or the timeout ([`COMMAND_TIMEOUT`]).
 pub fn run_alert(command: &str, study: &str, count: usize, lines: &str) -> Result<(), String> {
+    run_alert_within(command, study, count, lines, COMMAND_TIMEOUT)
+}
+
+fn run_alert_within(
+    command: &str,
+    study: &str,
+    count: usize,
+    lines: &str,
+    timeout: Duration,
+) -> Result<(), String> {
     use std::io::Write as _;
     let mut child = std::process::Command::new("sh")
         .arg("-c")
@@ -181,10 +191,17 @@ pub fn run_alert(command: &str, study: &str, count: usize, lines: &str) -> Resul
         .spawn()
         .map_err(|e| format!("cannot run `{command}`: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
-        // A command that does not read its input is fine: the pipe closes.
-        let _ = stdin.write_all(lines.as_bytes());
+        // Written on the side: a command that neither reads nor ends would otherwise hold
+        // this thread past the timeout once the pipe is full. One that does not read is
+        // fine: the pipe closes when it ends.
+        let lines = lines.to_string();
+        let _ = std::thread::Builder::new()
+            .name("alert-input".into())
+            .spawn(move || {
+                let _ = stdin.write_all(lines.as_bytes());
+            });
     }
-    let until = Instant::now() + COMMAND_TIMEOUT;
+    let until = Instant::now() + timeout;
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
@@ -194,7 +211,7 @@ pub fn run_alert(command: &str, study: &str, count: usize, lines: &str) -> Resul
                 let _ = child.wait();
                 return Err(format!(
                     "`{command}` ran for over {} s and was stopped",
-                    COMMAND_TIMEOUT.as_secs()
+                    timeout.as_secs()
                 ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(100)),
@@ -296,5 +313,9 @@ mod tests {
         assert!(c.alerts_told("s").unwrap().is_empty());
         let e = run_alert("exit 3", "s", 1, "x\n").unwrap_err();
         assert!(e.contains("exit 3") && e.contains("exit status: 3"), "{e}");
+        // One that neither reads a large input nor ends is stopped at the timeout.
+        let big = "a problem line\n".repeat(20_000);
+        let e = run_alert_within("sleep 30", "s", 1, &big, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("ran for over 1 s and was stopped"), "{e}");
     }
 }
