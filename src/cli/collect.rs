@@ -258,7 +258,15 @@ pub(super) fn open_central(
     config: Option<&Path>,
     study: Option<String>,
 ) -> Result<(crate::sync::central::Central, String), Failure> {
-    let config = load_config(config)?;
+    open_central_with(central, &load_config(config)?, study)
+}
+
+/// [`open_central`] with the config already loaded.
+pub(super) fn open_central_with(
+    central: &CentralOption,
+    config: &crate::config::Config,
+    study: Option<String>,
+) -> Result<(crate::sync::central::Central, String), Failure> {
     let study = study.unwrap_or(config.sync.study.clone());
     let db = crate::sync::central::Central::open(&central.target())
         .map_err(|e| (ExitKind::BadInput, e))?;

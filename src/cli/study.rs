@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::collect::{open_central, CentralOption};
+use super::collect::{open_central_with, CentralOption};
 use super::options::{ConfigOption, JsonOption};
 use super::{print_json, Failure};
 use crate::exit::ExitKind;
@@ -58,14 +58,14 @@ impl Args {
                 ),
             ));
         }
-        let plan = super::load_config(config.path())?.study;
-        let (mut db, study) = open_central(&central, config.path(), study)?;
+        let config = super::load_config(config.path())?;
+        let (mut db, study) = open_central_with(&central, &config, study)?;
         let name = crate::sync::central::redacted(&target);
         let facts = StudyFacts::gather(
             &mut db,
             &mut Default::default(),
             &study,
-            &plan,
+            &config.study,
             &name,
             &crate::clock::utc_now(),
         )

@@ -259,8 +259,8 @@ impl Default for SyncConfig {
 
 /// The study's plan, which the study page (`empathic study report`, `collect
 /// --study-page`) measures each participant against. Zero: no plan (the page shows what was
-/// done, without "behind plan").
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// done, without "behind plan"). Serialized as the study page's `plan`.
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StudyConfig {
     /// Sessions each participant is to do.

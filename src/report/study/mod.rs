@@ -180,7 +180,7 @@ pub struct StudyFacts {
     pub study: String,
     pub made_at: String,
     pub database: String,
-    pub plan: StudyPlan,
+    pub plan: StudyConfig,
     pub stations: Vec<StationFacts>,
     pub participants: Vec<ParticipantFacts>,
     pub sessions: u64,
@@ -189,26 +189,6 @@ pub struct StudyFacts {
     pub ratings: RatingFacts,
     /// Every station's and participant's problems, worst first.
     pub problems: Vec<Problem>,
-}
-
-/// The plan as the page states it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StudyPlan {
-    pub sessions_per_participant: u32,
-    pub days: u32,
-    pub max_days_between_sessions: u32,
-    pub bad_sessions_in_a_row: u32,
-}
-
-impl From<&StudyConfig> for StudyPlan {
-    fn from(c: &StudyConfig) -> Self {
-        Self {
-            sessions_per_participant: c.sessions_per_participant,
-            days: c.days,
-            max_days_between_sessions: c.max_days_between_sessions,
-            bad_sessions_in_a_row: c.bad_sessions_in_a_row,
-        }
-    }
 }
 
 /// `2026-11-25T22:30:26.541Z` as `2026-11-25 22:30 UTC` (what a reader needs of it).
@@ -302,7 +282,7 @@ impl StudyFacts {
             study: study.to_string(),
             made_at: now.to_string(),
             database: database.to_string(),
-            plan: plan.into(),
+            plan: plan.clone(),
             stations,
             participants: view.participants,
             sessions: view.sessions,
@@ -416,33 +396,31 @@ fn read_view(
         participants.push(p);
     }
 
-    // Each predictor's rated stories, at session level, as `empathic evaluate` takes them.
-    let mut by_predictor: BTreeMap<(String, bool), Vec<crate::fusion::evaluate::Rated>> =
-        BTreeMap::new();
+    // Each predictor's rated stories, at session level, as `empathic evaluate` takes them;
+    // the point values only (its bootstrap intervals are `empathic evaluate`'s to give).
+    let mut by_predictor: BTreeMap<(String, bool), Vec<crate::store::RatedStory>> = BTreeMap::new();
     for r in store.rated_stories().map_err(e)? {
         by_predictor
-            .entry((r.predictor, r.synthetic))
+            .entry((r.predictor.clone(), r.synthetic))
             .or_default()
-            .push(crate::fusion::evaluate::Rated {
-                participant: r.participant,
-                session_id: r.session_id,
-                story_id: r.story_id,
-                predicted: r.predicted,
-                rating: r.rating,
-            });
+            .push(r);
     }
     let agreement = by_predictor
         .into_iter()
         .map(|((predictor, synthetic), rows)| {
-            let m = crate::fusion::evaluate::evaluate(&rows);
+            use crate::fusion::evaluate::{mse, pearson, spearman};
+            let predicted: Vec<f64> = rows.iter().map(|r| r.predicted).collect();
+            let rating: Vec<f64> = rows.iter().map(|r| r.rating).collect();
+            let participants: BTreeSet<&str> =
+                rows.iter().map(|r| r.participant.as_str()).collect();
             Agreement {
                 predictor,
                 synthetic,
-                rated: m.n,
-                participants: m.participants,
-                spearman_rho: m.spearman_rho.value,
-                pearson_r: m.pearson_r.value,
-                mse: m.mse.value,
+                rated: rows.len(),
+                participants: participants.len(),
+                spearman_rho: spearman(&predicted, &rating),
+                pearson_r: pearson(&predicted, &rating),
+                mse: mse(&predicted, &rating),
             }
         })
         .collect();

@@ -289,7 +289,7 @@ fn quality(p: &mut String, f: &StudyFacts) {
     p.push_str("</div>\n");
 }
 
-/// A 1-5 histogram as bars, `label` under it.
+/// A 1-5 histogram as bars, the values under them.
 fn bars(bins: &[u64; 5], colour: &str) -> String {
     let max = bins.iter().copied().max().unwrap_or(0).max(1) as f64;
     let mut s = String::from("<svg width=\"150\" height=\"62\" role=\"img\">");
