@@ -22,8 +22,9 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum StudyCommand {
-    /// The whole study at a glance: every station (online or since when offline, devices,
-    /// disk, outbox, last session), worst first, and every open problem with what to do.
+    /// The whole study at a glance: every open problem with what to do, the stations worst
+    /// first, the participants against the plan (`[study]` of --config, as in
+    /// firmware-config/collect.toml), data quality over time, ratings and predictions.
     Report {
         #[command(flatten)]
         central: CentralOption,
