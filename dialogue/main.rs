@@ -11,7 +11,8 @@
 //! 2 for wrong arguments. What the robot says goes to stdout, one line per turn; with
 //! `--summary FILE`, what it heard and what it did is written there as JSON.
 //!
-//! Why Rust and no crate beyond `serde_json`: the tests and CI run it against the live
+//! Why Rust and no crate beyond `serde_json` (and `signal-hook`, to stop its session on
+//! SIGINT and SIGTERM): the tests and CI run it against the live
 //! service with nothing beyond the crate's own build (no Python in `make test`), and an
 //! integrator reads one file that uses the protocol only (docs/station.md), none of the
 //! runtime's code. A robot's speech synthesis is out of scope: a turn is printed and "takes"
@@ -29,7 +30,8 @@ use serde_json::{json, Value};
 
 const USAGE: &str = "usage: empathic-dialogue --socket PATH --participant ID [--ratings 4,2,5] \
 [--policy similarity|predicted_empathy|explore] [--answer-s 10] [--end-of-turn-ms 800] \
-[--max-turn-s 60] [--read-s 20] [--face-s 30] [--prediction-wait-s 20] [--summary FILE]";
+[--max-turn-s 60] [--read-s 20] [--face-s 30] [--prediction-wait-s 20] [--words-wait-s 30] \
+[--summary FILE]";
 
 /// `--help`: every option, what it does and its default.
 const HELP: &str = "Drives one session on an empathic station through its control socket, as a robot's dialogue app would.
@@ -45,9 +47,12 @@ const HELP: &str = "Drives one session on an empathic station through its contro
   --read-s S                reading time per story                                default: 20
   --face-s S                wait for the participant's face (start, and when lost) default: 30
   --prediction-wait-s S     wait at the reflection for a prediction per story     default: 20
+  --words-wait-s S          wait after the share for its words to be stored       default: 30
   --summary FILE            write what happened (JSON: messages, turns, choices, latency)
                                                                                   default: none
-Exit: 0 done; 1 the station refused or went away (a session it started is stopped); 2 arguments.";
+The session is bound to this app's connection: if the app dies, the station ends it after
+its grace ([live] app_grace_ms). SIGINT or SIGTERM stops the session, then exits 1.
+Exit: 0 done; 1 the station refused or went away, or a signal (a session it started is stopped); 2 arguments.";
 
 /// The robot's settings (every time a limit, so a session never hangs on a silent or
 /// absent participant).
@@ -70,6 +75,8 @@ struct Args {
     face: Duration,
     /// How long, at the reflection, to wait for a prediction toward each shown story.
     prediction_wait: Duration,
+    /// How long, after the participant's share, to wait for their words to be stored.
+    words_wait: Duration,
     summary: Option<PathBuf>,
 }
 
@@ -85,6 +92,7 @@ fn parse_args() -> Result<Args, String> {
         read: Duration::from_secs(20),
         face: Duration::from_secs(30),
         prediction_wait: Duration::from_secs(20),
+        words_wait: Duration::from_secs(30),
         summary: None,
     };
     let mut it = std::env::args().skip(1);
@@ -115,6 +123,7 @@ fn parse_args() -> Result<Args, String> {
             "--read-s" => a.read = secs(value()?)?,
             "--face-s" => a.face = secs(value()?)?,
             "--prediction-wait-s" => a.prediction_wait = secs(value()?)?,
+            "--words-wait-s" => a.words_wait = secs(value()?)?,
             "--summary" => a.summary = Some(PathBuf::from(value()?)),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
@@ -291,24 +300,76 @@ fn subscribe(args: &Args) -> Result<Arc<Ears>, String> {
     Ok(ears)
 }
 
-/// The talking side: one request per connection, answered `{"ok":true,...}` or refused.
+/// The talking side: one connection kept open for the whole session, so the station binds
+/// the session to this app and ends it if the app dies (docs/station.md, "A session's
+/// lifecycle"). Each request names the session once it has started; a heartbeat goes out
+/// when nothing else has for [`HEARTBEAT`] (the socket closes connections idle for 30 s).
 struct Station {
     socket: PathBuf,
+    conn: Mutex<Option<(UnixStream, BufReader<UnixStream>)>>,
+    session_id: Mutex<Option<String>>,
+    last_sent: Mutex<Instant>,
 }
 
+/// At most this long without a request before the app sends a heartbeat.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
 impl Station {
-    fn ask(&self, request: Value) -> Result<Value, String> {
+    fn new(socket: PathBuf) -> Self {
+        Self {
+            socket,
+            conn: Mutex::new(None),
+            session_id: Mutex::new(None),
+            last_sent: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn session_id(&self) -> Option<String> {
+        self.session_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sends `request` (naming the session once one runs, except `start_session` and
+    /// `status`) on the app's connection and returns the answer, or why it was refused.
+    fn ask(&self, mut request: Value) -> Result<Value, String> {
         let what = request["type"].as_str().unwrap_or("request").to_string();
-        let mut stream = UnixStream::connect(&self.socket)
-            .map_err(|e| format!("{what}: cannot connect to {}: {e}", self.socket.display()))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(|e| format!("{what}: {e}"))?;
-        writeln!(stream, "{request}").map_err(|e| format!("{what}: {e}"))?;
-        let mut line = String::new();
-        BufReader::new(stream)
-            .read_line(&mut line)
-            .map_err(|e| format!("{what}: no answer: {e}"))?;
+        if !matches!(what.as_str(), "start_session" | "status" | "recommend") {
+            if let Some(id) = self.session_id() {
+                request["session_id"] = json!(id);
+            }
+        }
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if conn.is_none() {
+            let stream = UnixStream::connect(&self.socket)
+                .map_err(|e| format!("{what}: cannot connect to {}: {e}", self.socket.display()))?;
+            // A stop waits for the session to be stored: give it time.
+            stream
+                .set_read_timeout(Some(Duration::from_secs(150)))
+                .map_err(|e| format!("{what}: {e}"))?;
+            let reader = BufReader::new(stream.try_clone().map_err(|e| format!("{what}: {e}"))?);
+            *conn = Some((stream, reader));
+        }
+        let result = (|| {
+            let (stream, reader) = conn.as_mut().ok_or("not connected")?;
+            writeln!(stream, "{request}").map_err(|e| format!("{what}: {e}"))?;
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) => Err(format!("{what}: the station closed the connection")),
+                Ok(_) => Ok(line),
+                Err(e) => Err(format!("{what}: no answer: {e}")),
+            }
+        })();
+        *self.last_sent.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        let line = match result {
+            Ok(l) => l,
+            Err(e) => {
+                // The next request reconnects (naming the session binds it again).
+                *conn = None;
+                return Err(e);
+            }
+        };
         let answer: Value =
             serde_json::from_str(&line).map_err(|e| format!("{what}: unreadable answer: {e}"))?;
         if answer["ok"] != true {
@@ -317,26 +378,57 @@ impl Station {
         Ok(answer)
     }
 
+    fn start(&self, participant: &str) -> Result<Value, String> {
+        let answer = self.ask(json!({"type": "start_session", "participant_id": participant}))?;
+        *self.session_id.lock().unwrap_or_else(|p| p.into_inner()) =
+            answer["session_id"].as_str().map(str::to_string);
+        Ok(answer)
+    }
+
+    /// Sends a heartbeat when nothing went out for [`HEARTBEAT`] (called from its thread).
+    fn keep_alive(&self) {
+        let idle = self
+            .last_sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        if let (true, Some(id)) = (idle >= HEARTBEAT, self.session_id()) {
+            if let Err(e) = self.ask(json!({"type": "heartbeat", "session_id": id})) {
+                eprintln!("empathic-dialogue: heartbeat: {e}");
+            }
+        }
+    }
+
+    /// The session's clock now (milliseconds since its start), as the station counts it.
+    fn now_ms(&self) -> Result<u64, String> {
+        let status = self.ask(json!({"type": "status"}))?;
+        status["session"]["t_ms"]
+            .as_u64()
+            .ok_or_else(|| "status: no session is running".to_string())
+    }
+
     fn phase(&self, phase: &str) -> Result<(), String> {
         self.ask(json!({"type": "phase", "phase": phase})).map(drop)
     }
 
     /// The robot says `text`: printed, given the time it takes to say, then sent as the
-    /// robot's utterance (stamped by the station's clock: it ends now).
+    /// robot's utterance, stamped on the session clock from when it began to when it ended.
     fn say(&self, text: &str) -> Result<(), String> {
+        let start = self.now_ms()?;
         println!("robot: {text}");
         let words = text.split_whitespace().count() as f64;
-        let took = Duration::from_secs_f64((words / 2.5).max(0.5));
-        std::thread::sleep(took);
-        let now = self.ask(json!({"type": "status"}))?["t_ms"]
-            .as_u64()
-            .unwrap_or(0);
-        let start = now.saturating_sub(took.as_millis() as u64);
+        std::thread::sleep(Duration::from_secs_f64((words / 2.5).max(0.5)));
+        let end = self.now_ms()?.max(start + 1);
         self.ask(
             json!({"type": "utterance", "speaker": "robot", "start_ms": start,
-                        "end_ms": now, "text": text}),
+                        "end_ms": end, "text": text}),
         )
         .map(drop)
+    }
+
+    /// Stops the session this app started (answered once the station may start another).
+    fn stop(&self) -> Result<Value, String> {
+        self.ask(json!({"type": "stop_session"}))
     }
 }
 
@@ -427,7 +519,16 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
     station.say(
         "Could you tell me about a time you felt alone, or someone surprised you with kindness?",
     )?;
-    turns.push(turn_json("story_share", &wait_turn(ears, args)));
+    let shared_before = ears.lock().participant_utterances;
+    let share_turn = wait_turn(ears, args);
+    turns.push(turn_json("story_share", &share_turn));
+    // `recommend` rests on the participant's words: when they spoke, wait until the
+    // station's recogniser (or the app's transcripts) has stored at least one utterance of
+    // the share; recognition ends some time after the voice does.
+    if share_turn.spoke {
+        let heard = ears.wait_for(args.words_wait, |h| h.participant_utterances > shared_before);
+        summary["share_words_waited"] = json!(heard);
+    }
 
     // Stories chosen on the station for this person, from what they just shared.
     let predictions_before = ears.lock().counts.get("prediction").copied().unwrap_or(0);
@@ -519,7 +620,7 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
 
     station.phase("cool_down")?;
     station.say("Thank you for reading with me today. I'll see you next time.")?;
-    station.ask(json!({"type": "stop_session"}))?;
+    station.stop()?;
     summary["turns"] = json!(turns);
     if !ears.wait_for(Duration::from_secs(120), |h| h.ended.is_some()) {
         return Err("the station did not say the session ended within 120 s".into());
@@ -528,18 +629,27 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
 }
 
 fn run(args: &Args) -> Result<Value, (String, Value)> {
-    let station = Station {
-        socket: args.socket.clone(),
-    };
+    let station = Arc::new(Station::new(args.socket.clone()));
     let ears = subscribe(args).map_err(|e| (e, Value::Null))?;
+    stop_on_signals(station.clone()).map_err(|e| (e, Value::Null))?;
     let start = station
-        .ask(json!({"type": "start_session", "participant_id": args.participant}))
+        .start(&args.participant)
         .map_err(|e| (e, Value::Null))?;
-    let mut summary = json!({"session_id": start["session_id"]});
+    {
+        let station = station.clone();
+        std::thread::Builder::new()
+            .name("heartbeat".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(1));
+                station.keep_alive();
+            })
+            .map_err(|e| (format!("cannot start the heartbeat: {e}"), Value::Null))?;
+    }
+    let mut summary = json!({"session_id": start["session_id"], "kept_by": start["kept_by"]});
     let result = session(args, &station, &ears, &mut summary);
     if result.is_err() {
         // A session this app started is never left running.
-        let _ = station.ask(json!({"type": "stop_session"}));
+        let _ = station.stop();
     }
     {
         let heard = ears.lock();
@@ -552,6 +662,31 @@ fn run(args: &Args) -> Result<Value, (String, Value)> {
         Ok(()) => Ok(summary),
         Err(e) => Err((e, summary)),
     }
+}
+
+/// On SIGINT or SIGTERM the app stops the session it started (stored as far as it got, as
+/// any `stop_session` is) and exits 1; a session never outlives the app that ran it.
+fn stop_on_signals(station: Arc<Station>) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| format!("cannot watch signals: {e}"))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                match station.session_id() {
+                    Some(id) => match station.stop() {
+                        Ok(_) => eprintln!("empathic-dialogue: {name}: session {id} stopped"),
+                        Err(e) => eprintln!("empathic-dialogue: {name}: could not stop session {id}: {e}"),
+                    },
+                    None => eprintln!("empathic-dialogue: {name}: no session started"),
+                }
+                std::process::exit(1);
+            }
+        })
+        .map(drop)
+        .map_err(|e| format!("cannot start the signal thread: {e}"))
 }
 
 /// p50 and p95 (nearest rank) of `v`.

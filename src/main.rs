@@ -75,6 +75,9 @@ fn main() -> ExitCode {
         std::env::set_var(empathic::models::onnx::TELEMETRY_OFF, "1");
     }
     init_logging();
+    // Test builds only: fail points named in FAILPOINTS (runtime::pipeline::failures).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     #[cfg(feature = "sensing")]
     alsa_log::route_messages();
     let cli = Cli::parse();

@@ -398,7 +398,7 @@ fn story(n: u32) -> Value {
 /// The scripted session: five phases, an utterance sent when it ends, three stories,
 /// three ratings, a survey item. Returns the session id.
 fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (String, Child) {
-    let start = station.ok(json!({"type": "start_session", "participant_id": participant}));
+    let start = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": participant}));
     let id = start["session_id"].as_str().unwrap().to_string();
     let player = pulse.play(&demo_session().join("audio.wav"));
     station.ok(json!({"type": "phase", "phase": "warm_up"}));
@@ -426,7 +426,7 @@ fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (Str
 /// Starts a session for `P-LIVE` with the demo speech playing and the warm-up phase
 /// entered; returns its id and the player.
 fn start_warm_up(station: &Station, pulse: &Pulse) -> (String, Child) {
-    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
+    let id = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))["session_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -548,7 +548,7 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
             .contains("no session is running"),
         "{a}"
     );
-    let a = station.ask(json!({"type": "start_session", "participant_id": "P-NOBODY"}));
+    let a = station.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-NOBODY"}));
     assert!(
         a["error"].as_str().unwrap().contains("unknown participant"),
         "{a}"
@@ -803,7 +803,7 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &runtime);
-    let id = station.ok(json!({"type": "start_session", "participant_id": "P-LIVE"}))["session_id"]
+    let id = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))["session_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -878,7 +878,7 @@ fn session_ids_and_starts_are_checked_before_anything_is_written() {
     consent(&config, "P-OTHER");
     let station = Station::start(dir.path(), &config, &runtime);
     let first = station.ok(
-        json!({"type": "start_session", "participant_id": "P-LIVE", "session_id": "crashed-1"}),
+        json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE", "session_id": "crashed-1"}),
     );
     assert_eq!(first["session_id"], "crashed-1");
     sleep_s(1.0);
@@ -896,7 +896,7 @@ fn session_ids_and_starts_are_checked_before_anything_is_written() {
     let before = snapshot(&conn);
     // The probe's example: another participant's start with a stored session's id.
     let a = station.ask(
-        json!({"type": "start_session", "participant_id": "P-OTHER", "session_id": "crashed-1"}),
+        json!({"type": "start_session", "lease_s": 600, "participant_id": "P-OTHER", "session_id": "crashed-1"}),
     );
     assert!(
         a["error"].as_str().unwrap_or("").contains("already stored"),
@@ -912,7 +912,7 @@ fn session_ids_and_starts_are_checked_before_anything_is_written() {
             .into_iter()
             .map(|p| {
                 s.spawn(move || {
-                    station_ref.ask(json!({"type": "start_session", "participant_id": p}))
+                    station_ref.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": p}))
                 })
             })
             .collect();
@@ -973,7 +973,7 @@ fn a_purge_during_the_participants_live_session_stops_it_and_leaves_no_byte_of_t
     let station = Station::start(dir.path(), &config, &runtime);
     // Words only the withdrawing participant said, and words of one who stays.
     let said = |participant: &str, words: &str| {
-        let id = station.ok(json!({"type": "start_session", "participant_id": participant}))
+        let id = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": participant}))
             ["session_id"]
             .as_str()
             .unwrap()
@@ -1032,7 +1032,7 @@ fn a_purge_during_the_participants_live_session_stops_it_and_leaves_no_byte_of_t
         "{kept:?}"
     );
     // Their consent went with them: no new session starts for them.
-    let a = station.ask(json!({"type": "start_session", "participant_id": "P-GONE"}));
+    let a = station.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-GONE"}));
     assert!(
         a["error"].as_str().unwrap().contains("unknown participant"),
         "{a}"
@@ -1252,7 +1252,7 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
 
     // SIGTERM: the session is closed incomplete with the reason; the recording finalised.
     let id = station
-        .ok(json!({"type": "start_session", "participant_id": "P-LIVE", "session_id": "term-1"}))
+        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE", "session_id": "term-1"}))
         ["session_id"]
         .as_str()
         .unwrap()
@@ -1284,7 +1284,7 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
     // SIGKILL: the next start marks the session incomplete and repairs the folder.
     station.spawn(&pulse.runtime_dir);
     station
-        .ok(json!({"type": "start_session", "participant_id": "P-LIVE", "session_id": "kill-1"}));
+        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE", "session_id": "kill-1"}));
     sleep_s(12.0);
     let stored_before = {
         let c = Connection::open(&station.db).unwrap();

@@ -4,7 +4,9 @@
 //! without `t_ms` (`phase`, `utterance`, `story_shown`, `rating`, `survey`, `note`: the
 //! service stamps it on arrival; an utterance keeps its own `start_ms`/`end_ms` on the
 //! session timeline and is placed at its start), or `start_session {participant_id,
-//! session_id?}`, `stop_session`, `status`. Every request gets one answer:
+//! session_id?, lease_s?}`, `stop_session`, `heartbeat {session_id}`, `status`. Events,
+//! `stop_session` and `heartbeat` may name their session (`session_id`): one naming a
+//! session that is not the running one is refused. Every request gets one answer:
 //! `{"ok":true, ...}` or `{"ok":false,"error":"<reason>"}`. [`SessionRules`] is the
 //! session's state as far as the protocol cares, and refuses what would make a session
 //! inconsistent: a phase out of order, a rating outside 1-5 or for a story not shown, a
@@ -31,8 +33,17 @@ pub enum Request {
     StartSession {
         participant_id: String,
         session_id: Option<String>,
+        /// A one-shot client's lease (seconds): the session is kept while requests naming
+        /// it come at most this far apart. `None`: bound to this connection.
+        lease_s: Option<u64>,
     },
-    StopSession,
+    StopSession {
+        session_id: Option<String>,
+    },
+    /// Keeps a session alive (a lease renewed; on a connection, a connection not idle).
+    Heartbeat {
+        session_id: String,
+    },
     Status,
     /// Turns the connection into a stream of the topics' messages (no more requests).
     Subscribe {
@@ -45,7 +56,24 @@ pub enum Request {
         text: Option<String>,
         policy: crate::features::recommend::Policy,
     },
-    Event(EventKind),
+    Event {
+        kind: EventKind,
+        /// The session the event is for; refused when that session is not the running one.
+        session_id: Option<String>,
+    },
+}
+
+impl Request {
+    /// The session a request names (`session_id`), when it names one.
+    pub fn names_session(&self) -> Option<&str> {
+        match self {
+            Request::StopSession { session_id } | Request::Event { session_id, .. } => {
+                session_id.as_deref()
+            }
+            Request::Heartbeat { session_id } => Some(session_id),
+            _ => None,
+        }
+    }
 }
 
 /// What a subscriber can ask to hear (`subscribe`); every streamed message names one in
@@ -98,6 +126,8 @@ struct StartFields {
     participant_id: String,
     #[serde(default)]
     session_id: Option<String>,
+    #[serde(default)]
+    lease_s: Option<u64>,
 }
 
 /// Parses one request line. The error is the reason sent back.
@@ -124,9 +154,13 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
             if let Some(id) = &f.session_id {
                 crate::session::manifest::check_id("session_id", id)?;
             }
+            if f.lease_s == Some(0) {
+                return Err("start_session: `lease_s` must be at least 1".into());
+            }
             Ok(Request::StartSession {
                 participant_id: f.participant_id,
                 session_id: f.session_id,
+                lease_s: f.lease_s,
             })
         }
         "recommend" => {
@@ -186,19 +220,39 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
             }
             Ok(Request::Subscribe { topics: out })
         }
-        "stop_session" | "status" => {
+        "status" => {
             if map.len() > 1 {
-                return Err(format!("`{kind}` takes no fields"));
+                return Err("`status` takes no fields".into());
             }
-            Ok(if kind == "status" {
-                Request::Status
-            } else {
-                Request::StopSession
-            })
+            Ok(Request::Status)
         }
-        _ => serde_json::from_value::<EventKind>(value)
-            .map(Request::Event)
-            .map_err(|e| format!("{kind}: {e}")),
+        _ => {
+            // Requests about the running session may name it.
+            let session_id = match map.remove("session_id") {
+                None => None,
+                Some(serde_json::Value::String(id)) => {
+                    crate::session::manifest::check_id("session_id", &id)?;
+                    Some(id)
+                }
+                Some(other) => return Err(format!("`session_id` must be a string, got {other}")),
+            };
+            match kind.as_str() {
+                "stop_session" | "heartbeat" => {
+                    if map.len() > 1 {
+                        return Err(format!("`{kind}` takes only `session_id`"));
+                    }
+                    if kind == "stop_session" {
+                        Ok(Request::StopSession { session_id })
+                    } else {
+                        let session_id = session_id.ok_or("heartbeat: name the session (`session_id`)")?;
+                        Ok(Request::Heartbeat { session_id })
+                    }
+                }
+                _ => serde_json::from_value::<EventKind>(value)
+                    .map(|kind| Request::Event { kind, session_id })
+                    .map_err(|e| format!("{kind}: {e}")),
+            }
+        }
     }
 }
 
@@ -344,19 +398,38 @@ mod tests {
             parse_request(r#"{"type":"start_session","participant_id":"P01"}"#).unwrap(),
             Request::StartSession {
                 participant_id: "P01".into(),
-                session_id: None
+                session_id: None,
+                lease_s: None,
             }
         );
         assert_eq!(
             parse_request(r#"{"type":"stop_session"}"#).unwrap(),
-            Request::StopSession
+            Request::StopSession { session_id: None }
+        );
+        assert_eq!(
+            parse_request(r#"{"type":"stop_session","session_id":"s-1"}"#).unwrap(),
+            Request::StopSession {
+                session_id: Some("s-1".into())
+            }
         );
         assert!(matches!(
             parse_request(r#"{"type":"phase","phase":"warm_up"}"#).unwrap(),
-            Request::Event(EventKind::Phase {
-                phase: Phase::WarmUp
-            })
+            Request::Event {
+                kind: EventKind::Phase {
+                    phase: Phase::WarmUp
+                },
+                session_id: None
+            }
         ));
+        let r = parse_request(r#"{"type":"rating","story_id":"s","value":4,"session_id":"a"}"#);
+        assert_eq!(r.unwrap().names_session(), Some("a"));
+        let e = parse_request(r#"{"type":"heartbeat"}"#).unwrap_err();
+        assert!(e.contains("session_id"), "{e}");
+        let e = parse_request(r#"{"type":"stop_session","session_id":".."}"#).unwrap_err();
+        assert!(e.contains("session_id"), "{e}");
+        let e = parse_request(r#"{"type":"start_session","participant_id":"P","lease_s":0}"#)
+            .unwrap_err();
+        assert!(e.contains("lease_s"), "{e}");
         let e = parse_request(r#"{"type":"phase","phase":"warm_up","t_ms":5}"#).unwrap_err();
         assert!(e.contains("t_ms"), "{e}");
         let e = parse_request(r#"{"type":"rating","story_id":"s","value":"x"}"#).unwrap_err();

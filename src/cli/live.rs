@@ -49,9 +49,17 @@ enum CtlCommand {
         /// The new session's id (default: `<station>-<UTC time>`).
         #[arg(long)]
         session_id: Option<String>,
+        /// The session's lease: `ctl` connects once per command, so the session is kept
+        /// while commands for it (`ctl heartbeat`, `phase`, `event`, `stop`) come at most this
+        /// many seconds apart, and ended `incomplete` otherwise (at most `[live] max_lease_s`).
+        #[arg(long, default_value_t = 900)]
+        lease_s: u64,
     },
-    /// Stop the running session (stored complete, recording finalised).
+    /// Stop the running session (stored complete, recording finalised); returns when the
+    /// next session may start.
     Stop,
+    /// Renew the running session's lease.
+    Heartbeat,
     /// Enter a phase: warm_up, story_share, story_receive, reflection, cool_down.
     Phase {
         /// warm_up, story_share, story_receive, reflection or cool_down.
@@ -71,10 +79,21 @@ impl CtlArgs {
             CtlCommand::Start {
                 participant,
                 session_id,
+                lease_s,
             } => {
-                serde_json::json!({"type": "start_session", "participant_id": participant, "session_id": session_id})
+                serde_json::json!({"type": "start_session", "participant_id": participant, "session_id": session_id, "lease_s": lease_s})
             }
             CtlCommand::Stop => serde_json::json!({"type": "stop_session"}),
+            CtlCommand::Heartbeat => {
+                // The running session, named (a heartbeat always names its session).
+                let socket = socket_of(self.socket.clone(), self.config.as_deref())?;
+                let s = request_ok(&socket, &serde_json::json!({"type": "status"}))
+                    .map_err(|e| (ExitKind::Runtime, e))?;
+                let id = s["session"]["session_id"]
+                    .as_str()
+                    .ok_or((ExitKind::BadInput, "no session is running".to_string()))?;
+                serde_json::json!({"type": "heartbeat", "session_id": id})
+            }
             CtlCommand::Phase { phase } => serde_json::json!({"type": "phase", "phase": phase}),
             CtlCommand::Event { json } => serde_json::from_str(&json)
                 .map_err(|e| (ExitKind::BadInput, format!("not valid JSON: {e}")))?,
@@ -175,6 +194,10 @@ pub fn ctl(
     }
 }
 
+/// A running session's device that handed nothing on for this long is shown stalled (the
+/// camera's frames come every 67 ms, the microphone's blocks every few tens of ms).
+const STALLED_MS: u64 = 2_000;
+
 pub fn status(
     socket: Option<PathBuf>,
     config: Option<&Path>,
@@ -203,8 +226,34 @@ pub fn status(
         s["station_id"].as_str().unwrap_or("?"),
         s["pid"]
     );
-    outln!("camera    {}", device(&s["camera"]));
-    outln!("mic       {}", device(&s["microphone"]));
+    // A device that is there but whose data stopped reaching the pipeline is not fine.
+    let stalled = |age: &serde_json::Value| {
+        age.as_u64()
+            .filter(|&a| a >= STALLED_MS)
+            .map(|a| format!("  (STALLED: nothing for {:.1} s)", a as f64 / 1e3))
+            .unwrap_or_default()
+    };
+    let session = &s["session"];
+    outln!(
+        "camera    {}{}",
+        device(&s["camera"]),
+        stalled(&session["frames_age_ms"])
+    );
+    outln!(
+        "mic       {}{}",
+        device(&s["microphone"]),
+        stalled(&session["audio_age_ms"])
+    );
+    if let Some(failures) = session["stage_failures"].as_array() {
+        for f in failures {
+            outln!(
+                "FAILED    stage {} at {:.1} s (the session goes on without it): {}",
+                f["stage"].as_str().unwrap_or("?"),
+                f["at_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                f["error"].as_str().unwrap_or("?")
+            );
+        }
+    }
     match s["session"].as_object() {
         Some(r) => outln!(
             "session   {} participant {} at {:.1} s, phase {}; frames {} (dropped {}), audio samples {} (lost {}){}",

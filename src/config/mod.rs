@@ -139,6 +139,8 @@ impl Config {
             0,
             120_000,
         )?;
+        within("live.app_grace_ms", self.live.app_grace_ms, 1_000, 600_000)?;
+        within("live.max_lease_s", self.live.max_lease_s, 10, 86_400)?;
         within(
             "asr.min_silence_ms",
             u64::from(self.asr.min_silence_ms),

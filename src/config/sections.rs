@@ -88,6 +88,13 @@ pub struct LiveConfig {
     /// SCHED_FIFO priority for the capture threads (1-99; 0: normal priority). Needs the
     /// unit's `LimitRTPRIO=`; when refused the service logs it and carries on.
     pub realtime_priority: u8,
+    /// A session bound to its dialogue app's connection (started without `lease_s`) ends
+    /// this long after that connection closes without `stop_session` (the app crashed or
+    /// was killed), stored `incomplete` with the reason. 1 000 - 600 000.
+    pub app_grace_ms: u64,
+    /// The longest lease a one-shot client (`empathic ctl start`) may ask for with
+    /// `lease_s`: such a session ends when no request names it for its lease. 10 - 86 400.
+    pub max_lease_s: u64,
 }
 
 impl Default for LiveConfig {
@@ -98,6 +105,8 @@ impl Default for LiveConfig {
             socket_mode: "660".into(),
             transcript_wait_ms: 10_000,
             realtime_priority: 20,
+            app_grace_ms: 30_000,
+            max_lease_s: 3_600,
         }
     }
 }

@@ -62,6 +62,22 @@ pub struct QualityReport {
     /// stored before the facial stage existed.
     #[serde(default)]
     pub modality_presence: Vec<ModalityPresence>,
+    /// Stages that failed during the session; it went on without them from `at_ms`
+    /// (`runtime::pipeline::StageFailures`). Absent in reports stored before issue 42.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stage_failures: Vec<StageFailure>,
+}
+
+/// One stage that failed during a session, as stored in its quality report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageFailure {
+    /// The stage: its modality (`face`, `appearance`, `speech_activity`, `text`) or its
+    /// thread (`speech-recognition`, `fusion-windows`).
+    pub stage: String,
+    /// Session time of the data it failed on (milliseconds from the session's start).
+    pub at_ms: u64,
+    /// The error, as the stage gave it.
+    pub error: String,
 }
 
 /// Inputs of [`QualityReport::build`].
@@ -121,6 +137,7 @@ impl QualityReport {
             video_queue_drops: i.video_queue_drops,
             phases,
             modality_presence: i.modality_presence,
+            stage_failures: Vec::new(),
         }
     }
 }

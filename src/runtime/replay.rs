@@ -149,6 +149,7 @@ pub fn replay(
             progress: opts.progress.clone(),
             realtime_priority: 0,
             live_events_lag_ns: None,
+            failures: pipeline::StageFailures::new(),
         },
         clock,
         &stop,

@@ -128,7 +128,8 @@ impl SessionWriter {
 
     /// Ends session `id` after its run: `failed` with the error when the run failed;
     /// otherwise its counts and quality report with `complete`, or `incomplete` with
-    /// `stopped(outcome)` when that says why it stopped early. A close that cannot be
+    /// `stopped(outcome)` when that says why it stopped early; stages that failed during
+    /// the run are added to the reason (the status stays what the capture earned). A close that cannot be
     /// written is recorded as the failure it is.
     pub fn end(
         &self,
@@ -144,11 +145,31 @@ impl SessionWriter {
                 return Err(e);
             }
         };
-        let reason = stopped(&outcome);
-        let status = if reason.is_some() {
+        let stop_reason = stopped(&outcome);
+        let status = if stop_reason.is_some() {
             EndStatus::Incomplete
         } else {
             EndStatus::Complete
+        };
+        // A stage that failed mid-session cost only its own modality: the session keeps its
+        // status, and its reason says what went missing from when (every listing shows it).
+        let failed: Vec<String> = outcome
+            .quality
+            .stage_failures
+            .iter()
+            .map(|f| {
+                format!(
+                    "stage {} failed at {:.1} s and the session went on without it ({})",
+                    f.stage,
+                    f.at_ms as f64 / 1e3,
+                    f.error
+                )
+            })
+            .collect();
+        let reason = match (stop_reason, failed.is_empty()) {
+            (r, true) => r,
+            (None, false) => Some(failed.join("; ")),
+            (Some(r), false) => Some(format!("{r}; {}", failed.join("; "))),
         };
         let closed = serde_json::to_string(&outcome.quality)
             .map_err(|e| RunError::Thread {

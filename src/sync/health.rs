@@ -62,6 +62,10 @@ pub struct Health {
     pub last_session_ended_at: Option<String>,
     /// The station clock's offset from a reference, when known (not measured yet: null).
     pub clock_offset_ms: Option<i64>,
+    /// Stages that failed in the running session (it goes on without them), as
+    /// `<stage>: <error>`; absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stage_failures: Vec<String>,
     /// Sealed sync: the station's public key and its signature over [`signed_bytes`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
@@ -130,8 +134,15 @@ pub fn check(topic: &str, payload: &[u8], now: &str) -> Result<Health, String> {
         &h.microphone.problem.clone().unwrap_or_default(),
         &h.last_session_status.clone().unwrap_or_default(),
     ];
-    if texts.iter().any(|t| t.len() > 1024) {
+    if texts.iter().any(|t| t.len() > 1024) || h.stage_failures.iter().any(|t| t.len() > 1024)
+    {
         return Err("health message with a text over 1024 bytes".into());
+    }
+    if h.stage_failures.len() > 16 {
+        return Err(format!(
+            "health message with {} stage failures (at most 16)",
+            h.stage_failures.len()
+        ));
     }
     Ok(h)
 }

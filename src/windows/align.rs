@@ -90,6 +90,14 @@ impl FrameAligner {
         q.rows.extend(rows);
     }
 
+    /// Audio modality `m` will have no more rows (its stage failed): slots no longer wait
+    /// for it, and it is absent from every slot after the rows it had.
+    pub fn retire_audio(&mut self, m: ModalityId) {
+        if let Some(q) = self.audio.iter_mut().find(|q| q.pool.modality == m) {
+            q.latest = Some(Nanos::MAX);
+        }
+    }
+
     /// The text track, to add utterances and move its known-until time.
     pub fn text_track(&mut self) -> Option<&mut TextTrack> {
         self.text.as_mut().map(|(_, t)| t)

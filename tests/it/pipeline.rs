@@ -106,6 +106,7 @@ fn run_demo(
             progress: std::sync::Arc::new(empathic::runtime::pipeline::NoProgress),
             realtime_priority: 0,
             live_events_lag_ns: None,
+            failures: empathic::runtime::pipeline::StageFailures::new(),
         },
         clock,
         &AtomicBool::new(false),

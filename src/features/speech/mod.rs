@@ -2,7 +2,7 @@
 //!
 //! Contract: [`Recogniser`] runs Silero VAD v6 ([`vad`]) over 16 kHz mono audio, cuts it into
 //! utterances ([`vad::Segmenter`]: 300 ms of silence ends one, 100 ms of padding, a forced
-//! cut every 30 s of unbroken speech) and recognises each with Moonshine tiny-en
+//! cut at the quietest moment before 20 s of unbroken speech) and recognises each with Moonshine tiny-en
 //! ([`moonshine`]), giving [`Utterance`]s stamped in milliseconds from the audio's first
 //! sample, with the model's id and a confidence (mean token log-probability). Nothing
 //! leaves the process: the models are local files fetched at set-up (`scripts/setup.sh`,
@@ -100,8 +100,8 @@ impl Recogniser {
         let mut segmenter = vad::Segmenter::new(self.rules);
         let mut segments = Vec::new();
         for (i, block) in samples.chunks(16_000).enumerate() {
-            for p in self.vad.push(block)? {
-                segments.extend(segmenter.push(p));
+            for chunk in self.vad.push_chunks(block)? {
+                segments.extend(segmenter.push(chunk));
             }
             progress(((i + 1) * 16_000).min(samples.len()) as u64 / 2);
         }

@@ -146,8 +146,11 @@ impl Moonshine {
                     .into(),
             ));
             if self.decoder_takes_mask {
-                // Over the encoder's output frames (its `encoder_sequence_length`).
-                let m = Tensor::from_array(([1usize, t], vec![1i64; t]))
+                // Over the input samples, like the encoder's own mask: the decoder reduces it
+                // to the encoder's frames itself (the strides of the encoder's convolutions).
+                // A mask over the frames was reduced a second time, to one value (which
+                // broadcast, by luck) below 9.4 s and to two or more, which fail, above.
+                let m = Tensor::from_array(([1usize, n], vec![1i64; n]))
                     .map_err(|e| self.fail(e.to_string()))?;
                 inputs.push(("encoder_attention_mask".into(), m.into()));
             }

@@ -120,9 +120,9 @@ impl SpeechStream {
         self.held.extend_from_slice(&fresh);
         let mut voice = Vec::new();
         let pad = u64::from(self.recogniser.rules.pad_ms) * u64::from(RATE_HZ) / 1000;
-        for p in self.recogniser.vad.push(&fresh)? {
+        for chunk in self.recogniser.vad.push_chunks(&fresh)? {
             let was_open = self.segmenter.open_start().is_some();
-            let ended = self.segmenter.push(p);
+            let ended = self.segmenter.push(chunk);
             let open = self.segmenter.open_start();
             let decided_ns = self.placement.time_ns(self.segmenter.at());
             match (was_open, open, ended) {

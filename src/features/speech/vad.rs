@@ -10,7 +10,10 @@
 //!   speech starts at a chunk at or above `on` (0.5), ends after `min_silence_ms` (300 ms)
 //!   below `off` (0.35), a segment shorter than `min_speech_ms` (250 ms) is dropped, each is
 //!   padded by `pad_ms` (100 ms, never into its neighbour), and unbroken speech is cut every
-//!   `max_speech_ms` (30 s) so no utterance grows without bound.
+//!   `max_speech_ms` (20 s) so no utterance grows without bound. A forced cut falls where
+//!   the voice is quietest (lowest loudness over about 100 ms) in the last 4 s before the
+//!   limit, so a monologue is cut between words, not mid-word, whenever a pause-like dip
+//!   exists; the speech goes on in the next segment from exactly there (nothing lost).
 
 use std::path::Path;
 
@@ -57,11 +60,28 @@ impl SileroVad {
 
     /// Feeds `samples`; returns the probability of every chunk completed by them.
     pub fn push(&mut self, samples: &[f32]) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .push_chunks(samples)?
+            .into_iter()
+            .map(|c| c.probability)
+            .collect())
+    }
+
+    /// Feeds `samples`; returns every chunk completed by them, with its loudness.
+    pub fn push_chunks(&mut self, samples: &[f32]) -> Result<Vec<Chunk>, ModelError> {
         let mut out = Vec::new();
         for &s in samples {
             self.window.push(s);
             if self.window.len() == CONTEXT + CHUNK {
-                out.push(self.run()?);
+                let probability = self.run()?;
+                let energy: f64 = self.window[CONTEXT..]
+                    .iter()
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum();
+                out.push(Chunk {
+                    probability,
+                    rms: (energy / CHUNK as f64).sqrt() as f32,
+                });
                 self.window.drain(..CHUNK);
             }
         }
@@ -98,6 +118,31 @@ impl SileroVad {
     }
 }
 
+/// One 512-sample chunk as the segmenter sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Chunk {
+    /// Silero's speech probability.
+    pub probability: f32,
+    /// Root mean square of the chunk's samples (where to cut unbroken speech).
+    pub rms: f32,
+}
+
+impl Chunk {
+    /// A chunk whose loudness follows its probability (tests of the rules alone).
+    pub fn of_probability(probability: f32) -> Self {
+        Self {
+            probability,
+            rms: probability,
+        }
+    }
+}
+
+/// How far back from the limit a forced cut looks for the quietest moment.
+const CUT_SEARCH_MS: u32 = 4_000;
+/// Chunks averaged around each candidate (a stop consonant's silence is shorter than
+/// three chunks, 96 ms; a breath between words is not).
+const CUT_SMOOTH_CHUNKS: usize = 3;
+
 /// How probabilities become segments.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SegmentRules {
@@ -117,7 +162,7 @@ impl Default for SegmentRules {
             min_silence_ms: 300,
             min_speech_ms: 250,
             pad_ms: 100,
-            max_speech_ms: 30_000,
+            max_speech_ms: 20_000,
         }
     }
 }
@@ -140,6 +185,9 @@ pub struct Segmenter {
     silence_from: Option<u64>,
     /// The end of the last segment given (padding never reaches back past it).
     last_end: u64,
+    /// Loudness of the open segment's recent chunks (`CUT_SEARCH_MS` of them), by the
+    /// sample each starts at, to place a forced cut where the voice is quietest.
+    levels: std::collections::VecDeque<(u64, f32)>,
 }
 
 fn samples(ms: u32) -> u64 {
@@ -154,19 +202,34 @@ impl Segmenter {
             start: None,
             silence_from: None,
             last_end: 0,
+            levels: std::collections::VecDeque::new(),
         }
     }
 
-    /// The probability of the next chunk; returns a segment when one ended with it.
-    pub fn push(&mut self, p: f32) -> Option<Segment> {
+    /// The next chunk; returns a segment when one ended with it.
+    pub fn push(&mut self, chunk: Chunk) -> Option<Segment> {
+        let p = chunk.probability;
         let here = self.at;
         self.at += CHUNK as u64;
         let r = self.rules;
+        if self.start.is_some() || p >= r.on {
+            self.levels.push_back((here, chunk.rms));
+            let search = samples(CUT_SEARCH_MS.min(r.max_speech_ms / 2));
+            while self
+                .levels
+                .front()
+                .is_some_and(|&(at, _)| at + search < self.at)
+            {
+                self.levels.pop_front();
+            }
+        }
         match self.start {
             None => {
                 if p >= r.on {
                     self.start = Some(here);
                     self.silence_from = None;
+                } else {
+                    self.levels.clear();
                 }
                 None
             }
@@ -180,18 +243,47 @@ impl Segmenter {
                     if self.at - from >= samples(r.min_silence_ms) {
                         self.start = None;
                         self.silence_from = None;
+                        self.levels.clear();
                         return self.close(start, from);
                     }
                 }
                 if self.at - start >= samples(r.max_speech_ms) {
-                    // A forced cut: the speech goes on in a new segment.
-                    self.start = Some(self.at);
+                    // A forced cut where the voice is quietest in the last seconds: the
+                    // speech goes on in a new segment from there.
+                    let cut = self.quietest_point(start);
+                    self.start = Some(cut);
                     self.silence_from = None;
-                    return self.close_unpadded(start, self.at);
+                    while self.levels.front().is_some_and(|&(at, _)| at < cut) {
+                        self.levels.pop_front();
+                    }
+                    return self.close_unpadded(start, cut);
                 }
                 None
             }
         }
+    }
+
+    /// Where to cut unbroken speech that began at `start`: the middle of the quietest
+    /// stretch of `CUT_SMOOTH_CHUNKS` chunks among the recent ones (ties: the latest, so the
+    /// segment is as long as it may be), never less than `min_speech_ms` after `start`;
+    /// the latest chunk's end when no chunk qualifies.
+    fn quietest_point(&self, start: u64) -> u64 {
+        let earliest = start + samples(self.rules.min_speech_ms);
+        let levels: Vec<(u64, f32)> = self.levels.iter().copied().collect();
+        let mut best: Option<(u64, f32)> = None;
+        for i in 0..levels.len() {
+            let cut = levels[i].0 + CHUNK as u64 / 2;
+            if cut < earliest {
+                continue;
+            }
+            let lo = i.saturating_sub(CUT_SMOOTH_CHUNKS / 2);
+            let hi = (i + CUT_SMOOTH_CHUNKS / 2 + 1).min(levels.len());
+            let mean = levels[lo..hi].iter().map(|&(_, l)| l).sum::<f32>() / (hi - lo) as f32;
+            if best.is_none_or(|(_, b)| mean <= b) {
+                best = Some((cut, mean));
+            }
+        }
+        best.map_or(self.at, |(cut, _)| cut)
     }
 
     /// Samples seen so far (whole chunks).
@@ -217,6 +309,7 @@ impl Segmenter {
     pub fn finish(&mut self) -> Option<Segment> {
         let start = self.start.take()?;
         let end = self.silence_from.take().unwrap_or(self.at);
+        self.levels.clear();
         self.close(start, end)
     }
 
@@ -251,7 +344,10 @@ mod tests {
 
     fn run(probs: &[f32], rules: SegmentRules) -> Vec<Segment> {
         let mut s = Segmenter::new(rules);
-        let mut out: Vec<Segment> = probs.iter().filter_map(|&p| s.push(p)).collect();
+        let mut out: Vec<Segment> = probs
+            .iter()
+            .filter_map(|&p| s.push(Chunk::of_probability(p)))
+            .collect();
         out.extend(s.finish());
         out
     }
@@ -275,12 +371,79 @@ mod tests {
         assert!((ms(segs[0].start) - 900.0).abs() < 40.0, "{segs:?}");
         assert!((ms(segs[0].end) - 2600.0).abs() < 40.0, "{segs:?}");
 
-        // Unbroken speech for 70 s: cut at 30 s and 60 s, nothing lost between cuts.
-        let p = vec![0.9f32; at(70_000.0)];
+        // Unbroken speech for 50 s: cut at 20 s and 40 s, nothing lost between cuts.
+        let p = vec![0.9f32; at(50_000.0)];
         let segs = run(&p, SegmentRules::default());
         assert_eq!(segs.len(), 3, "{segs:?}");
         assert_eq!(segs[0].end, segs[1].start);
         assert_eq!(segs[1].end, segs[2].start);
         assert!(run(&vec![0.0; 1000], SegmentRules::default()).is_empty());
+    }
+
+    #[test]
+    fn a_forced_cut_falls_where_the_voice_is_quietest_and_loses_nothing() {
+        let rules = SegmentRules::default();
+        let chunk_ms = 32.0;
+        let at = |ms: f64| (ms / chunk_ms) as usize;
+        // 45 s of speech that never pauses long enough to end; loud, with a quieter
+        // breath (still speech by the model) at 17.5 s and one at 35 s.
+        let mut chunks = vec![Chunk { probability: 0.95, rms: 0.2 }; at(45_000.0)];
+        for c in &mut chunks[at(17_500.0)..at(17_600.0)] {
+            c.rms = 0.01;
+        }
+        for c in &mut chunks[at(35_000.0)..at(35_150.0)] {
+            c.rms = 0.02;
+        }
+        let mut s = Segmenter::new(rules);
+        let mut segs: Vec<Segment> = chunks.iter().filter_map(|&c| s.push(c)).collect();
+        segs.extend(s.finish());
+        assert_eq!(segs.len(), 3, "{segs:?}");
+        let ms = |s: u64| s as f64 / 16.0;
+        assert!((ms(segs[0].end) - 17_550.0).abs() < 80.0, "{segs:?}");
+        assert!((ms(segs[1].end) - 35_075.0).abs() < 100.0, "{segs:?}");
+        assert_eq!(segs[0].end, segs[1].start);
+        assert_eq!(segs[1].end, segs[2].start);
+        for w in &segs {
+            assert!(ms(w.end - w.start) <= 20_000.0 + 100.0, "{segs:?}");
+        }
+    }
+
+    #[test]
+    fn any_pattern_of_speech_gives_bounded_ordered_segments() {
+        // A property over many made-up streams: every segment is within the limit (plus its
+        // padding), they are ordered and disjoint, and unbroken speech is covered without gaps.
+        let rules = SegmentRules::default();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200 {
+            let mut chunks = Vec::new();
+            while chunks.len() < 3_000 {
+                let run = (next() % 900) as usize + 1;
+                let speech = next() % 3 != 0;
+                for _ in 0..run {
+                    let rms = (next() % 1000) as f32 / 1000.0;
+                    chunks.push(if speech {
+                        Chunk { probability: 0.9, rms }
+                    } else {
+                        Chunk { probability: 0.05, rms: rms / 50.0 }
+                    });
+                }
+            }
+            let mut s = Segmenter::new(rules);
+            let mut segs: Vec<Segment> = chunks.iter().filter_map(|&c| s.push(c)).collect();
+            segs.extend(s.finish());
+            let limit = samples(rules.max_speech_ms + 2 * rules.pad_ms);
+            for w in segs.windows(2) {
+                assert!(w[0].end <= w[1].start, "{segs:?}");
+            }
+            for g in &segs {
+                assert!(g.start < g.end && g.end - g.start <= limit, "{g:?}");
+            }
+        }
     }
 }

@@ -43,6 +43,16 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
         .quality
         .clone()
         .and_then(|q| serde_json::from_value::<crate::report::QualityReport>(q).ok());
+    for f in quality.iter().flat_map(|q| &q.stage_failures) {
+        let _ = writeln!(
+            out,
+            "<div class=\"banner\"><b>Stage {} failed at {}</b>: {}. The session went on \
+             without it: its modality is missing from then on.</div>",
+            esc(&f.stage),
+            plots::mmss(f.at_ms as f64 / 1e3),
+            esc(&f.error)
+        );
+    }
     glance(&mut out, &d, quality.as_ref());
     let phase_bands: Vec<(f64, f64, String, plotters::style::RGBColor)> = d
         .phases

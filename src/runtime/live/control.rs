@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::runtime::RunError;
 use crate::session::Event;
 
+use super::lifecycle::check_addressed;
 use super::session::start_session;
 
 /// The subscription stream's version (docs/station.md, "Subscriptions"). 2: `voice` also
@@ -191,6 +192,21 @@ pub(super) fn serve_client<'scope>(
     service: &'scope Service<'scope>,
     stream: UnixStream,
 ) {
+    let conn = service.connections.fetch_add(1, Ordering::SeqCst);
+    serve_connection(scope, service, stream, conn);
+    // A session bound to this connection now has its grace running.
+    if let Some(r) = service.state().running.as_mut() {
+        r.tie.connection_closed(conn);
+    }
+}
+
+/// [`serve_client`]'s loop on connection number `conn`.
+fn serve_connection<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    stream: UnixStream,
+    conn: u64,
+) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
     let Ok(mut out) = stream.try_clone() else {
@@ -249,7 +265,7 @@ pub(super) fn serve_client<'scope>(
                 service.subscribers.serve(topics, first, out, service.stop);
                 return;
             }
-            Ok(request) => handle(scope, service, request),
+            Ok(request) => handle(scope, service, request, conn),
             Err(reason) => Err(reason),
         };
         let text = match reply {
@@ -272,6 +288,7 @@ pub(super) fn handle<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     service: &'scope Service<'scope>,
     request: Request,
+    conn: u64,
 ) -> Result<serde_json::Value, String> {
     match request {
         Request::Status => {
@@ -281,39 +298,75 @@ pub(super) fn handle<'scope>(
         Request::StartSession {
             participant_id,
             session_id,
-        } => start_session(scope, service, participant_id, session_id),
-        Request::StopSession => {
-            let state = service.state();
-            let r = state.running.as_ref().ok_or("no session is running")?;
-            r.end.store(true, Ordering::SeqCst);
-            let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
-            let answer =
-                serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir});
-            drop(state);
+            lease_s,
+        } => {
+            let max = service.config.live.max_lease_s;
+            if lease_s.is_some_and(|l| l > max) {
+                return Err(format!(
+                    "start_session: `lease_s` {} is over this station's [live] max_lease_s ({max})",
+                    lease_s.unwrap_or_default()
+                ));
+            }
+            start_session(scope, service, participant_id, session_id, lease_s, conn)
+        }
+        Request::StopSession { .. } => {
+            let (id, answer) = {
+                let mut state = service.state();
+                let r = state.running.as_mut();
+                let r = match r {
+                    Some(r) => {
+                        check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
+                        r
+                    }
+                    None => return Err(check_addressed(None, &request, conn).err().unwrap_or_default()),
+                };
+                r.end.store(true, Ordering::SeqCst);
+                let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
+                (
+                    r.id.clone(),
+                    serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir}),
+                )
+            };
             use crate::runtime::pipeline::{Observer, Topic};
             service.subscribers.observe(
                 Topic::Session,
-                t_ms,
-                serde_json::json!({"event": "stop", "session_id": answer["session_id"]}),
+                answer["t_ms"].as_u64().unwrap_or(0),
+                serde_json::json!({"event": "stop", "session_id": id}),
             );
+            // Answered once the session is stored and closed: the next start is accepted.
+            wait_session_gone(service, &id)?;
             Ok(answer)
+        }
+        Request::Heartbeat { .. } => {
+            let mut state = service.state();
+            let r = state.running.as_mut();
+            match r {
+                Some(r) => {
+                    check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
+                    Ok(serde_json::json!({"session_id": r.id, "kept_by": r.tie.describe()}))
+                }
+                None => Err(check_addressed(None, &request, conn).err().unwrap_or_default()),
+            }
         }
         Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
         Request::Recommend { k, text, policy } => {
             super::recommend::recommend_now(service, k, text, policy)
         }
-        Request::Event(kind) => {
+        Request::Event { ref kind, .. } => {
             let mut state = service.state();
-            let r = state.running.as_mut().ok_or("no session is running")?;
+            let Some(r) = state.running.as_mut() else {
+                return Err(check_addressed(None, &request, conn).err().unwrap_or_default());
+            };
+            check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
             if r.end.load(Ordering::SeqCst) {
-                return Err("the session is stopping".into());
+                return Err(format!("session `{}` is stopping", r.id));
             }
             let now = service.clock.now_ns().saturating_sub(r.start_clock_ns);
-            let t_ns = r.rules.accept(&kind, now)?;
+            let t_ns = r.rules.accept(kind, now)?;
             let event = Event {
                 t_ns,
                 line: 0,
-                kind,
+                kind: kind.clone(),
             };
             if let Some(rec) = &r.recording {
                 let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
@@ -336,5 +389,30 @@ pub(super) fn handle<'scope>(
                 .map_err(|_| "the session's pipeline has stopped".to_string())?;
             Ok(serde_json::json!({"t_ms": t_ms}))
         }
+    }
+}
+
+/// How long `stop_session` waits for the session to be stored and closed.
+const STOP_WAIT: Duration = Duration::from_secs(120);
+
+/// Waits until session `id` is no longer the running one (stored, its writer closed).
+fn wait_session_gone(service: &Service<'_>, id: &str) -> Result<(), String> {
+    let since = std::time::Instant::now();
+    loop {
+        let gone = service
+            .state()
+            .running
+            .as_ref()
+            .is_none_or(|r| r.id != id);
+        if gone {
+            return Ok(());
+        }
+        if since.elapsed() >= STOP_WAIT || service.stop.load(Ordering::SeqCst) {
+            return Err(format!(
+                "session `{id}` was told to stop but is still closing after {} s (status shows it)",
+                since.elapsed().as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -21,6 +21,7 @@ struct Watched {
     microphone: (bool, Option<String>),
     disk_low: bool,
     sessions_run: u64,
+    stage_failures: usize,
 }
 
 pub(super) fn health_loop(service: &Service<'_>) {
@@ -61,6 +62,11 @@ fn watched(service: &Service<'_>) -> Watched {
             .disk_free_mib
             .is_some_and(|f| f < service.config.recording.min_free_mib),
         sessions_run: status.sessions_run,
+        stage_failures: service
+            .state()
+            .running
+            .as_ref()
+            .map_or(0, |r| r.failures.list().len()),
     }
 }
 
@@ -89,6 +95,16 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
             last,
         )
     };
+    let stage_failures: Vec<String> = service
+        .state()
+        .running
+        .as_ref()
+        .map(|r| r.failures.list())
+        .unwrap_or_default()
+        .into_iter()
+        .take(16)
+        .map(|f| format!("{}: {}", f.stage, f.error).chars().take(500).collect())
+        .collect();
     let device = |d: &super::DeviceStatus| DeviceHealth {
         present: d.present,
         problem: d.problem.clone(),
@@ -111,6 +127,7 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
         last_session_status: last.as_ref().map(|l| l.0.clone()),
         last_session_ended_at: last.map(|l| l.1),
         clock_offset_ms: None,
+        stage_failures,
         signer: None,
         sig: None,
     }

@@ -42,6 +42,7 @@ use crate::Nanos;
 mod control;
 mod devices;
 mod health;
+mod lifecycle;
 mod recommend;
 mod retention;
 mod session;
@@ -78,7 +79,16 @@ pub struct SessionStatus {
     pub frames_dropped: u64,
     pub audio_samples: u64,
     pub audio_samples_lost: u64,
+    /// Milliseconds since the camera's last frame and the microphone's last block were
+    /// handed to the pipeline (since the session's start when none has been yet).
+    pub frames_age_ms: u64,
+    pub audio_age_ms: u64,
     pub recording: Option<String>,
+    /// How the session is kept alive by its dialogue app (`lifecycle`).
+    pub kept_by: serde_json::Value,
+    /// Stages that failed during this session; it goes on without them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stage_failures: Vec<crate::report::StageFailure>,
 }
 
 /// What `empathic status` shows.
@@ -103,6 +113,10 @@ struct Counters {
     frames_dropped: AtomicU64,
     samples: AtomicU64,
     samples_lost: AtomicU64,
+    /// When (on the service clock) the last frame and the last audio block were handed on,
+    /// so `status` tells a device whose data stopped from one that works.
+    frame_at_ns: AtomicU64,
+    audio_at_ns: AtomicU64,
 }
 
 /// A running session, as the control clients see it.
@@ -119,6 +133,10 @@ struct Running {
     recording_dir: Option<PathBuf>,
     /// The latest window the session's predictors represented (`recommend`).
     latest_window: crate::runtime::pipeline::LatestSlot,
+    /// Stages that failed so far; the session goes on without them.
+    failures: Arc<crate::runtime::pipeline::StageFailures>,
+    /// How the session is kept alive by its dialogue app.
+    tie: lifecycle::Tie,
 }
 
 struct State {
@@ -137,6 +155,8 @@ struct Service<'a> {
     stop: &'a AtomicBool,
     state: Mutex<State>,
     clients: AtomicU64,
+    /// Numbers the control connections (a session is bound to one).
+    connections: AtomicU64,
     store: Mutex<Store>,
     /// The control socket's subscribers (`subscribe`), the pipeline's observer.
     subscribers: Arc<subscribe::Subscribers>,
@@ -218,6 +238,7 @@ pub fn serve(
             starting: false,
         }),
         clients: AtomicU64::new(0),
+        connections: AtomicU64::new(0),
         store: Mutex::new(store),
         subscribers,
     };
@@ -264,6 +285,7 @@ pub fn serve(
                 watch.drops(service);
                 last_drops = std::time::Instant::now();
             }
+            end_abandoned_session(service);
         }
         notify(&[sd_notify::NotifyState::Stopping]);
         tracing::info!("stopping: ending the running session, if any");
@@ -274,6 +296,34 @@ pub fn serve(
     })?;
     let _ = std::fs::remove_file(&config.live.socket);
     Ok(())
+}
+
+/// Ends the running session when its dialogue app has gone (`lifecycle`): its reason is
+/// kept for the stored status, capture stops, and the subscribers are told.
+fn end_abandoned_session(service: &Service<'_>) {
+    let told = {
+        let mut state = service.state();
+        let Some(r) = state.running.as_mut() else {
+            return;
+        };
+        if r.end.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(reason) = r.tie.expired() else {
+            return;
+        };
+        tracing::warn!(session = %r.id, "{reason}");
+        *r.tie.abandoned.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+        r.end.store(true, Ordering::SeqCst);
+        let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
+        (r.id.clone(), t_ms, reason)
+    };
+    use crate::runtime::pipeline::{Observer, Topic};
+    service.subscribers.observe(
+        Topic::Session,
+        told.1,
+        serde_json::json!({"event": "abandoned", "session_id": told.0, "reason": told.2}),
+    );
 }
 
 /// Whether systemd watches this process, and its interval: `WATCHDOG_USEC` set and
@@ -383,6 +433,11 @@ fn current_status(service: &Service<'_>) -> ServiceStatus {
     let state = service.state();
     let mut status = state.status.clone();
     status.sync = sync;
+    let now = service.clock.now_ns();
+    let age_ms = |at: &AtomicU64| {
+        let at = at.load(Ordering::Relaxed);
+        now.saturating_sub(at) / 1_000_000
+    };
     status.session = state.running.as_ref().map(|r| SessionStatus {
         session_id: r.id.clone(),
         participant_id: r.participant.clone(),
@@ -392,7 +447,11 @@ fn current_status(service: &Service<'_>) -> ServiceStatus {
         frames_dropped: r.counters.frames_dropped.load(Ordering::Relaxed),
         audio_samples: r.counters.samples.load(Ordering::Relaxed),
         audio_samples_lost: r.counters.samples_lost.load(Ordering::Relaxed),
+        frames_age_ms: age_ms(&r.counters.frame_at_ns),
+        audio_age_ms: age_ms(&r.counters.audio_at_ns),
         recording: r.recording_dir.as_ref().map(|d| d.display().to_string()),
+        stage_failures: r.failures.list(),
+        kept_by: r.tie.describe(),
     });
     status
 }

@@ -34,6 +34,8 @@ pub(super) fn start_session<'scope>(
     service: &'scope Service<'scope>,
     participant: String,
     session_id: Option<String>,
+    lease_s: Option<u64>,
+    conn: u64,
 ) -> Result<serde_json::Value, String> {
     {
         let mut state = service.state();
@@ -42,7 +44,7 @@ pub(super) fn start_session<'scope>(
         }
         state.starting = true;
     }
-    let started = start_session_checked(scope, service, participant, session_id);
+    let started = start_session_checked(scope, service, participant, session_id, lease_s, conn);
     service.state().starting = false;
     started
 }
@@ -53,6 +55,8 @@ pub(super) fn start_session_checked<'scope>(
     service: &'scope Service<'scope>,
     participant: String,
     session_id: Option<String>,
+    lease_s: Option<u64>,
+    conn: u64,
 ) -> Result<serde_json::Value, String> {
     let config = service.config;
     {
@@ -171,9 +175,20 @@ pub(super) fn start_session_checked<'scope>(
     let end = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
     let start_clock_ns = service.clock.now_ns();
+    counters.frame_at_ns.store(start_clock_ns, Ordering::Relaxed);
+    counters.audio_at_ns.store(start_clock_ns, Ordering::Relaxed);
     let latest_window: crate::runtime::pipeline::LatestSlot = Default::default();
+    let failures = pipeline::StageFailures::new();
+    let tie = super::lifecycle::Tie::new(
+        conn,
+        lease_s,
+        std::time::Duration::from_millis(config.live.app_grace_ms),
+    );
+    let kept_by = tie.describe();
     let run = SessionRun {
+        abandoned: tie.abandoned.clone(),
         latest_window: latest_window.clone(),
+        failures: failures.clone(),
         id: id.clone(),
         start_clock_ns,
         end: end.clone(),
@@ -192,6 +207,8 @@ pub(super) fn start_session_checked<'scope>(
         recording,
         recording_dir: recording_dir.clone(),
         latest_window,
+        failures,
+        tie,
     });
     let session_id = id.clone();
     let started = spawn(scope, "live-session", move || {
@@ -215,7 +232,9 @@ pub(super) fn start_session_checked<'scope>(
         serde_json::json!({"event": "start", "session_id": session_id, "participant_id": participant}),
     );
     tracing::info!(session = %session_id, participant = %participant, "live session started");
-    Ok(serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir}))
+    Ok(
+        serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir, "kept_by": kept_by}),
+    )
 }
 
 pub(super) fn intrinsics(config: &Config) -> Option<CameraIntrinsics> {
@@ -235,6 +254,9 @@ pub(super) struct SessionRun {
     recording: Option<Arc<Mutex<Recording>>>,
     events: PolicyReceiver<Event>,
     latest_window: crate::runtime::pipeline::LatestSlot,
+    failures: Arc<pipeline::StageFailures>,
+    /// Set when the session was ended because its dialogue app went away (the reason).
+    abandoned: Arc<Mutex<Option<String>>>,
 }
 
 pub(super) fn run_session<'scope>(
@@ -321,6 +343,7 @@ pub(super) fn run_session<'scope>(
             progress: std::sync::Arc::new(crate::runtime::pipeline::NoProgress),
             realtime_priority: config.live.realtime_priority,
             live_events_lag_ns: Some(config.live.transcript_wait_ms * 1_000_000),
+            failures: run.failures.clone(),
         },
         clock,
         service.stop,
@@ -351,7 +374,15 @@ pub(super) fn run_session<'scope>(
         o.quality.video_queue_drops += run.counters.frames_dropped.load(Ordering::Relaxed);
         o
     });
+    let abandoned = run
+        .abandoned
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let ended = sessions.end(&run.id, &config.station.id, outcome, |outcome| {
+        if abandoned.is_some() {
+            return abandoned;
+        }
         (outcome.stopped || service.stop.load(Ordering::SeqCst)).then(|| {
             format!(
                 "the service was stopped {:.1} s into the session; everything captured until then is stored",

@@ -69,15 +69,17 @@ use crate::windows::{
 use crate::Nanos;
 
 mod consumers;
+mod failures;
 mod figures;
 mod observe;
 mod text;
 mod threads;
 
 pub use consumers::{LatestSlot, PredictWindows, StoreWindows, WindowConsumer};
+pub use failures::{StageFailure, StageFailures};
 use figures::*;
 pub use figures::{LatencySummary, ThreadFigures};
-pub use observe::{message, tell_voice, FrameWatch, Observer, Recorded, Topic};
+pub use observe::{message, tell_voice, FrameWatch, Observer, QualityWatch, Recorded, Topic};
 use text::*;
 use threads::*;
 
@@ -142,6 +144,9 @@ pub struct PipelineOptions {
     /// wait, 0 included); `None` for a replay, whose events are all known. Live, frames
     /// never wait for the recogniser past it.
     pub live_events_lag_ns: Option<Nanos>,
+    /// Where stages that fail mid-run are recorded (the run goes on without them); the
+    /// front end keeps a clone to show them while the run goes on (`failures`).
+    pub failures: Arc<StageFailures>,
 }
 
 /// What a run produced.
@@ -168,6 +173,13 @@ struct VideoFeaturesDone {
 struct AudioFeaturesDone {
     timeline: AudioTimelineStats,
     totals: AudioSignalTotals,
+}
+
+/// What the audio thread hands the aligner per block: rows per modality, and the audio
+/// modalities whose stage failed with this block (no more rows will come for them).
+struct AudioOut {
+    rows: Vec<(ModalityId, Vec<AudioRow>)>,
+    retired: Vec<ModalityId>,
 }
 
 struct AlignDone {
@@ -243,7 +255,11 @@ pub fn run(
     consumers.extend(sinks.window_consumers);
     let writer = &sinks.writer;
     let observer: Option<&dyn Observer> = sinks.observer.as_deref();
-    let frame_watch = observer.map(|_| FrameWatch::new(&layout, 1e9 / period_ns));
+    // Perception messages are told where their data are first complete, never behind the
+    // aligner's transcript wait: the face and brightness after the frame stages, clipping
+    // from the audio rows.
+    let frame_watch = observer.map(|o| (o, FrameWatch::new(&layout, 1e9 / period_ns)));
+    let audio_watch = observer.map(|o| (o, QualityWatch::audio_only(&layout)));
     // The `voice` topic by the energy rule when the learned voice activity does not run.
     let energy_voice = observer
         .filter(|_| speech.is_none())
@@ -255,8 +271,7 @@ pub fn run(
         policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
     let (slot_tx, slot_rx) = policy_queue::<VideoSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
     let (pending_tx, pending_rx) = policy_queue::<PendingSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
-    let (rows_tx, rows_rx) =
-        policy_queue::<Vec<(ModalityId, Vec<AudioRow>)>>(AUDIO_OUT_QUEUE, Overflow::Block);
+    let (rows_tx, rows_rx) = policy_queue::<AudioOut>(AUDIO_OUT_QUEUE, Overflow::Block);
     let (batch_tx, batch_rx) = policy_queue::<EventBatch>(TEXT_QUEUE, Overflow::Block);
     let (text_tx, text_rx) = policy_queue::<TextUpdate>(TEXT_QUEUE, Overflow::Block);
     // The recogniser's copy of the audio, and what it heard.
@@ -282,6 +297,9 @@ pub fn run(
     let pacer = opts.pacer;
     let progress = opts.progress.as_ref();
     let opts_events_lag_ns = opts.live_events_lag_ns.unwrap_or(0);
+    let failures = opts.failures.clone();
+    failures.tell(sinks.observer.clone());
+    let failures_ref: &StageFailures = &failures;
 
     let result = std::thread::scope(|scope| -> Result<_, RunError> {
         let (stopped, figures_ref, layout_ref) = (&stopped_early, &figures, &layout);
@@ -319,12 +337,12 @@ pub fn run(
             let from = std::mem::replace(&mut input, rx);
             let thread = name.clone();
             let handle = spawn(scope, &name, move || {
-                frame_stage(&thread, slot, from, tx, figures_ref).map(Some)
+                frame_stage(&thread, slot, from, tx, figures_ref, failures_ref).map(Some)
             })?;
             stage_threads.push((name, handle));
         }
         let forward = spawn(scope, "video-forward", move || {
-            forward_slots(input, slot_tx).map(|()| None)
+            forward_slots(input, slot_tx, frame_watch).map(|()| None)
         })?;
         stage_threads.push(("video-forward".into(), forward));
         let mut audio = audio;
@@ -339,13 +357,14 @@ pub fn run(
                 speech_tx,
                 audio_signal,
                 audio_stages,
-                energy_voice,
+                (energy_voice, audio_watch),
                 figures_ref,
+                failures_ref,
             )
         })?;
         let speech_thread = match (speech, speech_rx) {
             (Some(stream), Some(rx)) => Some(spawn(scope, "speech-recognition", move || {
-                speech_recognition(rx, heard_tx, stream, observer, figures_ref)
+                speech_recognition(rx, heard_tx, stream, observer, figures_ref, failures_ref)
             })?),
             _ => {
                 drop(heard_tx);
@@ -366,6 +385,7 @@ pub fn run(
                     latency_from: (pacer.speed == Speed::Realtime)
                         .then_some((clock_ref, pacer.start_clock_ns)),
                     observer,
+                    failures: failures_ref,
                 },
                 text_tx,
                 text.1,
@@ -378,7 +398,7 @@ pub fn run(
             let name = consumer.thread_name();
             let thread = name.clone();
             let handle = spawn(scope, &name, move || {
-                consume_windows(&thread, consumer, rx, figures_ref)
+                consume_windows(&thread, consumer, rx, figures_ref, failures_ref)
             })?;
             consumer_threads.push((name, handle));
         }
@@ -403,7 +423,6 @@ pub fn run(
                 progress,
                 figures_ref,
                 (pacer.speed == Speed::Realtime).then_some((clock_ref, pacer.start_clock_ns)),
-                observer.zip(frame_watch),
             )
         })?;
         // Join everything before looking at errors, so no thread outlives the run. The
@@ -478,7 +497,7 @@ pub fn run(
     });
     let duration_ns = video_end_ns.max(audio_done.timeline.end_t_ns.unwrap_or(0));
     let spans: Vec<PhaseSpan> = phase_spans(&events, duration_ns);
-    let quality = QualityReport::build(QualityInputs {
+    let mut quality = QualityReport::build(QualityInputs {
         video: &video_done.timeline,
         audio: &audio_done.timeline,
         video_signal: &video_done.totals,
@@ -489,6 +508,7 @@ pub fn run(
         video_queue_drops,
         modality_presence,
     });
+    quality.stage_failures = failures.list();
     let threads = figures.0.into_inner().unwrap_or_default();
     log_figures(&threads);
     Ok(Outcome {

@@ -10,7 +10,9 @@
 //! agree), and a summary every second of frames with a face. [`QualityWatch`] turns the
 //! `video_signal` and `audio_signal` vectors into `quality` messages: too dark and light
 //! again, clipping and stopped, by the session report's bounds over each second.
-//! [`FrameWatch`] is both, as the aligner calls them.
+//! [`FrameWatch`] is the face and the camera's quality, told by `video-forward` as soon as
+//! a frame's stages are done; the microphone's quality is told by `audio-features` from
+//! its rows. Neither waits for the aligner (which holds frames for the transcript wait).
 
 use std::collections::BTreeMap;
 
@@ -66,14 +68,16 @@ pub fn tell_voice(
 /// then written in order of the time it describes (messages of one time in the order they
 /// came). In a replay `t_ms` is that time too: nothing is sent while it runs.
 #[derive(Default)]
-pub struct Recorded(std::sync::Mutex<Vec<(u64, String)>>);
+pub struct Recorded(std::sync::Mutex<Vec<(u64, Topic, String)>>);
 
 impl Recorded {
-    /// The messages as JSON lines, in order.
+    /// The messages as JSON lines, in order of time, then topic (each topic's messages
+    /// come from one thread, in their order; topics of one time from several threads are
+    /// put in a fixed order so a replay's stream is the same every time).
     pub fn lines(&self) -> Vec<String> {
         let mut v = self.0.lock().map(|v| v.clone()).unwrap_or_default();
-        v.sort_by_key(|(at, _)| *at);
-        v.into_iter().map(|(_, l)| l).collect()
+        v.sort_by_key(|(at, topic, _)| (*at, *topic));
+        v.into_iter().map(|(_, _, l)| l).collect()
     }
 }
 
@@ -81,25 +85,39 @@ impl Observer for Recorded {
     fn observe(&self, topic: Topic, at_ms: u64, fields: serde_json::Value) {
         let line = message(topic, at_ms, at_ms, fields).to_string();
         if let Ok(mut v) = self.0.lock() {
-            v.push((at_ms, line));
+            v.push((at_ms, topic, line));
         }
     }
 }
 
-/// Frames that must agree before `face` says found, lost, looking or not (200 ms at 15 fps).
+/// Frames that must agree before `face` says found or lost (200 ms at 15 fps).
 pub const DEBOUNCE_FRAMES: u32 = 3;
-/// Head turned or eyes away by more than this (radians, about 20 degrees) is not looking
-/// toward the camera.
+/// Frames that must agree before `face` says looking or looking away (400 ms at 15 fps):
+/// gaze estimates jitter from frame to frame more than presence does.
+pub const LOOKING_DEBOUNCE_FRAMES: u32 = 6;
+/// Head turned and eyes within this (radians, about 20 degrees) starts looking toward the
+/// camera...
 const LOOKING_WITHIN_RAD: f32 = 0.35;
+/// ...and only beyond this (about 29 degrees) stops it: a steady gaze whose estimate
+/// jitters around one bound does not flap.
+const LOOKING_AWAY_BEYOND_RAD: f32 = 0.5;
 
-/// A debounced boolean: changes after [`DEBOUNCE_FRAMES`] frames say the other value.
-#[derive(Default)]
+/// A debounced boolean: changes after `frames` frames say the other value.
 struct Debounced {
     state: Option<bool>,
     against: u32,
+    frames: u32,
 }
 
 impl Debounced {
+    fn new(frames: u32) -> Self {
+        Self {
+            state: None,
+            against: 0,
+            frames,
+        }
+    }
+
     /// The new state, when it changed with this frame.
     fn push(&mut self, v: bool) -> Option<bool> {
         if self.state == Some(v) {
@@ -107,7 +125,7 @@ impl Debounced {
             return None;
         }
         self.against += 1;
-        if self.against >= DEBOUNCE_FRAMES || self.state.is_none() && self.against >= 1 {
+        if self.against >= self.frames || self.state.is_none() && self.against >= 1 {
             self.state = Some(v);
             self.against = 0;
             return Some(v);
@@ -151,8 +169,8 @@ impl FaceWatch {
             pose: [col("pose_Rx")?, col("pose_Ry")?, col("pose_Rz")?],
             gaze: [col("gaze_angle_x")?, col("gaze_angle_y")?],
             intensities,
-            present: Debounced::default(),
-            looking: Debounced::default(),
+            present: Debounced::new(DEBOUNCE_FRAMES),
+            looking: Debounced::new(LOOKING_DEBOUNCE_FRAMES),
             summed: 0,
             frames: 0,
             sums: vec![0.0; n],
@@ -175,10 +193,16 @@ impl FaceWatch {
             }
         }
         if let Some(v) = face {
+            // Hysteresis: the bound depends on the state said last.
+            let bound = if self.looking.state == Some(true) {
+                LOOKING_AWAY_BEYOND_RAD
+            } else {
+                LOOKING_WITHIN_RAD
+            };
             let looking = self.pose[..2]
                 .iter()
                 .chain(&self.gaze)
-                .all(|&i| v.get(i).is_some_and(|a| a.abs() <= LOOKING_WITHIN_RAD));
+                .all(|&i| v.get(i).is_some_and(|a| a.abs() <= bound));
             if let Some(l) = self.looking.push(looking) {
                 observer.observe(
                     Topic::Face,
@@ -271,12 +295,42 @@ impl QualityWatch {
         }
     }
 
+    /// The camera's side only (brightness), fed with frames as their stages finish.
+    pub fn video_only(layout: &ModalityLayout, fps: f64) -> Self {
+        Self {
+            audio: None,
+            ..Self::new(layout, fps)
+        }
+    }
+
+    /// The microphone's side only (clipping), fed with `audio_signal` rows as the audio
+    /// thread makes them (a second is 100 rows of 10 ms).
+    pub fn audio_only(layout: &ModalityLayout) -> Self {
+        Self {
+            video: None,
+            period_frames: 1_000 / crate::features::signal::ROW_MS,
+            ..Self::new(layout, 1.0)
+        }
+    }
+
+    /// `audio_signal` rows, in order (an `audio_only` watch).
+    pub fn rows(&mut self, rows: &[crate::features::AudioRow], observer: &dyn Observer) {
+        use crate::features::signal::audio_columns::CLIPPED_FRACTION;
+        for r in rows {
+            if let Some(&c) = r.values.get(CLIPPED_FRACTION) {
+                self.clipped.0 += f64::from(c);
+                self.clipped.1 += 1;
+            }
+            self.frames += 1;
+            if self.frames >= self.period_frames {
+                self.judge(r.t_ns / 1_000_000, observer);
+            }
+        }
+    }
+
     /// One emitted frame (decoded or not).
     pub fn frame(&mut self, record: &FrameRecord, observer: &dyn Observer) {
         use crate::features::signal::video_columns::BRIGHTNESS;
-        use crate::report::verdict::{
-            BRIGHTNESS_BAD_OUTSIDE, BRIGHTNESS_GOOD, CLIPPING_BAD_ABOVE, CLIPPING_GOOD,
-        };
         let add = |sum: &mut (f64, u32), v: Option<f32>| {
             if let Some(v) = v {
                 sum.0 += f64::from(v);
@@ -292,10 +346,16 @@ impl QualityWatch {
         let a = self.audio.and_then(|id| record.get(id)?.get(1).copied());
         add(&mut self.clipped, a);
         self.frames += 1;
-        if self.frames < self.period_frames {
-            return;
+        if self.frames >= self.period_frames {
+            self.judge(record.t_ns / 1_000_000, observer);
         }
-        let at_ms = record.t_ns / 1_000_000;
+    }
+
+    /// The period ended at `at_ms`: says what changed, starts the next.
+    fn judge(&mut self, at_ms: u64, observer: &dyn Observer) {
+        use crate::report::verdict::{
+            BRIGHTNESS_BAD_OUTSIDE, BRIGHTNESS_GOOD, CLIPPING_BAD_ABOVE, CLIPPING_GOOD,
+        };
         let mean = |s: (f64, u32)| (s.1 > 0).then(|| s.0 / f64::from(s.1));
         if let Some(b) = mean(self.brightness) {
             let now_dark = if self.dark {
@@ -335,7 +395,8 @@ impl QualityWatch {
     }
 }
 
-/// Everything the aligner tells of its frames: `face` and `quality`.
+/// What the frames tell as soon as their stages are done (the `video-forward` thread, never
+/// behind the transcript wait): `face`, and the camera's `quality` (brightness).
 pub struct FrameWatch {
     face: Option<FaceWatch>,
     quality: QualityWatch,
@@ -345,7 +406,7 @@ impl FrameWatch {
     pub fn new(layout: &ModalityLayout, fps: f64) -> Self {
         Self {
             face: FaceWatch::new(layout, fps),
-            quality: QualityWatch::new(layout, fps),
+            quality: QualityWatch::video_only(layout, fps),
         }
     }
 

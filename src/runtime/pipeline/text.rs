@@ -14,6 +14,7 @@ pub(super) fn speech_recognition(
     mut stream: SpeechStream,
     observer: Option<&dyn Observer>,
     figures: &Figures,
+    failures: &StageFailures,
 ) -> Result<(), RunError> {
     let mut meter = Meter::new("speech-recognition");
     let mut sent_until: Nanos = 0;
@@ -28,10 +29,25 @@ pub(super) fn speech_recognition(
         tx.send(heard)
             .map_err(|_| next_stopped("speech-recognition", "the text stage"))
     };
+    // A failure ends the recogniser for the rest of the session (the text stage then knows
+    // the words are complete); the audio goes on without it.
+    let failed = |at_ns: Nanos, e: &dyn std::fmt::Display| {
+        failures.fail("speech-recognition", at_ns, e);
+        Ok(())
+    };
     for block in &rx {
-        let voice = meter.time(|| stream.hear(block.t_ns, &block.samples))?;
+        if let Some(e) = failures::injected("speech-recognition", block.t_ns) {
+            return failed(block.t_ns, &e);
+        }
+        let voice = match meter.time(|| stream.hear(block.t_ns, &block.samples)) {
+            Ok(v) => v,
+            Err(e) => return failed(block.t_ns, &e),
+        };
         tell(&voice, block.handed_ns);
-        let heard = meter.time(|| stream.recognise_heard())?;
+        let heard = match meter.time(|| stream.recognise_heard()) {
+            Ok(h) => h,
+            Err(e) => return failed(block.t_ns, &e),
+        };
         // An utterance or a voice change goes on at once; otherwise only a step further.
         if !heard.utterances.is_empty()
             || !voice.is_empty()
@@ -41,7 +57,10 @@ pub(super) fn speech_recognition(
             send(heard)?;
         }
     }
-    let heard = meter.time(|| stream.finish())?;
+    let heard = match meter.time(|| stream.finish()) {
+        Ok(h) => h,
+        Err(e) => return failed(Nanos::MAX, &e),
+    };
     tell(&heard.voice, None);
     send(heard)?;
     meter.done(figures, Some(&tx));
@@ -66,6 +85,7 @@ pub(super) struct TextInputs<'a> {
     pub(super) latency_from: Option<(&'a dyn Clock, Nanos)>,
     /// Told each utterance as it is stored.
     pub(super) observer: Option<&'a dyn Observer>,
+    pub(super) failures: &'a StageFailures,
 }
 
 /// Embeds the participant's utterances as their events arrive (and the recogniser's, as
@@ -78,6 +98,7 @@ pub(super) fn text_features(
     writer: &StoreWriter,
     figures: &Figures,
 ) -> Result<Vec<Event>, RunError> {
+    let failures = inputs.failures;
     let mut meter = Meter::new("text-features");
     let mut events_known: Nanos = 0;
     let mut heard_known: Nanos = if inputs.heard.is_some() {
@@ -90,6 +111,7 @@ pub(super) fn text_features(
     let mut robot: Vec<(u64, u64)> = Vec::new();
     let mut heard_events: Vec<Event> = Vec::new();
     let mut latencies_us: Vec<u32> = Vec::new();
+    let mut text_failed = false;
     let (mut batches_done, mut heard_done) = (false, inputs.heard.is_none());
     let none_batches = never::<EventBatch>();
     let none_heard = never::<Heard>();
@@ -184,13 +206,30 @@ pub(super) fn text_features(
             }
         }
         // One item of work per message: utterances, stories shown and retrievals embedded.
-        let (utterances, stories, retrievals) = meter.time(|| {
-            Ok::<_, crate::models::ModelError>((
-                stage.embed_utterances(&events)?,
-                stage.embed_stories(&events)?,
-                stage.retrieve(&events)?,
-            ))
-        })?;
+        // Once the text encoder fails, the text modality and retrieval stop; phases and
+        // how far the events are known still reach the aligner.
+        let embedded = if text_failed {
+            Ok((Vec::new(), Vec::new(), Vec::new()))
+        } else {
+            let at_ns = events.first().map_or(events_known.min(heard_known), |e| e.t_ns);
+            match failures::injected("text", at_ns) {
+                Some(e) => Err((at_ns, e)),
+                None => meter
+                    .time(|| {
+                        Ok::<_, crate::models::ModelError>((
+                            stage.embed_utterances(&events)?,
+                            stage.embed_stories(&events)?,
+                            stage.retrieve(&events)?,
+                        ))
+                    })
+                    .map_err(|e| (at_ns, e.to_string())),
+            }
+        };
+        let (utterances, stories, retrievals) = embedded.unwrap_or_else(|(at_ns, e)| {
+            text_failed = true;
+            failures.fail("text", at_ns, &e);
+            (Vec::new(), Vec::new(), Vec::new())
+        });
         let phases = events
             .iter()
             .filter_map(|e| match e.kind {

@@ -112,22 +112,40 @@ pub(super) fn frame_stage(
     rx: PolicyReceiver<PendingSlot>,
     tx: PolicySender<PendingSlot>,
     figures: &Figures,
+    cx_failures: &StageFailures,
 ) -> Result<ModalityPresence, RunError> {
     let FrameStageSlot {
         modality,
         mut stage,
     } = slot;
     let mut meter = Meter::new(thread);
+    let name = stage.spec().name.to_string();
     let mut presence = ModalityPresence {
-        modality: stage.spec().name.to_string(),
+        modality: name.clone(),
         present_frames: 0,
         decoded_frames: 0,
     };
+    // Once the stage fails, its modality is absent from every later frame.
+    let mut failed = false;
     for mut p in &rx {
         let v = match &p.frame {
-            Some(frame) => {
+            Some(frame) if !failed => {
                 presence.decoded_frames += 1;
-                meter.time(|| stage.process(frame, &mut p.ctx))?
+                let out = match failures::injected(&name, p.slot.start_ns) {
+                    Some(e) => Err(e),
+                    None => meter
+                        .time(|| stage.process(frame, &mut p.ctx))
+                        .map_err(|e| e.to_string()),
+                };
+                out.unwrap_or_else(|e| {
+                    failed = true;
+                    cx_failures.fail(&name, p.slot.start_ns, &e);
+                    None
+                })
+            }
+            Some(_) => {
+                presence.decoded_frames += 1;
+                None
             }
             None => None,
         };
@@ -146,12 +164,25 @@ pub(super) fn frame_stage(
     Ok(presence)
 }
 
-/// Hands the slots, all frame stages done, to the aligner (dropping the frames).
+/// Hands the slots, all frame stages done, to the aligner (dropping the frames), telling
+/// the observer of each frame's face and brightness first.
 pub(super) fn forward_slots(
     rx: PolicyReceiver<PendingSlot>,
     tx: PolicySender<VideoSlot>,
+    mut watch: Option<(&dyn Observer, FrameWatch)>,
 ) -> Result<(), RunError> {
-    for p in &rx {
+    for mut p in &rx {
+        if let Some((observer, w)) = watch.as_mut() {
+            // The watch reads a frame record; the slot's features are lent to it.
+            let record = FrameRecord {
+                index: p.slot.index,
+                t_ns: p.slot.start_ns,
+                decoded: p.slot.decoded,
+                features: std::mem::take(&mut p.slot.features),
+            };
+            w.frame(&record, *observer);
+            p.slot.features = record.features;
+        }
         if tx.send(p.slot).is_err() {
             return Err(next_stopped("video-forward", "the aligner"));
         }
@@ -162,12 +193,16 @@ pub(super) fn forward_slots(
 /// Runs the audio stages on each block (and hands a copy to the recogniser, when on).
 pub(super) fn audio_features(
     rx: PolicyReceiver<AudioBlock>,
-    tx: PolicySender<Vec<(ModalityId, Vec<AudioRow>)>>,
+    tx: PolicySender<AudioOut>,
     speech: Option<PolicySender<AudioBlock>>,
     (signal_id, mut signal): (ModalityId, AudioSignalStage),
     mut stages: Vec<AudioStageSlot>,
-    mut energy_voice: Option<(EnergyTurns, &dyn Observer)>,
+    (mut energy_voice, mut watch): (
+        Option<(EnergyTurns, &dyn Observer)>,
+        Option<(&dyn Observer, QualityWatch)>,
+    ),
     figures: &Figures,
+    failures: &StageFailures,
 ) -> Result<AudioFeaturesDone, RunError> {
     use crate::features::AudioStage;
     let mut meter = Meter::new("audio-features");
@@ -176,11 +211,16 @@ pub(super) fn audio_features(
         tx.send(rows)
             .map_err(|_| next_stopped("audio-features", "the aligner"))
     };
+    // The recogniser's copy stops when the recogniser has failed (it drains what it has).
+    let mut speech = speech;
+    // Stages that failed: their modality is retired from the aligner and never run again.
+    let mut failed: Vec<bool> = vec![false; stages.len()];
     for block in &rx {
         timeline.observe(block.t_ns, block.samples.len(), block.sample_rate_hz);
-        if let Some(speech) = &speech {
-            if speech.send(block.clone()).is_err() {
-                return Err(next_stopped("audio-features", "the speech recogniser"));
+        if let Some(to_speech) = &speech {
+            if to_speech.send(block.clone()).is_err() {
+                // Ended after its failure, which it recorded: the session goes on.
+                speech = None;
             }
         }
         let rows = meter.time(|| -> Result<_, RunError> {
@@ -191,9 +231,30 @@ pub(super) fn audio_features(
                 let voice: Vec<_> = signal_rows.iter().filter_map(|r| turns.push(r)).collect();
                 tell_voice(*observer, "energy", &voice, block.handed_ns);
             }
-            let mut rows = vec![(signal_id, signal_rows)];
-            for s in &mut stages {
-                rows.push((s.modality, s.stage.process(&block)?));
+            if let Some((observer, w)) = watch.as_mut() {
+                w.rows(&signal_rows, *observer);
+            }
+            let mut rows = AudioOut {
+                rows: vec![(signal_id, signal_rows)],
+                retired: Vec::new(),
+            };
+            for (s, failed) in stages.iter_mut().zip(failed.iter_mut()) {
+                if *failed {
+                    continue;
+                }
+                let name = s.stage.spec().name;
+                let out = match failures::injected(&name, block.t_ns) {
+                    Some(e) => Err(e),
+                    None => s.stage.process(&block).map_err(|e| e.to_string()),
+                };
+                match out {
+                    Ok(r) => rows.rows.push((s.modality, r)),
+                    Err(e) => {
+                        *failed = true;
+                        failures.fail(&name, block.t_ns, &e);
+                        rows.retired.push(s.modality);
+                    }
+                }
             }
             Ok(rows)
         })?;
@@ -205,9 +266,25 @@ pub(super) fn audio_features(
         voice.extend(turns.finish());
         tell_voice(*observer, "energy", &voice, None);
     }
-    let mut rows = vec![(signal_id, signal_rows)];
-    for s in &mut stages {
-        rows.push((s.modality, s.stage.finish()?));
+    if let Some((observer, w)) = watch.as_mut() {
+        w.rows(&signal_rows, *observer);
+    }
+    let mut rows = AudioOut {
+        rows: vec![(signal_id, signal_rows)],
+        retired: Vec::new(),
+    };
+    let end_ns = timeline.end_t_ns.unwrap_or(0);
+    for (s, failed) in stages.iter_mut().zip(failed) {
+        if failed {
+            continue;
+        }
+        match s.stage.finish() {
+            Ok(r) => rows.rows.push((s.modality, r)),
+            Err(e) => {
+                failures.fail(&s.stage.spec().name, end_ns, &e);
+                rows.retired.push(s.modality);
+            }
+        }
         if let Some(w) = s.stage.end_warning() {
             tracing::warn!("{w}");
         }
@@ -275,7 +352,7 @@ pub(super) struct AlignInputs {
     /// Slots the aligner may hold before it stops taking video.
     pub(super) max_pending: usize,
     pub(super) slots: PolicyReceiver<VideoSlot>,
-    pub(super) rows: PolicyReceiver<Vec<(ModalityId, Vec<AudioRow>)>>,
+    pub(super) rows: PolicyReceiver<AudioOut>,
     pub(super) text: PolicyReceiver<TextUpdate>,
 }
 
@@ -292,7 +369,6 @@ pub(super) fn align_windows(
     progress: &dyn Progress,
     figures: &Figures,
     latency_from: Option<(&dyn Clock, Nanos)>,
-    mut watch: Option<(&dyn Observer, FrameWatch)>,
 ) -> Result<AlignDone, RunError> {
     let mut meter = Meter::new("align-windows");
     let mut latencies_us: Vec<u32> = Vec::new();
@@ -309,9 +385,6 @@ pub(super) fn align_windows(
                 latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
             }
             writer.frame(record.clone())?;
-            if let Some((observer, w)) = watch.as_mut() {
-                w.frame(&record, *observer);
-            }
             frames += 1;
             progress.advance(1);
             if let Some(mut w) = assembler.push(record) {
@@ -329,7 +402,7 @@ pub(super) fn align_windows(
         };
     let (mut video_done, mut audio_done, mut text_done) = (false, false, false);
     let none_slots = never::<VideoSlot>();
-    let none_rows = never::<Vec<(ModalityId, Vec<AudioRow>)>>();
+    let none_rows = never::<AudioOut>();
     let none_text = never::<TextUpdate>();
     while !(video_done && audio_done && text_done) {
         // Hold back video while slots wait for audio or text, so memory stays bounded.
@@ -356,9 +429,12 @@ pub(super) fn align_windows(
                 Err(_) => video_done = true,
             },
             recv(rows_rx) -> msg => match msg {
-                Ok(per_modality) => {
-                    for (m, r) in per_modality {
+                Ok(out) => {
+                    for (m, r) in out.rows {
                         aligner.push_audio(m, r);
+                    }
+                    for m in out.retired {
+                        aligner.retire_audio(m);
                     }
                 }
                 Err(_) => {
@@ -415,13 +491,43 @@ pub(super) fn consume_windows(
     mut consumer: Box<dyn WindowConsumer>,
     rx: PolicyReceiver<Arc<Window>>,
     figures: &Figures,
+    failures: &StageFailures,
 ) -> Result<(), RunError> {
     let mut meter = Meter::new(thread);
+    // A consumer that fails (fusion's models) is told no more windows; the store's own
+    // errors end the run (the store is the session).
+    let mut failed = false;
+    let fail = |e: RunError, at_ns: Nanos, failed: &mut bool| match e {
+        RunError::Store(_) => Err(e),
+        e => {
+            *failed = true;
+            failures.fail(thread, at_ns, &e);
+            Ok(())
+        }
+    };
+    let mut last_ns = 0;
     for w in &rx {
-        meter.time(|| consumer.consume(&w))?;
+        if failed {
+            continue;
+        }
+        last_ns = w.end_ns;
+        let out = match failures::injected(thread, w.end_ns) {
+            Some(e) => Err(RunError::Thread {
+                thread: thread.into(),
+                message: e,
+            }),
+            None => meter.time(|| consumer.consume(&w)),
+        };
+        if let Err(e) = out {
+            fail(e, w.end_ns, &mut failed)?;
+        }
     }
     // Not an item of its own: a flush of windows already counted.
-    consumer.finish()?;
+    if !failed {
+        if let Err(e) = consumer.finish() {
+            fail(e, last_ns, &mut failed)?;
+        }
+    }
     meter.done::<()>(figures, None);
     Ok(())
 }
