@@ -35,13 +35,15 @@ demo: build
 	@echo "session report (open it in any browser; it works offline):"
 	./target/release/empathic report demo-0001 --db $(DEMO_DB) --out $(DEMO_REPORT)
 
-# The collector build is built first: tests/it/collector_build.rs runs it.
+# The collector build is built first: tests/it/collector_build.rs runs it. The tests run a
+# build with fail points compiled in (feature `failpoints`: stages made to fail on cue,
+# runtime/pipeline/failures.rs); `make build` and installs never carry them.
 test: setup collector
-	$(CARGO) test --release --locked
+	$(CARGO) test --release --locked --features failpoints
 
 lint: setup
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --release --locked --all-targets -- -D warnings
+	$(CARGO) clippy --release --locked --all-targets --features failpoints -- -D warnings
 	$(CARGO) clippy --release --locked --no-default-features --lib --bins --target-dir $(COLLECTOR_TARGET) -- -D warnings
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").

@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(r.unwrap().names_session(), Some("a"));
         let e = parse_request(r#"{"type":"heartbeat"}"#).unwrap_err();
         assert!(e.contains("session_id"), "{e}");
-        let e = parse_request(r#"{"type":"stop_session","session_id":".."}"#).unwrap_err();
+        let e = parse_request(r#"{"type":"stop_session","session_id":7}"#).unwrap_err();
         assert!(e.contains("session_id"), "{e}");
         let e = parse_request(r#"{"type":"start_session","participant_id":"P","lease_s":0}"#)
             .unwrap_err();

@@ -45,9 +45,12 @@ pub struct Evaluation {
     pub predictor: String,
     /// Trained on synthetic data: not an empathy model, its figures measure nothing.
     pub synthetic: bool,
-    /// Whether the stored scores went through a map fitted to ratings: a trained model's, or
-    /// a participant's own calibration (false for the built-in zero-shot population map).
+    /// Whether every stored score went through a map fitted to ratings: a trained model's,
+    /// or a participant's own calibration (false for the built-in zero-shot population map).
     pub calibrated: bool,
+    /// Of the rated (session, story) pairs, how many were scored through such a map.
+    pub calibrated_pairs: usize,
+    pub pairs: usize,
     /// The phase of the windows, or None for windows of every phase.
     pub phase: Option<String>,
     /// As stored: each session's predictions under the calibration in force for it.
@@ -162,15 +165,27 @@ pub fn evaluate(
                 _ => None,
             };
         }
+        // Per predictor, each rated (session, story) pair and whether it was calibrated:
+        // fitted to ratings, a trained model's map or a participant's own.
+        let mut units: std::collections::BTreeMap<String, std::collections::BTreeMap<(&str, &str), bool>> =
+            Default::default();
         for w in &rows {
             if let Some(e) = by_predictor.get_mut(&w.predictor) {
                 e.2 |= w.synthetic;
-                // Fitted to ratings: a trained model's map, or a participant's own.
-                e.3 |=
+                let fitted =
                     crate::fusion::builtin(&w.predictor).is_none() || w.calibration != "population";
+                *units
+                    .entry(w.predictor.clone())
+                    .or_default()
+                    .entry((w.session_id.as_str(), w.story_id.as_str()))
+                    .or_insert(false) |= fitted;
             }
         }
-        for (p, (rated, population, synthetic, calibrated)) in by_predictor {
+        for (p, (rated, population, synthetic, _)) in by_predictor {
+            let unit = units.get(&p);
+            let pairs = unit.map_or(0, |u| u.len());
+            let calibrated_pairs = unit.map_or(0, |u| u.values().filter(|c| **c).count());
+            let calibrated = pairs > 0 && calibrated_pairs == pairs;
             let mut participants: std::collections::BTreeMap<String, Vec<Rated>> =
                 Default::default();
             for r in &rated {
@@ -186,11 +201,15 @@ pub fn evaluate(
                     "synthetic: trained on planted ratings, not an empathy model".to_string(),
                 );
             }
-            if !calibrated {
+            if calibrated_pairs == 0 {
                 warnings.push(
                     "uncalibrated: a zero-shot map from cosine to the 1-5 scale, fitted to no ratings (docs/prediction.md, \"Empathy prediction\")"
                         .to_string(),
                 );
+            } else if !calibrated {
+                warnings.push(format!(
+                    "partly calibrated: {calibrated_pairs} of {pairs} rated pairs through a participant's own calibration, the rest through the zero-shot population map"
+                ));
             }
             if let Some(why) = &overall.interval_withheld {
                 warnings.push(format!("no interval: {why}"));
@@ -227,6 +246,8 @@ pub fn evaluate(
                 predictor: p,
                 synthetic,
                 calibrated,
+                calibrated_pairs,
+                pairs,
                 phase: ph.map(str::to_string),
                 overall,
                 population: population.as_deref().map(metrics),
@@ -324,8 +345,10 @@ pub fn evaluate(
             e.predictor,
             if e.synthetic {
                 " (synthetic)"
-            } else if !e.calibrated {
+            } else if e.calibrated_pairs == 0 {
                 " (uncalibrated)"
+            } else if !e.calibrated {
+                " (partly calibrated)"
             } else {
                 ""
             }

@@ -37,7 +37,7 @@ impl Default for AsrConfig {
             text_from: TextFrom::Station,
             min_silence_ms: 300,
             pad_ms: 100,
-            max_utterance_ms: 30_000,
+            max_utterance_ms: 20_000,
             threshold: 0.5,
         }
     }

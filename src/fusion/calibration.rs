@@ -2,50 +2,90 @@
 //!
 //! Contract: [`participant_map`] fits, from a participant's earlier sessions only (pairs of
 //! session-level mean raw cosine and self-rating, one per rated story), a linear map
-//! `rating ~ a + b * cosine`, and shrinks it toward the predictor's population map:
-//! each coefficient is `w * fitted + (1 - w) * population` with `w = n / (n + k)`, `n`
-//! the pairs and `k` = [`PRIOR_PAIRS`] (the population map counts as that many pairs of
-//! evidence). This is the posterior mean of a linear map under a normal prior centred on
-//! the population map whose strength is fixed, not estimated (there are too few
-//! participants on a station to estimate it): with few ratings a person keeps the
-//! population map; with many their own. When their cosines barely vary (the slope cannot
-//! be fitted), only the intercept moves: their mean rating against the population map's
-//! mean prediction, shrunk the same way.
+//! `rating ~ a + b * cosine` as the posterior mean under a normal prior centred on the
+//! predictor's population map, written around the participant's mean cosine `c̄`:
+//!
+//! - the **level** (the rating predicted at `c̄`) moves from the population's toward the
+//!   participant's mean rating with weight `n / (n + PRIOR_PAIRS)`: the information about a
+//!   mean grows with the count of ratings;
+//! - the **slope** moves from the population's toward the fitted one with weight
+//!   `S / (S + RATING_NOISE² / τ²)`, `S = Σ (c - c̄)²`: the information about a slope grows
+//!   with how much the cosines vary, not with how many there are. Three ratings at cosines
+//!   0.095-0.129 carry almost none (S ≈ 0.0006), so the population's direction holds; τ, the
+//!   prior spread of a person's slope, is the population slope's own size.
+//! - **never a sign change on weak evidence**: a slope whose sign differs from the
+//!   population's is kept only when the participant's own fit says so strongly (at least
+//!   [`FLIP_MIN_PAIRS`] pairs and a t statistic of [`FLIP_MIN_T`] against the population's
+//!   sign); otherwise the slope keeps a quarter of the population's, in its direction.
+//!
+//! Why these constants (first principles, not fitted to any data): ratings on a 1-5 scale
+//! are noisy by about one scale point ([`RATING_NOISE`]); a person's sensitivity to the
+//! cosine can plausibly differ from the population's by about its own size; and a
+//! population's direction (more similar, more empathy) should survive anything short of
+//! a clear, repeated contrary pattern.
 
 use super::zero_shot::BankRelative;
 use super::PopulationMap;
 
-/// How many rated stories the population map is worth.
+/// How many rated stories the population map's level is worth.
 pub const PRIOR_PAIRS: f64 = 5.0;
-/// Below this variance of the cosines, only the intercept is recalibrated.
-const MIN_COSINE_VARIANCE: f64 = 1e-4;
+/// The noise of one self-rating, in scale points.
+const RATING_NOISE: f64 = 1.0;
+/// A participant's slope of the other sign than the population's needs this many pairs...
+pub const FLIP_MIN_PAIRS: usize = 8;
+/// ...and this t statistic (its fitted slope over its standard error).
+pub const FLIP_MIN_T: f64 = 3.0;
+/// Without that evidence, the share of the population slope a participant keeps at least.
+const KEPT_DIRECTION: f64 = 0.25;
 
 /// The participant's map from `pairs` of (mean raw cosine, rating) of earlier sessions, or
 /// `None` when there are none.
 pub fn participant_map(population: PopulationMap, pairs: &[(f64, f64)]) -> Option<PopulationMap> {
-    let n = pairs.len() as f64;
     if pairs.is_empty() {
         return None;
     }
-    let w = n / (n + PRIOR_PAIRS);
+    let n = pairs.len() as f64;
     let mc = pairs.iter().map(|p| p.0).sum::<f64>() / n;
     let mr = pairs.iter().map(|p| p.1).sum::<f64>() / n;
-    let var = pairs.iter().map(|p| (p.0 - mc).powi(2)).sum::<f64>() / n;
-    if pairs.len() < 3 || var < MIN_COSINE_VARIANCE {
-        // The mean rating against the population's mean prediction (unclamped).
-        let predicted = population.intercept + population.slope * mc;
-        return Some(PopulationMap {
-            intercept: population.intercept + w * (mr - predicted),
-            slope: population.slope,
-        });
-    }
-    let cov = pairs.iter().map(|p| (p.0 - mc) * (p.1 - mr)).sum::<f64>() / n;
-    let slope = cov / var;
-    let intercept = mr - slope * mc;
+    let scc = pairs.iter().map(|p| (p.0 - mc).powi(2)).sum::<f64>();
+    let scr = pairs.iter().map(|p| (p.0 - mc) * (p.1 - mr)).sum::<f64>();
+    // Level at the participant's mean cosine.
+    let level_pop = population.intercept + population.slope * mc;
+    let level = level_pop + n / (n + PRIOR_PAIRS) * (mr - level_pop);
+    // Slope, weighed by the information the cosines' spread carries.
+    let tau = population.slope.abs().max(1e-6);
+    let prior_info = (RATING_NOISE / tau).powi(2);
+    let slope = if scc > 0.0 {
+        let fitted = scr / scc;
+        let w = scc / (scc + prior_info);
+        let posterior = w * fitted + (1.0 - w) * population.slope;
+        if posterior * population.slope < 0.0 && !strong_contrary(pairs, fitted, mc, mr, scc) {
+            KEPT_DIRECTION * population.slope
+        } else {
+            posterior
+        }
+    } else {
+        population.slope
+    };
     Some(PopulationMap {
-        intercept: w * intercept + (1.0 - w) * population.intercept,
-        slope: w * slope + (1.0 - w) * population.slope,
+        intercept: level - slope * mc,
+        slope,
     })
+}
+
+/// Whether the participant's own least-squares slope `fitted` (of the other sign than the
+/// population's) is strong evidence: enough pairs and a large t statistic.
+fn strong_contrary(pairs: &[(f64, f64)], fitted: f64, mc: f64, mr: f64, scc: f64) -> bool {
+    if pairs.len() < FLIP_MIN_PAIRS {
+        return false;
+    }
+    let rss: f64 = pairs
+        .iter()
+        .map(|p| (p.1 - (mr + fitted * (p.0 - mc))).powi(2))
+        .sum();
+    let sigma2 = rss / (pairs.len() - 2) as f64;
+    let se = (sigma2 / scc).sqrt();
+    se > 0.0 && (fitted / se).abs() >= FLIP_MIN_T
 }
 
 /// A cosine to a predicted 1-5 score under the calibration in use, and its name (the
@@ -91,11 +131,50 @@ mod tests {
     #[test]
     fn no_history_keeps_the_population_map_and_history_pulls_toward_the_person() {
         assert_eq!(participant_map(POP, &[]), None);
-        // Two ratings of 5 where the population map says 1.4: the intercept moves by
-        // w = 2 / 7 of the gap.
+        // Two ratings of 5 where the population map says 1.4: the level moves by
+        // w = 2 / 7 of the gap; no spread in the cosines, so the slope stays.
         let m = participant_map(POP, &[(0.1, 5.0), (0.1, 5.0)]).unwrap();
         assert!((m.intercept - (1.0 + 2.0 / 7.0 * 3.6)).abs() < 1e-12);
         assert_eq!(m.slope, 4.0);
+    }
+
+    #[test]
+    fn clustered_ratings_never_turn_the_predictor_upside_down() {
+        // The demo's three ratings: 4, 3, 5 at cosines 0.129, 0.103, 0.095 (a least-squares
+        // slope of about -17 over a spread of 0.034).
+        let demo = [(0.129, 4.0), (0.103, 3.0), (0.095, 5.0)];
+        let m = participant_map(POP, &demo).unwrap();
+        assert!(m.slope > 0.0, "{m:?}");
+        assert!(m.score(0.3) > m.score(0.1), "{m:?}");
+        // Any three to seven ratings, whatever their pattern, keep the direction.
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as f64 / (1u64 << 31) as f64
+        };
+        for _ in 0..2_000 {
+            let k = 3 + (next() * 5.0) as usize;
+            let pairs: Vec<(f64, f64)> = (0..k)
+                .map(|_| (next() * 0.6, (1.0 + next() * 4.0).round()))
+                .collect();
+            let m = participant_map(POP, &pairs).unwrap();
+            assert!(m.slope > 0.0, "{pairs:?} -> {m:?}");
+        }
+    }
+
+    #[test]
+    fn a_clear_repeated_contrary_pattern_may_change_the_sign() {
+        // Twelve ratings falling cleanly with the cosine over a wide spread.
+        let pairs: Vec<(f64, f64)> = (0..12)
+            .map(|i| {
+                let c = 0.05 * i as f64;
+                (c, 5.0 - 6.0 * c + if i % 2 == 0 { 0.1 } else { -0.1 })
+            })
+            .collect();
+        let m = participant_map(POP, &pairs).unwrap();
+        assert!(m.slope < 0.0, "{m:?}");
     }
 
     /// Planted per-participant scale use: everyone's ratings follow their own line in the

@@ -88,6 +88,20 @@ pub struct Series {
     pub dashed: bool,
 }
 
+/// `points` (time-sorted) with a NaN gap wherever two neighbours are further apart than
+/// `max_step` seconds, so a line never joins samples that are not contiguous (windows of a
+/// story retrieved twice, minutes apart).
+pub fn with_gaps(points: &[(f64, f64)], max_step: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len());
+    for (i, &p) in points.iter().enumerate() {
+        if i > 0 && p.0 - points[i - 1].0 > max_step {
+            out.push(((p.0 + points[i - 1].0) / 2.0, f64::NAN));
+        }
+        out.push(p);
+    }
+    out
+}
+
 impl Series {
     /// A solid line (or dots when `dots`).
     pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>, color: RGBColor) -> Self {
@@ -293,7 +307,12 @@ pub fn line_chart(
                         }
                     }
                     for run in runs.into_iter().filter(|r| !r.is_empty()) {
-                        if s.dashed {
+                        if run.len() == 1 {
+                            // A lone sample between gaps: a dot, or it would not show.
+                            chart
+                                .draw_series(run.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                                .map_err(err)?;
+                        } else if s.dashed {
                             chart
                                 .draw_series(DashedLineSeries::new(
                                     run,
@@ -608,6 +627,15 @@ fn lane_label<'a>(y: f64, n: usize, label: impl Fn(usize) -> &'a str) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn points_further_apart_than_a_step_are_not_joined() {
+        let p = [(9.0, 3.0), (10.0, 3.1), (11.0, 3.2), (27.0, 3.0), (28.0, 2.9)];
+        let g = with_gaps(&p, 1.5);
+        assert_eq!(g.len(), 6);
+        assert!(g[3].1.is_nan() && g[3].0 > 11.0 && g[3].0 < 27.0);
+        assert_eq!(with_gaps(&p[..3], 1.5), p[..3].to_vec());
+    }
 
     #[test]
     fn mmss_and_downsampling_keep_gaps() {

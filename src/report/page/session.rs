@@ -272,6 +272,15 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
                     ""
                 }
             );
+            // The windows' hop: the smallest step between two window ends of this predictor.
+            let mut ends: Vec<f64> = points.iter().map(|p| p.end_secs).collect();
+            ends.sort_by(f64::total_cmp);
+            let hop_secs = ends
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .filter(|d| *d > 1e-6)
+                .fold(f64::INFINITY, f64::min);
+            let hop_secs = if hop_secs.is_finite() { hop_secs } else { 1.0 };
             let mut stories: BTreeMap<(bool, &str), Vec<(f64, f64)>> = BTreeMap::new();
             for p in points {
                 stories
@@ -308,7 +317,10 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
                     .enumerate()
                 {
                     let color = PALETTE[i % PALETTE.len()];
-                    let mut line = Series::new(title(story), pts.clone(), color);
+                    // Windows come every hop: a longer step is a stretch without predictions
+                    // toward this story, drawn as a gap.
+                    let mut line =
+                        Series::new(title(story), plots::with_gaps(pts, 1.5 * hop_secs), color);
                     line.dots = pts.len() < 3;
                     lines.push(line);
                     let shown = d.stories.iter().find(|st| st.story_id == *story);
