@@ -136,6 +136,7 @@ pub mod central;
 pub mod chromium;
 pub mod csv;
 pub mod postgres;
+pub mod speech;
 pub mod store;
 
 /// Whether a missing fixture must fail the test (CI sets `EMPATHIC_REQUIRE_FIXTURES=1`,

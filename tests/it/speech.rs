@@ -416,3 +416,154 @@ fn a_missing_speech_model_leaves_the_session_running_without_the_recogniser() {
         "{out}"
     );
 }
+
+/// The recogniser's window: every segment length the segmenter can give, 0.1 to 30 s,
+/// transcribes (an earlier decoder input failed on every one from 9.4 s up). Lengths: a
+/// fixed ladder around the old limit and pseudo-random ones, all cut from real continuous
+/// speech; from 1 s up each gives words.
+#[test]
+fn every_segment_length_up_to_thirty_seconds_transcribes() {
+    use empathic::features::speech::{moonshine::Moonshine, SpeechModels};
+    let Some(fixtures) = fixtures_or_skip("segment lengths") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (wav, secs, _) =
+        crate::common::speech::continuous_speech(&fixtures, &tmp.path().join("s.wav"), 60.0);
+    let samples: Vec<f32> = hound::WavReader::open(&wav)
+        .unwrap()
+        .samples::<i16>()
+        .map(|s| f32::from(s.unwrap()) / 32768.0)
+        .collect();
+    let models = SpeechModels::in_dir(&root().join("models"));
+    let lib = root().join("third_party/onnxruntime/libonnxruntime.so.1");
+    let mut asr = Moonshine::open(
+        "moonshine-tiny-en",
+        &models.encoder,
+        &models.decoder,
+        &models.vocabulary,
+        Some(&lib),
+    )
+    .unwrap();
+    let mut lengths = vec![
+        0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 9.0, 9.3, 9.4, 9.5, 10.0, 12.5, 15.0, 20.0, 25.0, 30.0,
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..8 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        lengths.push(0.1 + (seed % 29_900) as f64 / 1000.0);
+    }
+    for (k, len) in lengths.iter().enumerate() {
+        assert!(len + 1.0 < secs, "{secs} s of speech");
+        let from = ((k as f64 * 1.7) % (secs - len - 0.5)) * 16_000.0;
+        let a = from as usize;
+        let b = a + (len * 16_000.0) as usize;
+        let r = asr
+            .transcribe(&samples[a..b])
+            .unwrap_or_else(|e| panic!("{len:.2} s: {e}"));
+        if *len >= 1.0 {
+            let words = r.text.split_whitespace().count();
+            assert!(
+                words as f64 >= len * 0.8,
+                "{len:.2} s gave {words} words: {:?}",
+                r.text
+            );
+        }
+    }
+}
+
+/// Two minutes and more of continuous speech (no pause of 300 ms anywhere) through
+/// `empathic transcribe`: the words come out, every utterance within the 20 s window, cut
+/// where the voice is quietest, nothing lost between cuts.
+#[test]
+fn minutes_of_continuous_speech_transcribe_to_their_words() {
+    let Some(fixtures) = fixtures_or_skip("continuous speech") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (wav, secs, reference) =
+        crate::common::speech::continuous_speech(&fixtures, &tmp.path().join("long.wav"), 120.0);
+    assert!(secs >= 120.0, "{secs} s of continuous speech");
+    let o = empathic(&["transcribe", path_str(&wav)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() as f64 >= secs / 20.0, "{}", stdout(&o));
+    let mut last_end = 0;
+    for u in &lines {
+        let (s, e) = (
+            u["start_ms"].as_u64().unwrap(),
+            u["end_ms"].as_u64().unwrap(),
+        );
+        assert!(s >= last_end && e > s, "{u}");
+        assert!(e - s <= 20_200, "an utterance of {} ms: {u}", e - s);
+        last_end = e;
+    }
+    // The speech never pauses: the utterances cover it end to end.
+    assert!(lines[0]["start_ms"].as_u64().unwrap() < 1_000);
+    assert!(last_end as f64 > secs * 1000.0 - 1_000.0, "{last_end} of {secs} s");
+    let heard: String = lines
+        .iter()
+        .map(|u| u["text"].as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let wer = empathic::features::speech::word_error_rate(&reference, &heard);
+    eprintln!(
+        "{secs:.1} s of continuous LJ Speech: {} utterances, WER {:.1} %",
+        lines.len(),
+        wer * 100.0
+    );
+    assert!(wer <= 0.15, "WER {:.1} %: {heard}", wer * 100.0);
+}
+
+/// A plain recording (video and audio, no events) whose participant talks for two minutes
+/// without a pause: the replay is complete, with every frame and the words stored.
+#[test]
+fn a_two_minute_monologue_replays_complete_with_every_frame_and_its_words() {
+    let Some(fixtures) = fixtures_or_skip("a monologue") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (wav, _, reference) =
+        crate::common::speech::continuous_speech(&fixtures, &tmp.path().join("long.wav"), 120.0);
+    let two = crate::common::speech::cut(&wav, 0.0, 125.0, &tmp.path().join("two.wav"));
+    let session =
+        crate::common::speech::plain_recording(&fixtures, &tmp.path().join("monologue"), &two);
+    let db = db_with_bank(tmp.path(), "m.db");
+    let config = config_without_vision_models_and(tmp.path(), "c.toml", "");
+    let o = replay_cli(&session, &db, Some(&config));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        one_text(&db, "SELECT status FROM sessions WHERE id = 'monologue'"),
+        "complete"
+    );
+    let frames = one_number(&db, "SELECT frames FROM sessions WHERE id = 'monologue'");
+    assert!((frames - 125 * 15).abs() <= 2, "{frames} frames of 125 s at 15 fps");
+    let stored = one_number(&db, "SELECT count(*) FROM frames WHERE session_id = 'monologue'");
+    assert_eq!(stored, frames);
+    let heard = utterances(&db, "monologue");
+    assert!(heard.len() >= 7, "{heard:?}");
+    let words: String = heard
+        .iter()
+        .map(|u| u.5.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    // The reference runs on past the cut: score against its first words only.
+    let n = words.split_whitespace().count();
+    let head: String = reference
+        .split_whitespace()
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let wer = empathic::features::speech::word_error_rate(&head, &words);
+    assert!(wer <= 0.2, "WER {:.1} %: {words}", wer * 100.0);
+    let text_frames = one_number(
+        &db,
+        "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1",
+    );
+    assert!(text_frames > frames / 2, "{text_frames} of {frames} frames with text");
+}
