@@ -526,7 +526,9 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
     // station's recogniser (or the app's transcripts) has stored at least one utterance of
     // the share; recognition ends some time after the voice does.
     if share_turn.spoke {
-        let heard = ears.wait_for(args.words_wait, |h| h.participant_utterances > shared_before);
+        let heard = ears.wait_for(args.words_wait, |h| {
+            h.participant_utterances > shared_before
+        });
         summary["share_words_waited"] = json!(heard);
     }
 
@@ -678,7 +680,9 @@ fn stop_on_signals(station: Arc<Station>) -> Result<(), String> {
                 match station.session_id() {
                     Some(id) => match station.stop() {
                         Ok(_) => eprintln!("empathic-dialogue: {name}: session {id} stopped"),
-                        Err(e) => eprintln!("empathic-dialogue: {name}: could not stop session {id}: {e}"),
+                        Err(e) => {
+                            eprintln!("empathic-dialogue: {name}: could not stop session {id}: {e}")
+                        }
                     },
                     None => eprintln!("empathic-dialogue: {name}: no session started"),
                 }

@@ -398,7 +398,8 @@ fn story(n: u32) -> Value {
 /// The scripted session: five phases, an utterance sent when it ends, three stories,
 /// three ratings, a survey item. Returns the session id.
 fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (String, Child) {
-    let start = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": participant}));
+    let start =
+        station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": participant}));
     let id = start["session_id"].as_str().unwrap().to_string();
     let player = pulse.play(&demo_session().join("audio.wav"));
     station.ok(json!({"type": "phase", "phase": "warm_up"}));
@@ -426,7 +427,9 @@ fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (Str
 /// Starts a session for `P-LIVE` with the demo speech playing and the warm-up phase
 /// entered; returns its id and the player.
 fn start_warm_up(station: &Station, pulse: &Pulse) -> (String, Child) {
-    let id = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))["session_id"]
+    let id = station
+        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))
+        ["session_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -548,7 +551,8 @@ fn scripted_session_is_stored_recorded_and_its_replay_matches() {
             .contains("no session is running"),
         "{a}"
     );
-    let a = station.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-NOBODY"}));
+    let a =
+        station.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-NOBODY"}));
     assert!(
         a["error"].as_str().unwrap().contains("unknown participant"),
         "{a}"
@@ -803,7 +807,9 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &runtime);
-    let id = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))["session_id"]
+    let id = station
+        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))
+        ["session_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -912,7 +918,8 @@ fn session_ids_and_starts_are_checked_before_anything_is_written() {
             .into_iter()
             .map(|p| {
                 s.spawn(move || {
-                    station_ref.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": p}))
+                    station_ref
+                        .ask(json!({"type": "start_session", "lease_s": 600, "participant_id": p}))
                 })
             })
             .collect();
@@ -973,7 +980,8 @@ fn a_purge_during_the_participants_live_session_stops_it_and_leaves_no_byte_of_t
     let station = Station::start(dir.path(), &config, &runtime);
     // Words only the withdrawing participant said, and words of one who stays.
     let said = |participant: &str, words: &str| {
-        let id = station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": participant}))
+        let id = station
+            .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": participant}))
             ["session_id"]
             .as_str()
             .unwrap()
@@ -1032,7 +1040,8 @@ fn a_purge_during_the_participants_live_session_stops_it_and_leaves_no_byte_of_t
         "{kept:?}"
     );
     // Their consent went with them: no new session starts for them.
-    let a = station.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-GONE"}));
+    let a =
+        station.ask(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-GONE"}));
     assert!(
         a["error"].as_str().unwrap().contains("unknown participant"),
         "{a}"

@@ -244,7 +244,8 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
                     if kind == "stop_session" {
                         Ok(Request::StopSession { session_id })
                     } else {
-                        let session_id = session_id.ok_or("heartbeat: name the session (`session_id`)")?;
+                        let session_id =
+                            session_id.ok_or("heartbeat: name the session (`session_id`)")?;
                         Ok(Request::Heartbeat { session_id })
                     }
                 }

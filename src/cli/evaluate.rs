@@ -167,8 +167,10 @@ pub fn evaluate(
         }
         // Per predictor, each rated (session, story) pair and whether it was calibrated:
         // fitted to ratings, a trained model's map or a participant's own.
-        let mut units: std::collections::BTreeMap<String, std::collections::BTreeMap<(&str, &str), bool>> =
-            Default::default();
+        let mut units: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<(&str, &str), bool>,
+        > = Default::default();
         for w in &rows {
             if let Some(e) = by_predictor.get_mut(&w.predictor) {
                 e.2 |= w.synthetic;

@@ -310,7 +310,9 @@ pub fn line_chart(
                         if run.len() == 1 {
                             // A lone sample between gaps: a dot, or it would not show.
                             chart
-                                .draw_series(run.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                                .draw_series(
+                                    run.into_iter().map(|p| Circle::new(p, 3, color.filled())),
+                                )
                                 .map_err(err)?;
                         } else if s.dashed {
                             chart
@@ -630,7 +632,13 @@ mod tests {
 
     #[test]
     fn points_further_apart_than_a_step_are_not_joined() {
-        let p = [(9.0, 3.0), (10.0, 3.1), (11.0, 3.2), (27.0, 3.0), (28.0, 2.9)];
+        let p = [
+            (9.0, 3.0),
+            (10.0, 3.1),
+            (11.0, 3.2),
+            (27.0, 3.0),
+            (28.0, 2.9),
+        ];
         let g = with_gaps(&p, 1.5);
         assert_eq!(g.len(), 6);
         assert!(g[3].1.is_nan() && g[3].0 > 11.0 && g[3].0 < 27.0);

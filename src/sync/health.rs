@@ -134,8 +134,7 @@ pub fn check(topic: &str, payload: &[u8], now: &str) -> Result<Health, String> {
         &h.microphone.problem.clone().unwrap_or_default(),
         &h.last_session_status.clone().unwrap_or_default(),
     ];
-    if texts.iter().any(|t| t.len() > 1024) || h.stage_failures.iter().any(|t| t.len() > 1024)
-    {
+    if texts.iter().any(|t| t.len() > 1024) || h.stage_failures.iter().any(|t| t.len() > 1024) {
         return Err("health message with a text over 1024 bytes".into());
     }
     if h.stage_failures.len() > 16 {

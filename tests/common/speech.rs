@@ -24,7 +24,11 @@ pub fn lj_clips(fixtures: &Path) -> Vec<(PathBuf, String)> {
 /// sees 300 ms of silence. Returns the WAV, its length in seconds and the words it holds.
 pub fn continuous_speech(fixtures: &Path, out: &Path, min_secs: f64) -> (PathBuf, f64, String) {
     let clips = lj_clips(fixtures);
-    assert!(!clips.is_empty(), "no LJ Speech clips under {}", fixtures.display());
+    assert!(
+        !clips.is_empty(),
+        "no LJ Speech clips under {}",
+        fixtures.display()
+    );
     // Clips are about 6 s each; take enough for min_secs after the pauses are removed.
     let mut list = String::new();
     let mut words = Vec::new();
@@ -43,7 +47,16 @@ pub fn continuous_speech(fixtures: &Path, out: &Path, min_secs: f64) -> (PathBuf
     let list_path = out.with_extension("list");
     std::fs::write(&list_path, list).unwrap();
     let o = Command::new("ffmpeg")
-        .args(["-loglevel", "error", "-y", "-f", "concat", "-safe", "0", "-i"])
+        .args([
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "concat",
+            "-safe",
+            "0",
+            "-i",
+        ])
         .arg(&list_path)
         .args([
             "-af",

@@ -14,6 +14,7 @@ mod cli;
 mod collector_build;
 mod crash;
 mod face;
+mod failures;
 mod fusion_onnx;
 mod golden;
 mod install;

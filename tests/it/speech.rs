@@ -505,7 +505,10 @@ fn minutes_of_continuous_speech_transcribe_to_their_words() {
     }
     // The speech never pauses: the utterances cover it end to end.
     assert!(lines[0]["start_ms"].as_u64().unwrap() < 1_000);
-    assert!(last_end as f64 > secs * 1000.0 - 1_000.0, "{last_end} of {secs} s");
+    assert!(
+        last_end as f64 > secs * 1000.0 - 1_000.0,
+        "{last_end} of {secs} s"
+    );
     let heard: String = lines
         .iter()
         .map(|u| u["text"].as_str().unwrap())
@@ -542,8 +545,14 @@ fn a_two_minute_monologue_replays_complete_with_every_frame_and_its_words() {
         "complete"
     );
     let frames = one_number(&db, "SELECT frames FROM sessions WHERE id = 'monologue'");
-    assert!((frames - 125 * 15).abs() <= 2, "{frames} frames of 125 s at 15 fps");
-    let stored = one_number(&db, "SELECT count(*) FROM frames WHERE session_id = 'monologue'");
+    assert!(
+        (frames - 125 * 15).abs() <= 2,
+        "{frames} frames of 125 s at 15 fps"
+    );
+    let stored = one_number(
+        &db,
+        "SELECT count(*) FROM frames WHERE session_id = 'monologue'",
+    );
     assert_eq!(stored, frames);
     let heard = utterances(&db, "monologue");
     assert!(heard.len() >= 7, "{heard:?}");
@@ -565,5 +574,8 @@ fn a_two_minute_monologue_replays_complete_with_every_frame_and_its_words() {
         &db,
         "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1",
     );
-    assert!(text_frames > frames / 2, "{text_frames} of {frames} frames with text");
+    assert!(
+        text_frames > frames / 2,
+        "{text_frames} of {frames} frames with text"
+    );
 }

@@ -387,7 +387,13 @@ mod tests {
         let at = |ms: f64| (ms / chunk_ms) as usize;
         // 45 s of speech that never pauses long enough to end; loud, with a quieter
         // breath (still speech by the model) at 17.5 s and one at 35 s.
-        let mut chunks = vec![Chunk { probability: 0.95, rms: 0.2 }; at(45_000.0)];
+        let mut chunks = vec![
+            Chunk {
+                probability: 0.95,
+                rms: 0.2
+            };
+            at(45_000.0)
+        ];
         for c in &mut chunks[at(17_500.0)..at(17_600.0)] {
             c.rms = 0.01;
         }
@@ -428,9 +434,15 @@ mod tests {
                 for _ in 0..run {
                     let rms = (next() % 1000) as f32 / 1000.0;
                     chunks.push(if speech {
-                        Chunk { probability: 0.9, rms }
+                        Chunk {
+                            probability: 0.9,
+                            rms,
+                        }
                     } else {
-                        Chunk { probability: 0.05, rms: rms / 50.0 }
+                        Chunk {
+                            probability: 0.05,
+                            rms: rms / 50.0,
+                        }
                     });
                 }
             }

@@ -318,7 +318,11 @@ pub(super) fn handle<'scope>(
                         check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
                         r
                     }
-                    None => return Err(check_addressed(None, &request, conn).err().unwrap_or_default()),
+                    None => {
+                        return Err(check_addressed(None, &request, conn)
+                            .err()
+                            .unwrap_or_default())
+                    }
                 };
                 r.end.store(true, Ordering::SeqCst);
                 let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
@@ -345,7 +349,9 @@ pub(super) fn handle<'scope>(
                     check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
                     Ok(serde_json::json!({"session_id": r.id, "kept_by": r.tie.describe()}))
                 }
-                None => Err(check_addressed(None, &request, conn).err().unwrap_or_default()),
+                None => Err(check_addressed(None, &request, conn)
+                    .err()
+                    .unwrap_or_default()),
             }
         }
         Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
@@ -355,7 +361,9 @@ pub(super) fn handle<'scope>(
         Request::Event { ref kind, .. } => {
             let mut state = service.state();
             let Some(r) = state.running.as_mut() else {
-                return Err(check_addressed(None, &request, conn).err().unwrap_or_default());
+                return Err(check_addressed(None, &request, conn)
+                    .err()
+                    .unwrap_or_default());
             };
             check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
             if r.end.load(Ordering::SeqCst) {
@@ -399,11 +407,7 @@ const STOP_WAIT: Duration = Duration::from_secs(120);
 fn wait_session_gone(service: &Service<'_>, id: &str) -> Result<(), String> {
     let since = std::time::Instant::now();
     loop {
-        let gone = service
-            .state()
-            .running
-            .as_ref()
-            .is_none_or(|r| r.id != id);
+        let gone = service.state().running.as_ref().is_none_or(|r| r.id != id);
         if gone {
             return Ok(());
         }

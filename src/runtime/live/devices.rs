@@ -70,7 +70,9 @@ pub(super) fn camera_thread(
             match grabber.grab() {
                 Ok(g) => {
                     counters.frames.fetch_add(1, Ordering::Relaxed);
-                    counters.frame_at_ns.store(clock.now_ns(), Ordering::Relaxed);
+                    counters
+                        .frame_at_ns
+                        .store(clock.now_ns(), Ordering::Relaxed);
                     if tx.send(g).is_err() {
                         return;
                     }
@@ -217,7 +219,9 @@ pub(super) fn microphone_thread(
                     seq += 1;
                     emitted += n as u64;
                     counters.samples.fetch_add(n as u64, Ordering::Relaxed);
-                    counters.audio_at_ns.store(clock.now_ns(), Ordering::Relaxed);
+                    counters
+                        .audio_at_ns
+                        .store(clock.now_ns(), Ordering::Relaxed);
                     let sent_at = std::time::Instant::now();
                     if tx.send(b).is_err() {
                         return;

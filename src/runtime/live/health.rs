@@ -103,7 +103,12 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
         .unwrap_or_default()
         .into_iter()
         .take(16)
-        .map(|f| format!("{}: {}", f.stage, f.error).chars().take(500).collect())
+        .map(|f| {
+            format!("{}: {}", f.stage, f.error)
+                .chars()
+                .take(500)
+                .collect()
+        })
         .collect();
     let device = |d: &super::DeviceStatus| DeviceHealth {
         present: d.present,

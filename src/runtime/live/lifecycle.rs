@@ -144,7 +144,10 @@ mod tests {
         let mut bound = Tie::new(1, None, Duration::from_secs(30));
         assert!(check_addressed(Some(("s-2", &mut bound)), &event(None), 1).is_ok());
         let e = check_addressed(Some(("s-2", &mut bound)), &event(Some("s-1")), 1).unwrap_err();
-        assert!(e.contains("`s-1` is not running") && e.contains("`s-2`"), "{e}");
+        assert!(
+            e.contains("`s-1` is not running") && e.contains("`s-2`"),
+            "{e}"
+        );
         let e = check_addressed(Some(("s-2", &mut bound)), &event(None), 7).unwrap_err();
         assert!(e.contains("name the session"), "{e}");
         assert!(check_addressed(Some(("s-2", &mut bound)), &event(Some("s-2")), 7).is_ok());

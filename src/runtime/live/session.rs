@@ -175,8 +175,12 @@ pub(super) fn start_session_checked<'scope>(
     let end = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
     let start_clock_ns = service.clock.now_ns();
-    counters.frame_at_ns.store(start_clock_ns, Ordering::Relaxed);
-    counters.audio_at_ns.store(start_clock_ns, Ordering::Relaxed);
+    counters
+        .frame_at_ns
+        .store(start_clock_ns, Ordering::Relaxed);
+    counters
+        .audio_at_ns
+        .store(start_clock_ns, Ordering::Relaxed);
     let latest_window: crate::runtime::pipeline::LatestSlot = Default::default();
     let failures = pipeline::StageFailures::new();
     let tie = super::lifecycle::Tie::new(

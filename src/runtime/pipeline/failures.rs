@@ -76,10 +76,7 @@ impl StageFailures {
 
     /// The failures so far, in the order they happened.
     pub fn list(&self) -> Vec<StageFailure> {
-        self.list
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.list.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

@@ -208,28 +208,44 @@ pub(super) fn text_features(
         // One item of work per message: utterances, stories shown and retrievals embedded.
         // Once the text encoder fails, the text modality and retrieval stop; phases and
         // how far the events are known still reach the aligner.
-        let embedded = if text_failed {
-            Ok((Vec::new(), Vec::new(), Vec::new()))
+        let (utterances, stories, retrievals) = if text_failed {
+            (Vec::new(), Vec::new(), Vec::new())
         } else {
-            let at_ns = events.first().map_or(events_known.min(heard_known), |e| e.t_ns);
-            match failures::injected("text", at_ns) {
-                Some(e) => Err((at_ns, e)),
-                None => meter
-                    .time(|| {
-                        Ok::<_, crate::models::ModelError>((
-                            stage.embed_utterances(&events)?,
-                            stage.embed_stories(&events)?,
-                            stage.retrieve(&events)?,
-                        ))
-                    })
-                    .map_err(|e| (at_ns, e.to_string())),
+            // A fail point (tests only) cuts the message at the first event it hits.
+            let cut = events
+                .iter()
+                .position(|e| failures::injected("text", e.t_ns).is_some());
+            let usable = &events[..cut.unwrap_or(events.len())];
+            let embedded = meter.time(|| {
+                Ok::<_, crate::models::ModelError>((
+                    stage.embed_utterances(usable)?,
+                    stage.embed_stories(usable)?,
+                    stage.retrieve(usable)?,
+                ))
+            });
+            let at_ns = |k: usize| {
+                events
+                    .get(k)
+                    .map_or(events_known.min(heard_known), |e| e.t_ns)
+            };
+            match (embedded, cut) {
+                (Ok(done), None) => done,
+                (Ok(done), Some(k)) => {
+                    text_failed = true;
+                    failures.fail(
+                        "text",
+                        at_ns(k),
+                        &"injected failure (fail point stage-text)",
+                    );
+                    done
+                }
+                (Err(e), _) => {
+                    text_failed = true;
+                    failures.fail("text", at_ns(0), &e);
+                    (Vec::new(), Vec::new(), Vec::new())
+                }
             }
         };
-        let (utterances, stories, retrievals) = embedded.unwrap_or_else(|(at_ns, e)| {
-            text_failed = true;
-            failures.fail("text", at_ns, &e);
-            (Vec::new(), Vec::new(), Vec::new())
-        });
         let phases = events
             .iter()
             .filter_map(|e| match e.kind {

@@ -520,6 +520,11 @@ pub(super) fn consume_windows(
         };
         if let Err(e) = out {
             fail(e, w.end_ns, &mut failed)?;
+            // Windows it took before the failure and holds for a batch are still worth
+            // its flush (a model that fails again loses only them).
+            if let Err(e) = consumer.finish() {
+                tracing::warn!("{thread}: windows held before the failure are lost: {e}");
+            }
         }
     }
     // Not an item of its own: a flush of windows already counted.
