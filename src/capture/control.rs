@@ -358,7 +358,8 @@ pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json:
             socket.display()
         )
     })?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    // `stop_session` answers once the session is stored (the service waits up to 120 s).
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(150)));
     writeln!(stream, "{request}")
         .map_err(|e| format!("cannot send to {}: {e}", socket.display()))?;
     let mut line = String::new();

@@ -55,8 +55,8 @@ enum CtlCommand {
         #[arg(long, default_value_t = 900)]
         lease_s: u64,
     },
-    /// Stop the running session (stored complete, recording finalised); returns when the
-    /// next session may start.
+    /// Stop the running session, whoever started it (stored complete, recording
+    /// finalised); returns when the next session may start.
     Stop,
     /// Renew the running session's lease.
     Heartbeat,
@@ -83,7 +83,17 @@ impl CtlArgs {
             } => {
                 serde_json::json!({"type": "start_session", "participant_id": participant, "session_id": session_id, "lease_s": lease_s})
             }
-            CtlCommand::Stop => serde_json::json!({"type": "stop_session"}),
+            CtlCommand::Stop => {
+                // Staff stop whichever session runs: named, so one bound to its dialogue
+                // app's connection is stopped too.
+                let socket = socket_of(self.socket.clone(), self.config.as_deref())?;
+                let s = request_ok(&socket, &serde_json::json!({"type": "status"}))
+                    .map_err(|e| (ExitKind::Runtime, e))?;
+                match s["session"]["session_id"].as_str() {
+                    Some(id) => serde_json::json!({"type": "stop_session", "session_id": id}),
+                    None => serde_json::json!({"type": "stop_session"}),
+                }
+            }
             CtlCommand::Heartbeat => {
                 // The running session, named (a heartbeat always names its session).
                 let socket = socket_of(self.socket.clone(), self.config.as_deref())?;

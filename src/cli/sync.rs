@@ -316,7 +316,12 @@ fn stop_live_session_of(id: &str, config: &crate::config::Config) -> Result<(), 
         return Ok(());
     }
     eprintln!("purge: stopping the running session of {id} first");
-    request(socket, &serde_json::json!({"type": "stop_session"})).map_err(|e| {
+    let session_id = status["session"]["session_id"].clone();
+    request(
+        socket,
+        &serde_json::json!({"type": "stop_session", "session_id": session_id}),
+    )
+    .map_err(|e| {
         (
             ExitKind::Runtime,
             format!("participant {id} has a session running and it could not be stopped: {e}"),

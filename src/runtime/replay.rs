@@ -150,6 +150,11 @@ pub fn replay(
             realtime_priority: 0,
             live_events_lag_ns: None,
             failures: pipeline::StageFailures::new(),
+            // A live recording's words reach its frames as they did live.
+            words_reach_ns: m
+                .recording
+                .is_some()
+                .then(|| config.live.transcript_wait_ms * 1_000_000),
         },
         clock,
         &stop,

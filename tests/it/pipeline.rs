@@ -107,6 +107,7 @@ fn run_demo(
             realtime_priority: 0,
             live_events_lag_ns: None,
             failures: empathic::runtime::pipeline::StageFailures::new(),
+            words_reach_ns: None,
         },
         clock,
         &AtomicBool::new(false),

@@ -56,6 +56,11 @@ pub struct Utterance {
     /// Mean log-probability of the recogniser's tokens (0: certain).
     pub confidence: f32,
     pub model: &'static str,
+    /// When (same clock) the segmenter decided the utterance had ended: the end of the
+    /// silence that closed it, or the chunk at which unbroken speech was cut. A function
+    /// of the audio only, so a live run and its replay agree on it.
+    #[serde(skip)]
+    pub decided_ms: u64,
 }
 
 /// Voice activity and recognition together.
@@ -121,6 +126,7 @@ impl Recogniser {
                 text: r.text,
                 confidence: r.mean_logprob,
                 model: MODEL_ID,
+                decided_ms: b as u64 / 16,
             });
         }
         Ok(out)
@@ -197,6 +203,7 @@ mod tests {
             text: "x".into(),
             confidence: 0.0,
             model: MODEL_ID,
+            decided_ms: end_ms,
         };
         let robot = [(1_000, 3_000), (10_000, 10_500)];
         assert!(is_robot(&u(1_200, 2_800), &robot));

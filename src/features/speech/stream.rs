@@ -31,6 +31,9 @@ pub struct Heard {
     pub until_ns: Nanos,
     /// The voice activity's changes, as the segmenter sees them.
     pub voice: Vec<VoiceChange>,
+    /// Every utterance the segmenter decided by this time has been reported (the audio
+    /// heard so far).
+    pub through_ns: Nanos,
 }
 
 /// Audio blocks placed on one stream of samples as the live recorder writes `audio.wav`:
@@ -83,8 +86,9 @@ pub struct SpeechStream {
     /// Samples `[held_from, placement.written())`.
     held: Vec<f32>,
     held_from: u64,
-    /// Segments that ended and wait for [`SpeechStream::recognise_heard`].
-    ended: Vec<Segment>,
+    /// Segments that ended, with the sample at which each was decided, waiting for
+    /// [`SpeechStream::recognise_heard`].
+    ended: Vec<(Segment, u64)>,
 }
 
 impl SpeechStream {
@@ -141,7 +145,8 @@ impl SpeechStream {
                 }
                 _ => {}
             }
-            self.ended.extend(ended);
+            self.ended
+                .extend(ended.map(|seg| (seg, self.segmenter.at())));
         }
         Ok(voice)
     }
@@ -155,6 +160,7 @@ impl SpeechStream {
             utterances,
             until_ns: self.placement.time_ns(self.segmenter.settled_until()),
             voice: Vec::new(),
+            through_ns: self.placement.time_ns(self.segmenter.at()),
         })
     }
 
@@ -162,7 +168,8 @@ impl SpeechStream {
     pub fn finish(&mut self) -> Result<Heard, ModelError> {
         let open = self.segmenter.open_start().is_some();
         let mut segments = std::mem::take(&mut self.ended);
-        segments.extend(self.segmenter.finish());
+        let at = self.segmenter.at();
+        segments.extend(self.segmenter.finish().map(|seg| (seg, at)));
         let voice = if open {
             let end = self.placement.time_ns(self.placement.written());
             vec![VoiceChange {
@@ -179,12 +186,13 @@ impl SpeechStream {
             utterances,
             until_ns: Nanos::MAX,
             voice,
+            through_ns: Nanos::MAX,
         })
     }
 
-    fn recognise(&mut self, segments: Vec<Segment>) -> Result<Vec<Utterance>, ModelError> {
+    fn recognise(&mut self, segments: Vec<(Segment, u64)>) -> Result<Vec<Utterance>, ModelError> {
         let mut out = Vec::new();
-        for seg in segments {
+        for (seg, decided) in segments {
             let written = self.placement.written();
             let a = seg.start.clamp(self.held_from, written);
             let b = seg.end.clamp(a, written);
@@ -199,6 +207,7 @@ impl SpeechStream {
                 text: r.text,
                 confidence: r.mean_logprob,
                 model: MODEL_ID,
+                decided_ms: self.placement.time_ns(decided) / 1_000_000,
             });
         }
         Ok(out)

@@ -348,6 +348,7 @@ pub(super) fn run_session<'scope>(
             realtime_priority: config.live.realtime_priority,
             live_events_lag_ns: Some(config.live.transcript_wait_ms * 1_000_000),
             failures: run.failures.clone(),
+            words_reach_ns: Some(config.live.transcript_wait_ms * 1_000_000),
         },
         clock,
         service.stop,

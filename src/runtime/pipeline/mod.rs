@@ -147,6 +147,10 @@ pub struct PipelineOptions {
     /// Where stages that fail mid-run are recorded (the run goes on without them); the
     /// front end keeps a clone to show them while the run goes on (`failures`).
     pub failures: Arc<StageFailures>,
+    /// Live runs and replays of live recordings: the transcript wait, how far before the
+    /// recogniser decided an utterance had ended its words reach into frames, so the live
+    /// run and its replay store the same text (`text.rs`). `None`: whole utterances.
+    pub words_reach_ns: Option<Nanos>,
 }
 
 /// What a run produced.
@@ -298,6 +302,7 @@ pub fn run(
     let progress = opts.progress.as_ref();
     let opts_events_lag_ns = opts.live_events_lag_ns.unwrap_or(0);
     let failures = opts.failures.clone();
+    let opts_words_reach_ns = opts.words_reach_ns;
     failures.tell(sinks.observer.clone());
     let failures_ref: &StageFailures = &failures;
 
@@ -386,6 +391,7 @@ pub fn run(
                         .then_some((clock_ref, pacer.start_clock_ns)),
                     observer,
                     failures: failures_ref,
+                    words_reach_ns: opts_words_reach_ns,
                 },
                 text_tx,
                 text.1,

@@ -18,6 +18,7 @@ pub(super) fn speech_recognition(
 ) -> Result<(), RunError> {
     let mut meter = Meter::new("speech-recognition");
     let mut sent_until: Nanos = 0;
+    let mut sent_through: Nanos = 0;
     // Voice changes go to the subscribers before the block's ended segments are recognised
     // (hundreds of milliseconds): a robot waiting for its turn hears the silence at once.
     let tell = |voice: &[VoiceChange], handed_ns: Option<Nanos>| {
@@ -52,8 +53,10 @@ pub(super) fn speech_recognition(
         if !heard.utterances.is_empty()
             || !voice.is_empty()
             || heard.until_ns >= sent_until + HEARD_STEP_NS
+            || heard.through_ns >= sent_through + HEARD_STEP_NS
         {
             sent_until = heard.until_ns;
+            sent_through = heard.through_ns;
             send(heard)?;
         }
     }
@@ -85,6 +88,10 @@ pub(super) struct TextInputs<'a> {
     pub(super) latency_from: Option<(&'a dyn Clock, Nanos)>,
     /// Told each utterance as it is stored.
     pub(super) observer: Option<&'a dyn Observer>,
+    /// Live runs and replays of live recordings: how far before the moment the recogniser
+    /// decided an utterance had ended its words may reach back into frames (the transcript
+    /// wait). `None`: a recording's words cover all of their utterance.
+    pub(super) words_reach_ns: Option<Nanos>,
     pub(super) failures: &'a StageFailures,
 }
 
@@ -112,6 +119,14 @@ pub(super) fn text_features(
     let mut heard_events: Vec<Event> = Vec::new();
     let mut latencies_us: Vec<u32> = Vec::new();
     let mut text_failed = false;
+    // How far the recogniser has heard, and where each of its utterances' words start to
+    // count (`words_reach_ns`), by (start_ms, end_ms).
+    let mut heard_through: Nanos = if inputs.heard.is_some() {
+        0
+    } else {
+        Nanos::MAX
+    };
+    let mut words_from: Vec<((u64, u64), Nanos)> = Vec::new();
     let (mut batches_done, mut heard_done) = (false, inputs.heard.is_none());
     let none_batches = never::<EventBatch>();
     let none_heard = never::<Heard>();
@@ -145,6 +160,13 @@ pub(super) fn text_features(
             recv(heard_rx) -> msg => match msg {
                 Ok(heard) => {
                     heard_known = heard.until_ns;
+                    heard_through = heard.through_ns;
+                    if let Some(reach) = inputs.words_reach_ns {
+                        for u in &heard.utterances {
+                            let from = (u.decided_ms * 1_000_000).saturating_sub(reach);
+                            words_from.push(((u.start_ms, u.end_ms), from));
+                        }
+                    }
                     let events: Vec<Event> = heard
                         .utterances
                         .into_iter()
@@ -168,6 +190,7 @@ pub(super) fn text_features(
                 Err(_) => {
                     heard_done = true;
                     heard_known = Nanos::MAX;
+                    heard_through = Nanos::MAX;
                     Vec::new()
                 }
             },
@@ -246,6 +269,19 @@ pub(super) fn text_features(
                 }
             }
         };
+        // The recogniser's words reach frames only from `words_reach_ns` before it decided
+        // the utterance had ended: what a live run can know, the same in its replay.
+        let utterances: Vec<EmbeddedUtterance> = utterances
+            .into_iter()
+            .map(|(start, end, v)| {
+                let key = (start / 1_000_000, end / 1_000_000);
+                match words_from.iter().position(|(k, _)| *k == key) {
+                    Some(i) => (start.max(words_from.swap_remove(i).1), end, v),
+                    None => (start, end, v),
+                }
+            })
+            .collect();
+        words_from.clear();
         let phases = events
             .iter()
             .filter_map(|e| match e.kind {
@@ -264,8 +300,13 @@ pub(super) fn text_features(
             phases,
             // Live, frames never wait past the transcript wait (the events' watermark) for
             // the recogniser, except at the end, when its last words are worth waiting for.
+            // The recogniser's words are known for a frame once it has heard past the
+            // frame by the reach (every utterance that may reach back to it is in).
             known_until_ns: if inputs.live && events_known != Nanos::MAX {
-                events_known
+                match inputs.words_reach_ns {
+                    Some(reach) => events_known.min(heard_through.saturating_sub(reach)),
+                    None => events_known,
+                }
             } else {
                 events_known.min(heard_known)
             },
