@@ -2587,7 +2587,18 @@ fn a_realistic_session_runs_live_through_the_reference_app_and_replays_the_same(
         voice["p95"],
     );
     let tick = 100.0; // USER_HZ on Linux
-    for (phase, l) in &by_phase {
+    let order = [
+        "start",
+        "none",
+        "warm_up",
+        "story_share",
+        "story_receive",
+        "reflection",
+        "cool_down",
+    ];
+    let mut phases: Vec<(&String, &PhaseLoad)> = by_phase.iter().collect();
+    phases.sort_by_key(|(p, _)| order.iter().position(|o| o == p).unwrap_or(order.len()));
+    for (phase, l) in phases {
         figures.push_str(&format!(
             "phase {phase:<14} {:>6.1} s  peak RSS {:>4} MiB  CPU {:>5.1} % of one core\n",
             l.wall_s,

@@ -122,10 +122,13 @@ impl FrameAligner {
                     .audio
                     .iter()
                     .all(|q| q.latest.is_some_and(|t| t >= slot.end_ns));
+            // Known through the slot's end, not only its start: the window this slot may
+            // complete takes the stories in play before its end (shown or retrieved then),
+            // which must be as known live as in a replay.
             let text_ready = self
                 .text
                 .as_ref()
-                .is_none_or(|(_, t)| t.is_known_at(slot.start_ns));
+                .is_none_or(|(_, t)| t.is_known_at(slot.end_ns));
             if !(audio_ready && text_ready) {
                 break;
             }

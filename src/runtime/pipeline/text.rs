@@ -127,6 +127,7 @@ pub(super) fn text_features(
         Nanos::MAX
     };
     let mut words_from: Vec<((u64, u64), Nanos)> = Vec::new();
+    let mut words_used: Vec<((u64, u64), Nanos)> = Vec::new();
     let (mut batches_done, mut heard_done) = (false, inputs.heard.is_none());
     let none_batches = never::<EventBatch>();
     let none_heard = never::<Heard>();
@@ -276,12 +277,33 @@ pub(super) fn text_features(
             .map(|(start, end, v)| {
                 let key = (start / 1_000_000, end / 1_000_000);
                 match words_from.iter().position(|(k, _)| *k == key) {
-                    Some(i) => (start.max(words_from.swap_remove(i).1), end, v),
+                    Some(i) => {
+                        let used = words_from.swap_remove(i);
+                        let from = used.1;
+                        words_used.push(used);
+                        (start.max(from), end, v)
+                    }
                     None => (start, end, v),
                 }
             })
             .collect();
+        // So do the retrievals made from them (stamped at the utterance's start).
+        let retrievals: Vec<crate::features::text::RetrievalSet> = retrievals
+            .into_iter()
+            .map(|(t, mut set)| {
+                let from = words_from
+                    .iter()
+                    .chain(&words_used)
+                    .find(|((start_ms, _), _)| start_ms * 1_000_000 == t)
+                    .map_or(t, |(_, from)| t.max(*from));
+                for s in &mut set {
+                    s.shown_ns = s.shown_ns.max(from);
+                }
+                (from, set)
+            })
+            .collect();
         words_from.clear();
+        words_used.clear();
         let phases = events
             .iter()
             .filter_map(|e| match e.kind {
