@@ -263,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn slots_wait_for_the_transcript_to_be_known_up_to_their_start() {
+    fn slots_wait_for_the_transcript_to_be_known_up_to_their_end() {
         let mut l = ModalityLayout::new();
         let t = l
             .add(
@@ -282,8 +282,10 @@ mod tests {
         let track = a.text_track().unwrap();
         track.push(50_000_000, 150_000_000, std::sync::Arc::new(vec![7.0]));
         track.known_until(60_000_000);
+        assert!(a.drain_ready().is_empty(), "slot 0 ends after what is known");
+        a.text_track().unwrap().known_until(100_000_000);
         let out = a.drain_ready();
-        assert_eq!(out.len(), 1, "slot 1 starts after what is known");
+        assert_eq!(out.len(), 1, "slot 1 ends after what is known");
         assert_eq!(
             out[0].get(t),
             None,
