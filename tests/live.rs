@@ -2402,31 +2402,35 @@ fn a_realistic_session_runs_live_through_the_reference_app_and_replays_the_same(
     let sampler = {
         let stop = stop_sampling.clone();
         let socket = station.socket.clone();
-        std::thread::spawn(move || {
-            let mut by_phase: std::collections::BTreeMap<String, PhaseLoad> = Default::default();
-            let mut last = (Instant::now(), cpu_ticks(pid), String::from("start"));
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(500));
-                let phase = UnixStream::connect(&socket)
-                    .ok()
-                    .and_then(|mut s| {
-                        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-                        writeln!(s, "{}", json!({"type": "status"})).ok()?;
-                        let mut line = String::new();
-                        BufReader::new(s).read_line(&mut line).ok()?;
-                        let v: Value = serde_json::from_str(&line).ok()?;
-                        v["session"]["phase"].as_str().map(str::to_string)
-                    })
-                    .unwrap_or_else(|| "none".into());
-                let (now, ticks) = (Instant::now(), cpu_ticks(pid));
-                let e = by_phase.entry(last.2.clone()).or_default();
-                e.peak_rss_kib = e.peak_rss_kib.max(rss_kib(pid));
-                e.cpu_ticks += ticks - last.1;
-                e.wall_s += (now - last.0).as_secs_f64();
-                last = (now, ticks, phase);
-            }
-            by_phase
-        })
+        std::thread::Builder::new()
+            .name("test-sampler".into())
+            .spawn(move || {
+                let mut by_phase: std::collections::BTreeMap<String, PhaseLoad> =
+                    Default::default();
+                let mut last = (Instant::now(), cpu_ticks(pid), String::from("start"));
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let phase = UnixStream::connect(&socket)
+                        .ok()
+                        .and_then(|mut s| {
+                            s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+                            writeln!(s, "{}", json!({"type": "status"})).ok()?;
+                            let mut line = String::new();
+                            BufReader::new(s).read_line(&mut line).ok()?;
+                            let v: Value = serde_json::from_str(&line).ok()?;
+                            v["session"]["phase"].as_str().map(str::to_string)
+                        })
+                        .unwrap_or_else(|| "none".into());
+                    let (now, ticks) = (Instant::now(), cpu_ticks(pid));
+                    let e = by_phase.entry(last.2.clone()).or_default();
+                    e.peak_rss_kib = e.peak_rss_kib.max(rss_kib(pid));
+                    e.cpu_ticks += ticks - last.1;
+                    e.wall_s += (now - last.0).as_secs_f64();
+                    last = (now, ticks, phase);
+                }
+                by_phase
+            })
+            .unwrap()
     };
 
     // The participant: answers when the robot has finished its prompt.

@@ -282,7 +282,10 @@ mod tests {
         let track = a.text_track().unwrap();
         track.push(50_000_000, 150_000_000, std::sync::Arc::new(vec![7.0]));
         track.known_until(60_000_000);
-        assert!(a.drain_ready().is_empty(), "slot 0 ends after what is known");
+        assert!(
+            a.drain_ready().is_empty(),
+            "slot 0 ends after what is known"
+        );
         a.text_track().unwrap().known_until(100_000_000);
         let out = a.drain_ready();
         assert_eq!(out.len(), 1, "slot 1 ends after what is known");

@@ -362,9 +362,12 @@ pub fn run(
                 speech_tx,
                 audio_signal,
                 audio_stages,
-                (energy_voice, audio_watch),
+                AudioTells {
+                    energy_voice,
+                    quality: audio_watch,
+                    failures: failures_ref,
+                },
                 figures_ref,
-                failures_ref,
             )
         })?;
         let speech_thread = match (speech, speech_rx) {

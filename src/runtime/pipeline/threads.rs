@@ -190,6 +190,16 @@ pub(super) fn forward_slots(
     Ok(())
 }
 
+/// Whom the audio thread tells what it finds, besides the aligner.
+pub(super) struct AudioTells<'a> {
+    /// The energy rule's `voice` messages, when the learned voice activity does not run.
+    pub(super) energy_voice: Option<(EnergyTurns, &'a dyn Observer)>,
+    /// The microphone's `quality` messages (clipping).
+    pub(super) quality: Option<(&'a dyn Observer, QualityWatch)>,
+    /// Where a failing audio stage is recorded.
+    pub(super) failures: &'a StageFailures,
+}
+
 /// Runs the audio stages on each block (and hands a copy to the recogniser, when on).
 pub(super) fn audio_features(
     rx: PolicyReceiver<AudioBlock>,
@@ -197,13 +207,14 @@ pub(super) fn audio_features(
     speech: Option<PolicySender<AudioBlock>>,
     (signal_id, mut signal): (ModalityId, AudioSignalStage),
     mut stages: Vec<AudioStageSlot>,
-    (mut energy_voice, mut watch): (
-        Option<(EnergyTurns, &dyn Observer)>,
-        Option<(&dyn Observer, QualityWatch)>,
-    ),
+    tells: AudioTells<'_>,
     figures: &Figures,
-    failures: &StageFailures,
 ) -> Result<AudioFeaturesDone, RunError> {
+    let AudioTells {
+        mut energy_voice,
+        quality: mut watch,
+        failures,
+    } = tells;
     use crate::features::AudioStage;
     let mut meter = Meter::new("audio-features");
     let mut timeline = AudioTimelineStats::default();
@@ -243,7 +254,7 @@ pub(super) fn audio_features(
                     continue;
                 }
                 let name = s.stage.spec().name;
-                let out = match failures::injected(&name, block.t_ns) {
+                let out = match failures::injected(name, block.t_ns) {
                     Some(e) => Err(e),
                     None => s.stage.process(&block).map_err(|e| e.to_string()),
                 };
@@ -251,7 +262,7 @@ pub(super) fn audio_features(
                     Ok(r) => rows.rows.push((s.modality, r)),
                     Err(e) => {
                         *failed = true;
-                        failures.fail(&name, block.t_ns, &e);
+                        failures.fail(name, block.t_ns, &e);
                         rows.retired.push(s.modality);
                     }
                 }
@@ -281,7 +292,7 @@ pub(super) fn audio_features(
         match s.stage.finish() {
             Ok(r) => rows.rows.push((s.modality, r)),
             Err(e) => {
-                failures.fail(&s.stage.spec().name, end_ns, &e);
+                failures.fail(s.stage.spec().name, end_ns, &e);
                 rows.retired.push(s.modality);
             }
         }
