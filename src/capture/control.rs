@@ -429,6 +429,14 @@ mod tests {
         assert!(e.contains("session_id"), "{e}");
         let e = parse_request(r#"{"type":"stop_session","session_id":7}"#).unwrap_err();
         assert!(e.contains("session_id"), "{e}");
+        for line in [
+            r#"{"type":"start_session","participant_id":"P","session_id":".."}"#,
+            r#"{"type":"start_session","participant_id":"."}"#,
+            r#"{"type":"stop_session","session_id":".."}"#,
+        ] {
+            let e = parse_request(line).unwrap_err();
+            assert!(e.contains("only dots"), "{line}: {e}");
+        }
         let e = parse_request(r#"{"type":"start_session","participant_id":"P","lease_s":0}"#)
             .unwrap_err();
         assert!(e.contains("lease_s"), "{e}");

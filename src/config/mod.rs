@@ -141,6 +141,14 @@ impl Config {
         )?;
         within("live.app_grace_ms", self.live.app_grace_ms, 1_000, 600_000)?;
         within("live.max_lease_s", self.live.max_lease_s, 10, 86_400)?;
+        // Days as seconds must not overflow (a huge value meaning "keep" once wrapped and
+        // deleted two-day-old media); a century is "keep" enough, 0 is keep forever.
+        within(
+            "recording.retention_days",
+            self.recording.retention_days,
+            0,
+            MAX_RETENTION_DAYS,
+        )?;
         within(
             "asr.min_silence_ms",
             u64::from(self.asr.min_silence_ms),
@@ -465,6 +473,16 @@ mod tests {
             .to_string();
         assert!(err.contains("windows.hop_frames"), "{err}");
         assert!(err.contains("test.toml"), "{err}");
+    }
+
+    #[test]
+    fn durations_that_would_overflow_are_refused() {
+        let err = parse("[recording]\nretention_days = 213503982334602\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("recording.retention_days"), "{err}");
+        assert!(parse("[recording]\nretention_days = 36500\n").is_ok());
+        assert!(parse("[recording]\nretention_days = 0\n").is_ok());
     }
 
     #[test]

@@ -367,6 +367,9 @@ pub struct StationConfig {
 /// publishing to a study (every unnamed station would share it).
 pub const DEFAULT_STATION_ID: &str = "unknown-station";
 
+/// The longest `[recording] retention_days` (a century): longer is refused, 0 keeps forever.
+pub const MAX_RETENTION_DAYS: u64 = 36_500;
+
 impl Default for StationConfig {
     fn default() -> Self {
         Self {

@@ -294,6 +294,13 @@ pub fn check_id(field: &str, id: &str) -> Result<(), String> {
             id.len()
         ));
     }
+    // `.` and `..` (any run of dots) name a folder itself or its parent: a path built from
+    // such an id would escape the folder it belongs in.
+    if id.chars().all(|c| c == '.') {
+        return Err(format!(
+            "{field} `{id}` is only dots: as a folder name it means the folder itself or its parent; use letters or digits"
+        ));
+    }
     if let Some(c) = id.chars().find(|c| !ok_char(*c)) {
         return Err(format!(
             "{field} `{id}` has the character {c:?}; use ASCII letters, digits and - _ . : @ (for a folder without session.json the folder's name is the session_id)"
@@ -308,6 +315,21 @@ mod tests {
 
     fn write(dir: &Path, text: &str) {
         std::fs::write(dir.join("session.json"), text).unwrap();
+    }
+
+    #[test]
+    fn ids_of_only_dots_are_refused_at_every_door() {
+        for id in [".", "..", "..."] {
+            let e = check_id("session_id", id).unwrap_err();
+            assert!(e.contains("only dots"), "{e}");
+        }
+        for id in ["a.b", ".tmp1", "s-1", "x..y"] {
+            assert!(check_id("session_id", id).is_ok(), "{id}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), r#"{"format_version":1,"session_id":".."}"#);
+        let e = SessionManifest::load(dir.path(), "st", 15.0).unwrap_err();
+        assert!(e.to_string().contains("only dots"), "{e}");
     }
 
     #[test]
