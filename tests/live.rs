@@ -412,6 +412,13 @@ fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> (Str
     station.ok(json!({"type": "phase", "phase": "story_receive"}));
     for n in 1..=3 {
         station.ok(story(n));
+        // A retried `story_shown` is refused on arrival and costs the session nothing.
+        let again = station.ask(story(n));
+        assert_eq!(again["ok"], false, "{again}");
+        assert!(
+            again["error"].as_str().unwrap().contains("already shown"),
+            "{again}"
+        );
         sleep_s(1.5);
         station
             .ok(json!({"type": "rating", "story_id": format!("demo-story-0{n}"), "value": 1 + n}));

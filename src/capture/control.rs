@@ -9,8 +9,8 @@
 //! session that is not the running one is refused. Every request gets one answer:
 //! `{"ok":true, ...}` or `{"ok":false,"error":"<reason>"}`. [`SessionRules`] is the
 //! session's state as far as the protocol cares, and refuses what would make a session
-//! inconsistent: a phase out of order, a rating outside 1-5 or for a story not shown, a
-//! second rating of a story, an utterance ending in the future. `subscribe {topics}` turns
+//! inconsistent: a phase out of order, a story shown twice, a rating outside 1-5 or for a
+//! story not shown, a second rating of a story, an utterance ending in the future. `subscribe {topics}` turns
 //! the connection into a stream of JSON lines, one message each, every one with `topic`
 //! (a [`Topic`]), `t_ms` (session time when sent) and `at_ms` (the session time it
 //! describes). [`request`] is the client
@@ -310,9 +310,14 @@ impl SessionRules {
                 Ok(start_ms * 1_000_000)
             }
             EventKind::StoryShown { story_id, .. } => {
-                if !self.shown.contains(story_id) {
-                    self.shown.push(story_id.clone());
+                // A second exposure of one story in one session is refused on arrival (a
+                // retried request): stored, it broke the session's exposures at its end.
+                if self.shown.contains(story_id) {
+                    return Err(format!(
+                        "story `{story_id}` was already shown in this session (the first `story_shown` is kept; a retry is not needed)"
+                    ));
                 }
+                self.shown.push(story_id.clone());
                 Ok(now_ms * 1_000_000)
             }
             EventKind::Rating { story_id, value } => {
@@ -487,6 +492,17 @@ mod tests {
             8 * ms,
         )
         .unwrap();
+        let again = r
+            .accept(
+                &EventKind::StoryShown {
+                    story_id: "s1".into(),
+                    title: "t".into(),
+                    text: "x".into(),
+                },
+                8 * ms,
+            )
+            .unwrap_err();
+        assert!(again.contains("already shown"), "{again}");
         assert!(r.accept(&rating(6), 9 * ms).unwrap_err().contains("1-5"));
         assert_eq!(r.accept(&rating(4), 9 * ms).unwrap(), 9 * ms);
         assert!(r
