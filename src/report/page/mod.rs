@@ -22,6 +22,7 @@ use crate::store::{SessionDetail, Store, StoreError};
 mod frames;
 mod participant;
 mod session;
+mod signals;
 mod summary;
 
 pub use participant::participant_page;

@@ -1,10 +1,12 @@
 //! The session page: a summary at a glance, then the timeline, predicted empathy, facial
 //! behaviour, voice, data quality, transcript and an appendix, one function per section
-//! over what the page's head read once ([`Section`]).
+//! over what the page's head read once ([`Section`]). The sections of the participant's
+//! face and voice (per-frame signals drawn over time) are in `signals.rs`.
 
 use super::*;
 
 use super::frames::*;
+use super::signals::{face_section, voice_section};
 use super::summary::*;
 
 /// The session report of session `id`.
@@ -152,22 +154,22 @@ fn story_markers(d: &SessionDetail) -> Vec<Marker> {
 /// What every section of the session page reads: the stored session and what the page's
 /// head derived from it once.
 #[derive(Clone, Copy)]
-struct Section<'a> {
-    store: &'a Store,
-    id: &'a str,
-    d: &'a SessionDetail,
-    duration: f64,
-    phase_bands: &'a [(f64, f64, String, plotters::style::RGBColor)],
-    frame_source: &'a FrameSource<'a>,
-    utterances: &'a [crate::store::UtteranceRow],
-    quality: Option<&'a crate::report::QualityReport>,
-    opts: &'a PageOptions,
-    modalities: &'a [ExportModality],
+pub(super) struct Section<'a> {
+    pub(super) store: &'a Store,
+    pub(super) id: &'a str,
+    pub(super) d: &'a SessionDetail,
+    pub(super) duration: f64,
+    pub(super) phase_bands: &'a [(f64, f64, String, plotters::style::RGBColor)],
+    pub(super) frame_source: &'a FrameSource<'a>,
+    pub(super) utterances: &'a [crate::store::UtteranceRow],
+    pub(super) quality: Option<&'a crate::report::QualityReport>,
+    pub(super) opts: &'a PageOptions,
+    pub(super) modalities: &'a [ExportModality],
 }
 
 impl Section<'_> {
     /// The phases shaded behind a time plot.
-    fn behind(&self) -> Backdrop<'_> {
+    pub(super) fn behind(&self) -> Backdrop<'_> {
         Backdrop {
             phases: self.phase_bands,
             markers: &[],
@@ -379,212 +381,6 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
         }
         out.push_str("</table>\n");
         note(out, "Session-level prediction: the mean over the predicted windows after the story was shown (while sharing: toward the stories retrieved for what was said).");
-    }
-
-    Ok(())
-}
-
-/// The session page's Facial behaviour section.
-fn face_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
-    let Section {
-        duration,
-        phase_bands,
-        frame_source,
-        ..
-    } = *cx;
-    let behind = cx.behind();
-    section(out, SESSION_SECTIONS[4]);
-    let is_face_col = |c: &str| {
-        (c.starts_with("AU") && c.ends_with("_r"))
-            || matches!(
-                c,
-                "pose_Rx" | "pose_Ry" | "pose_Rz" | "gaze_angle_x" | "gaze_angle_y"
-            )
-    };
-    match read_frames(frame_source, "face", &is_face_col)? {
-        None => note(out, "The facial stage did not run for this session (`[face] enabled = false`, or the session stopped before it stored anything)."),
-        Some(face) => {
-            if face.from_windows {
-                note(out, FROM_WINDOWS);
-            }
-            let aus: Vec<(String, Vec<(f64, f64)>)> = face
-                .columns
-                .iter()
-                .zip(&face.values)
-                .filter(|(c, _)| c.starts_with("AU"))
-                .map(|(c, v)| (au_label(c.trim_end_matches("_r")), v.clone()))
-                .collect();
-            out.push_str("<h3>Action unit intensity (0-5; grey: no face)</h3>\n");
-            plot(
-                out,
-                plots::heat_strip(&aus, phase_bands, duration, 5.0),
-            )?;
-            out.push_str(&plots::heat_scale_html(5.0, "intensity"));
-            let deg = |v: &Vec<(f64, f64)>| -> Vec<(f64, f64)> {
-                v.iter().map(|(t, x)| (*t, x.to_degrees())).collect()
-            };
-            let lines = |names: &[(&str, &str)]| -> Vec<Series> {
-                names
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, (col, label))| {
-                        face.column(col).map(|v| Series {
-                            label: (*label).into(),
-                            points: deg(v),
-                            color: PALETTE[i],
-                            dots: false,
-                            dashed: false,
-                        })
-                    })
-                    .collect()
-            };
-            out.push_str("<h3>Head pose</h3>\n");
-            let pose = lines(&[
-                ("pose_Rx", "pitch (Rx)"),
-                ("pose_Ry", "yaw (Ry)"),
-                ("pose_Rz", "roll (Rz)"),
-            ]);
-            plot(
-                out,
-                plots::line_chart("rotation (degrees)", (-60.0, 60.0), duration, &pose, &behind),
-            )?;
-            out.push_str(&plots::legend_html(&pose));
-            out.push_str("<h3>Eye gaze</h3>\n");
-            let gaze = lines(&[("gaze_angle_x", "left-right"), ("gaze_angle_y", "up-down")]);
-            plot(
-                out,
-                plots::line_chart("gaze angle (degrees)", (-45.0, 45.0), duration, &gaze, &behind),
-            )?;
-            out.push_str(&plots::legend_html(&gaze));
-            out.push_str("<h3>Face presence</h3>\n");
-            plot(
-                out,
-                plots::line_chart(
-                    "face found (share of frames)",
-                    (0.0, 1.05),
-                    duration,
-                    &[Series {
-                        label: "face found".into(),
-                        points: face.present.clone(),
-                        color: PALETTE[2],
-                        dots: false,
-                        dashed: false,
-                    }],
-                    &behind,
-                ),
-            )?;
-        }
-    }
-
-    Ok(())
-}
-
-/// The session page's Voice section.
-fn voice_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
-    let Section {
-        duration,
-        frame_source,
-        ..
-    } = *cx;
-    let behind = cx.behind();
-    section(out, SESSION_SECTIONS[5]);
-    let voice_cols = |c: &str| {
-        matches!(
-            c,
-            "F0final_sma" | "voicingFinalUnclipped_sma" | "F0semitoneFrom27.5Hz_sma3nz"
-        )
-    };
-    let acoustic = match read_frames(frame_source, "acoustic_compare", &voice_cols)? {
-        Some(f) => Some(f),
-        None => read_frames(frame_source, "acoustic_egemaps", &voice_cols)?,
-    };
-    let level = read_frames(frame_source, "audio_signal", &|c: &str| {
-        matches!(c, "level_dbfs" | "voice_activity")
-    })?;
-    if acoustic.iter().chain(level.iter()).any(|f| f.from_windows) {
-        note(out, FROM_WINDOWS);
-    }
-    if acoustic.is_none() && level.is_none() {
-        note(out, "No acoustic features were stored for this session.");
-    }
-    if let Some(a) = &acoustic {
-        if let Some(f0) = a.column("F0final_sma") {
-            // Unvoiced frames carry F0 = 0: gaps, not a dive to zero.
-            let voiced: Vec<(f64, f64)> = f0
-                .iter()
-                .map(|(t, v)| (*t, if *v > 0.0 { *v } else { f64::NAN }))
-                .collect();
-            out.push_str("<h3>Pitch (F0)</h3>\n");
-            plot(
-                out,
-                plots::line_chart(
-                    "F0 (Hz), voiced frames",
-                    (50.0, 400.0),
-                    duration,
-                    &[Series {
-                        label: "F0".into(),
-                        points: voiced,
-                        color: PALETTE[0],
-                        dots: false,
-                        dashed: false,
-                    }],
-                    &behind,
-                ),
-            )?;
-        }
-    }
-    if let Some(l) = &level {
-        if let Some(db) = l.column("level_dbfs") {
-            out.push_str("<h3>Loudness</h3>\n");
-            plot(
-                out,
-                plots::line_chart(
-                    "level (dBFS)",
-                    (-80.0, 0.0),
-                    duration,
-                    &[Series {
-                        label: "level".into(),
-                        points: db.clone(),
-                        color: PALETTE[5],
-                        dots: false,
-                        dashed: false,
-                    }],
-                    &behind,
-                ),
-            )?;
-        }
-    }
-    let mut voicing = Vec::new();
-    if let Some(v) = acoustic
-        .as_ref()
-        .and_then(|a| a.column("voicingFinalUnclipped_sma"))
-    {
-        voicing.push(Series {
-            label: "voicing probability".into(),
-            points: v.clone(),
-            color: PALETTE[2],
-            dots: false,
-            dashed: false,
-        });
-    }
-    if let Some(v) = level.as_ref().and_then(|l| l.column("voice_activity")) {
-        voicing.push(Series {
-            label: "voice activity (share of 10 ms rows)".into(),
-            points: v.clone(),
-            color: PALETTE[4],
-            dots: false,
-            dashed: false,
-        });
-    }
-    if !voicing.is_empty() {
-        out.push_str(
-            "<h3>Voicing and voice activity (participant speech in the timeline above)</h3>\n",
-        );
-        plot(
-            out,
-            plots::line_chart("share (0-1)", (0.0, 1.05), duration, &voicing, &behind),
-        )?;
-        out.push_str(&plots::legend_html(&voicing));
     }
 
     Ok(())
