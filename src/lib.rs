@@ -15,6 +15,8 @@
 //! - [`cli`]: the body of each command (progress bars and output files live here).
 //! - [`config`], [`clock`], [`report`], [`doctor`]: configuration, the injected clock, the
 //!   end-of-run summary, and the installation check.
+//! - [`files`]: the one way a command writes a file the user named (never over a device or
+//!   a link, never half a file).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -26,6 +28,7 @@ pub mod config;
 pub mod doctor;
 pub mod exit;
 pub mod features;
+pub mod files;
 pub mod fusion;
 pub mod models;
 pub mod report;

@@ -286,15 +286,9 @@ pub fn collect(
     study_page: Option<PathBuf>,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
-    if let Some(dir) = study_page
-        .as_deref()
-        .and_then(Path::parent)
-        .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
-    {
-        return Err((
-            ExitKind::BadInput,
-            format!("--study-page: the folder {} does not exist", dir.display()),
-        ));
+    if let Some(page) = &study_page {
+        crate::files::check_output(page)
+            .map_err(|e| (ExitKind::BadInput, format!("--study-page: {e}")))?;
     }
     let sealed = o.security != Some(crate::config::SyncSecurity::Plain);
     let keys_err = |flag: &str, e: crate::sync::keys::KeyError| {

@@ -188,7 +188,7 @@ pub fn export_windows(
     progress.set_length(sessions.len() as u64);
     let lines_path = out.join("windows.jsonl");
     let mut lines =
-        BufWriter::new(std::fs::File::create(&lines_path).map_err(io_err(&lines_path))?);
+        BufWriter::new(crate::files::create_new(&lines_path).map_err(io_err(&lines_path))?);
     let mut entries = Vec::new();
     let mut total_windows = 0;
     let mut bytes = 0u64;
@@ -342,7 +342,9 @@ pub fn export_windows(
             format!("cannot encode the manifest: {e}"),
         )
     })?;
-    std::fs::write(&manifest_path, text).map_err(io_err(&manifest_path))?;
+    crate::files::create_new(&manifest_path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(io_err(&manifest_path))?;
     Ok(Exported {
         sessions: sessions.len(),
         windows: total_windows,
@@ -352,7 +354,7 @@ pub fn export_windows(
 
 /// Writes one array; returns the bytes written.
 fn write_npy(path: &Path, write: &dyn WriteNpy) -> Result<u64, Failure> {
-    let file = std::fs::File::create(path).map_err(io_err(path))?;
+    let file = crate::files::create_new(path).map_err(io_err(path))?;
     write.write_to(BufWriter::new(file)).map_err(|e| {
         (
             ExitKind::Runtime,
@@ -385,7 +387,7 @@ fn write_story_bank(
     let mut matrix = Array2::<f32>::zeros((stories.len(), dims));
     let lines_path = dir.join(format!("{encoder}.jsonl"));
     let mut lines =
-        BufWriter::new(std::fs::File::create(&lines_path).map_err(io_err(&lines_path))?);
+        BufWriter::new(crate::files::create_new(&lines_path).map_err(io_err(&lines_path))?);
     for (i, s) in stories.iter().enumerate() {
         matrix
             .row_mut(i)
@@ -397,7 +399,7 @@ fn write_story_bank(
     }
     lines.flush().map_err(io_err(&lines_path))?;
     let npy_path = dir.join(format!("{encoder}.npy"));
-    let file = std::fs::File::create(&npy_path).map_err(io_err(&npy_path))?;
+    let file = crate::files::create_new(&npy_path).map_err(io_err(&npy_path))?;
     matrix.write_to(BufWriter::new(file)).map_err(|e| {
         (
             ExitKind::Runtime,

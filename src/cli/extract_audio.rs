@@ -22,7 +22,7 @@ use crate::features::AudioRow;
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     #[error(transparent)]
-    Output(#[from] super::OutputRefused),
+    Output(#[from] crate::files::OutputError),
     #[error(transparent)]
     Capture(#[from] CaptureError),
     #[error("cannot write the CSV: {source}: {path}")]
@@ -59,7 +59,7 @@ pub fn extract_audio_csv(
     set: LldSet,
     progress: &ProgressBar,
 ) -> Result<ExtractSummary, ExtractError> {
-    super::check_output(output)?;
+    crate::files::check_output(output).map_err(crate::files::OutputError::from)?;
     let rate = hound::WavReader::open(input)
         .map(|r| r.spec().sample_rate)
         .map_err(|e| CaptureError::Open {
@@ -70,12 +70,11 @@ pub fn extract_audio_csv(
     let mut source = WavAudioSource::open(input, rate, 100, 0)?;
     let info = source.info().clone();
     let mut stage = LldExtractor::new(set, rate);
-    let partial = output.with_extension("csv.partial");
     let write_err = |source: std::io::Error| ExtractError::Write {
         path: output.to_path_buf(),
         source,
     };
-    let file = super::create_partial(&partial).map_err(write_err)?;
+    let (partial, file) = crate::files::Partial::create(output)?;
     let mut w = BufWriter::new(file);
     let result = (|| -> Result<u64, ExtractError> {
         let mut header = String::from("frameTime");
@@ -113,11 +112,10 @@ pub fn extract_audio_csv(
     let rows = match result {
         Ok(rows) => rows,
         Err(e) => {
-            let _ = std::fs::remove_file(&partial);
             return Err(e);
         }
     };
-    std::fs::rename(&partial, output).map_err(write_err)?;
+    partial.commit()?;
     Ok(ExtractSummary {
         rows,
         sample_rate_hz: rate,

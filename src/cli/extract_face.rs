@@ -25,7 +25,7 @@ pub enum FaceExtractError {
     #[error("camera intrinsics: {0}")]
     Intrinsics(String),
     #[error(transparent)]
-    Output(#[from] super::OutputRefused),
+    Output(#[from] crate::files::OutputError),
     #[error(transparent)]
     Capture(#[from] CaptureError),
     #[error(transparent)]
@@ -90,9 +90,9 @@ pub fn extract_face_csv(
         blendshapes,
         gaze_model,
     } = *options;
-    super::check_output(output)?;
+    crate::files::check_output(output).map_err(crate::files::OutputError::from)?;
     if let Some(t) = tracked {
-        super::check_output(t)?;
+        crate::files::check_output(t).map_err(crate::files::OutputError::from)?;
     }
     let mut source = FileVideoSource::open(input)?;
     let info = source.info().clone();
@@ -108,7 +108,6 @@ pub fn extract_face_csv(
         Mode::Video,
     )?
     .with_gaze_model(gaze_model);
-    let partial = output.with_extension("csv.partial");
     let write_err = |source: std::io::Error| FaceExtractError::Write {
         path: output.to_path_buf(),
         source,
@@ -122,7 +121,7 @@ pub fn extract_face_csv(
         .map(|path| TrackedVideo::create(path, info.declared_fps, info.width, info.height))
         .transpose()
         .map_err(video_err)?;
-    let file = super::create_partial(&partial).map_err(write_err)?;
+    let (partial, file) = crate::files::Partial::create(output)?;
     let mut w = BufWriter::new(file);
     let bar = progress;
     if let Some(n) = info.declared_frames {
@@ -167,10 +166,9 @@ pub fn extract_face_csv(
         None => Ok(()),
     });
     if let Err(e) = result {
-        let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
-    std::fs::rename(&partial, output).map_err(write_err)?;
+    partial.commit()?;
     summary.frames_per_second = summary.rows as f64 / busy.as_secs_f64().max(1e-9);
     Ok(summary)
 }

@@ -63,18 +63,9 @@ pub fn replay(
     let config = load_config(config)?;
     // The stream is written at the end: a folder that is not there fails now, not after
     // the whole replay.
-    if let Some(dir) = emit
-        .as_deref()
-        .map(|p| p.parent().unwrap_or(Path::new("")))
-        .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
-    {
-        return Err((
-            ExitKind::BadInput,
-            format!(
-                "--emit: no folder {} to write the stream into",
-                dir.display()
-            ),
-        ));
+    if let Some(path) = &emit {
+        crate::files::check_output(path)
+            .map_err(|e| (ExitKind::BadInput, format!("--emit: {e}")))?;
     }
     let stop = stop_flag().map_err(|e| {
         (

@@ -68,6 +68,7 @@ pub fn report(
     config: Option<&Path>,
     out: &Path,
 ) -> Result<ExitCode, Failure> {
+    crate::files::check_output(out).map_err(fail)?;
     let config = load_config(config)?;
     let store = open_existing_store(&db_path(db, &config))?;
     let found = store.schema_version().map_err(fail)?;
@@ -99,12 +100,7 @@ pub fn report(
         }
     }
     .map_err(page_failure)?;
-    crate::report::write_beside(out, &html).map_err(|e| {
-        (
-            ExitKind::Runtime,
-            format!("cannot write the report to {}: {e}", out.display()),
-        )
-    })?;
+    crate::files::write_atomically(out, html.as_bytes()).map_err(fail)?;
     eprintln!(
         "wrote {} ({:.0} kB in {:.2} s)",
         out.display(),

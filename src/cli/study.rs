@@ -50,6 +50,9 @@ impl Args {
             out,
             json,
         } = self.command;
+        if let Some(out) = &out {
+            crate::files::check_output(out).map_err(super::fail)?;
+        }
         let target = central.target();
         if !crate::sync::central::is_postgres(&target) && !std::path::Path::new(&target).exists() {
             return Err((
@@ -75,12 +78,7 @@ impl Args {
             print_json(&facts)?;
         }
         if let Some(out) = out {
-            crate::report::write_beside(&out, &html(&facts)).map_err(|e| {
-                (
-                    ExitKind::Runtime,
-                    format!("cannot write the study page to {}: {e}", out.display()),
-                )
-            })?;
+            crate::files::write_atomically(&out, html(&facts).as_bytes()).map_err(super::fail)?;
             eprintln!(
                 "wrote {} ({} stations, {} open problems)",
                 out.display(),

@@ -496,19 +496,3 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
     }
     s
 }
-
-/// Writes `content` to `OUT.partial` beside `out`, then renames it over `out`: a reader
-/// never sees half a page, and a failure leaves the previous page (the partial removed).
-pub fn write_beside(out: &std::path::Path, content: &str) -> std::io::Result<()> {
-    let partial = out.with_file_name(format!(
-        "{}.partial",
-        out.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "page.html".into())
-    ));
-    let write = std::fs::write(&partial, content).and_then(|()| std::fs::rename(&partial, out));
-    if write.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    write
-}

@@ -284,15 +284,13 @@ fn emit_session_start(r: &Recorded, session: &RecordedSession) {
 
 /// Writes the stream beside, then renames it into place (never half a file).
 fn write_stream(path: &Path, lines: &[String]) -> Result<(), RunError> {
-    let err = |e: std::io::Error| RunError::Thread {
+    let err = |e: crate::files::OutputError| RunError::Thread {
         thread: "replay".into(),
-        message: format!("cannot write the stream to {}: {e}", path.display()),
+        message: format!("cannot write the stream: {e}"),
     };
-    let tmp = path.with_extension("emit-partial");
     let mut text = lines.join("\n");
     text.push('\n');
-    std::fs::write(&tmp, text).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    crate::files::write_atomically(path, text.as_bytes()).map_err(err)
 }
 
 fn display_path(p: &Path) -> String {

@@ -262,7 +262,7 @@ fn the_collectors_study_page_and_alert_settings_are_checked_before_it_starts() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--study-page: the folder /nonexistent-folder does not exist"),
+        stderr(&o).contains("--study-page: refusing to write /nonexistent-folder/study.html: no folder /nonexistent-folder"),
         "{}",
         stderr(&o)
     );

@@ -645,3 +645,152 @@ fn extract_outputs_never_replace_links_and_bad_intrinsics_are_refused() {
         assert!(!out.exists());
     }
 }
+
+/// Every command that writes a file the user named (`report`, `study report`, `replay
+/// --emit`, `extract audio`, `collect --study-page`) refuses a device, a FIFO, a symbolic
+/// link and a name in a missing folder with exit 2 naming it, before any work, and leaves
+/// what is there as it was (issue 43: `report --out /dev/full` once replaced the device node
+/// with a regular file). A FIFO stands for the device: the test must not touch `/dev`.
+#[test]
+fn every_command_that_writes_a_file_refuses_devices_links_and_missing_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, _) = base_db(tmp.path());
+    let target = tmp.path().join("kept.html");
+    std::fs::write(&target, "keep me\n").unwrap();
+    let link = tmp.path().join("link.html");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let fifo = tmp.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let missing = tmp.path().join("no-such-folder/out.html");
+    let central = tmp.path().join("central.db");
+    let wav = demo_session().join("audio.wav");
+    let commands: Vec<(&str, Box<dyn Fn(&Path) -> Vec<String>>)> = vec![
+        (
+            "report",
+            Box::new(|out: &Path| {
+                [
+                    "report",
+                    BASE,
+                    "--db",
+                    path_str(&db),
+                    "--out",
+                    path_str(out),
+                ]
+                .map(String::from)
+                .to_vec()
+            }),
+        ),
+        (
+            "study report",
+            Box::new(|out: &Path| {
+                [
+                    "study",
+                    "report",
+                    "--central",
+                    path_str(&central),
+                    "--out",
+                    path_str(out),
+                ]
+                .map(String::from)
+                .to_vec()
+            }),
+        ),
+        (
+            "replay --emit",
+            Box::new(|out: &Path| {
+                let dbs = tmp.path().join("emit.db");
+                [
+                    "replay",
+                    path_str(&demo_session()),
+                    "--db",
+                    path_str(&dbs),
+                    "--emit",
+                    path_str(out),
+                ]
+                .map(String::from)
+                .to_vec()
+            }),
+        ),
+        (
+            "extract audio",
+            Box::new(|out: &Path| {
+                ["extract", "audio", path_str(&wav), "--out", path_str(out)]
+                    .map(String::from)
+                    .to_vec()
+            }),
+        ),
+        (
+            "collect --study-page",
+            Box::new(|out: &Path| {
+                [
+                    "collect",
+                    "--security",
+                    "plain",
+                    "--db",
+                    path_str(&central),
+                    "--study-page",
+                    path_str(out),
+                ]
+                .map(String::from)
+                .to_vec()
+            }),
+        ),
+    ];
+    for (name, args) in &commands {
+        for (out, needle) in [
+            (&link, "symbolic link"),
+            (&fifo, "not a regular file"),
+            (&missing, "no folder"),
+            (&tmp.path().to_path_buf(), "folder"),
+        ] {
+            let args = args(out);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = empathic(&args);
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{name} {}: {}",
+                out.display(),
+                stderr(&o)
+            );
+            assert!(
+                stderr(&o).contains(needle) && stderr(&o).contains(path_str(out)),
+                "{name} {}: {}",
+                out.display(),
+                stderr(&o)
+            );
+        }
+        let ft = |p: &Path| std::fs::symlink_metadata(p).unwrap().file_type();
+        assert!(ft(&link).is_symlink(), "{name}");
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_fifo(&ft(&fifo)),
+            "{name}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "keep me\n",
+            "{name}"
+        );
+        assert!(!missing.parent().unwrap().exists(), "{name}");
+        assert!(!central.exists(), "{name}: the collector started");
+        assert!(
+            !tmp.path().join("emit.db").exists(),
+            "{name}: the replay ran"
+        );
+    }
+    // A regular file is replaced whole, as before.
+    let o = empathic(&[
+        "report",
+        BASE,
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&target),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&target).unwrap().contains("<html"));
+}

@@ -116,8 +116,8 @@ fn build(
     let name = crate::sync::central::redacted(&k.central);
     let facts = StudyFacts::gather(central, view, &k.study, &k.plan, &name, &now)?;
     if let Some(page) = &k.page {
-        crate::report::write_beside(page, &super::html(&facts))
-            .map_err(|e| format!("cannot write the study page to {}: {e}", page.display()))?;
+        crate::files::write_atomically(page, super::html(&facts).as_bytes())
+            .map_err(|e| format!("the study page: {e}"))?;
     }
     let mut built = Built {
         problems: facts.problems.len(),
