@@ -276,6 +276,7 @@ fn main() {
             .collect();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let collect_opts = empathic::sync::collect::CollectOptions {
+            health_sweep: Duration::from_secs(60),
             host: "127.0.0.1".into(),
             port,
             auth: Default::default(),

@@ -209,7 +209,19 @@ impl Args {
                     );
                 }
                 outln!("received (records sealed / PLAIN / quarantined messages):");
-                for c in &counts {
+                let (known, strangers): (Vec<_>, Vec<_>) = counts.iter().partition(|c| {
+                    c.sealed + c.plain > 0
+                        || enrolments.iter().any(|e| e.station == c.station)
+                        || health.iter().any(|h| h.station == c.station)
+                });
+                if !strangers.is_empty() {
+                    outln!(
+                        "  (not listed: {} message(s) refused from {} sender(s) that are no station of this study)",
+                        strangers.iter().map(|c| c.quarantined).sum::<i64>(),
+                        strangers.len()
+                    );
+                }
+                for c in known {
                     outln!(
                         "  {:<16} {} / {}{} / {}",
                         c.station,
@@ -351,6 +363,7 @@ pub fn collect(
         client_id: client_id.to_string(),
         share_group: share_group.map(str::to_string),
         changes: Some(changes),
+        health_sweep: std::time::Duration::from_secs(u64::from(config.collect.health_sweep_s)),
     };
     let records = std::thread::scope(|scope| {
         if let Some(k) = &keeper {
@@ -381,6 +394,11 @@ pub fn collect(
 
 /// One station's health as a line of `collect stations`.
 fn health_line(h: &crate::sync::central::StationHealth) -> String {
+    // What a station sent never writes escapes to the terminal.
+    crate::sync::health::printable(&health_line_raw(h), 2000)
+}
+
+fn health_line_raw(h: &crate::sync::central::StationHealth) -> String {
     let status = match (&h.status, &h.status_received_at) {
         (Some(s), Some(at)) => format!("{s} since {at}"),
         _ => "no status received".into(),

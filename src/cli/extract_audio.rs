@@ -109,12 +109,8 @@ pub fn extract_audio_csv(
         w.flush().map_err(write_err)?;
         Ok(rows)
     })();
-    let rows = match result {
-        Ok(rows) => rows,
-        Err(e) => {
-            return Err(e);
-        }
-    };
+    // On error the partial file goes with `partial` (dropped uncommitted).
+    let rows = result?;
     partial.commit()?;
     Ok(ExtractSummary {
         rows,

@@ -165,9 +165,8 @@ pub fn extract_face_csv(
         Some(v) => v.finish().map_err(video_err),
         None => Ok(()),
     });
-    if let Err(e) = result {
-        return Err(e);
-    }
+    // On error the partial file goes with `partial` (dropped uncommitted).
+    result?;
     partial.commit()?;
     summary.frames_per_second = summary.rows as f64 / busy.as_secs_f64().max(1e-9);
     Ok(summary)

@@ -280,6 +280,12 @@ impl Config {
             1_440,
         )?;
         within(
+            "collect.health_sweep_s",
+            u64::from(self.collect.health_sweep_s),
+            1,
+            86_400,
+        )?;
+        within(
             "study.bad_sessions_in_a_row",
             u64::from(self.study.bad_sessions_in_a_row),
             1,

@@ -307,6 +307,10 @@ pub struct CollectConfig {
     /// At most one `on_problem` run in this many minutes; problems that appear meanwhile go
     /// together in the next run.
     pub alert_interval_min: u32,
+    /// Every this many seconds the collector asks the broker again for every station's
+    /// retained health and status, so one lost to a flood of strangers' messages (a broker
+    /// drops what overflows a client's queue) is stored at the next sweep.
+    pub health_sweep_s: u32,
 }
 
 impl Default for CollectConfig {
@@ -314,6 +318,7 @@ impl Default for CollectConfig {
         Self {
             on_problem: String::new(),
             alert_interval_min: 10,
+            health_sweep_s: 60,
         }
     }
 }

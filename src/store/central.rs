@@ -141,6 +141,7 @@ CREATE TABLE IF NOT EXISTS collect_status (
     station     TEXT NOT NULL,
     status      TEXT NOT NULL,
     received_at TEXT NOT NULL,
+    connection  TEXT,
     PRIMARY KEY (study, station)
 );
 CREATE TABLE IF NOT EXISTS collect_alerts (
@@ -152,7 +153,7 @@ CREATE TABLE IF NOT EXISTS collect_alerts (
 );
 ";
 
-/// Columns formats 2 and 3 added to format 1's tables.
+/// Columns formats 2, 3 and 6 (a status word's connection stamp) added to earlier tables.
 const ADDED: &[(&str, &str, &str)] = &[
     ("collect_records", "sealed", "INTEGER NOT NULL DEFAULT 0"),
     ("collect_records", "participant", "TEXT"),
@@ -163,6 +164,7 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("collect_chunks", "station", "TEXT"),
     ("collect_chunks", "subject", "TEXT"),
     ("collect_chunks", "received_at", "TEXT"),
+    ("collect_status", "connection", "TEXT"),
 ];
 
 const INDEXES: &str = "

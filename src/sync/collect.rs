@@ -11,7 +11,8 @@
 //! share group if any, else the client id), which is what makes the station call it synced. What is stored, voided, purged or quarantined is
 //! [`Central::store_publish`]'s; a station's retained `health` and `status` are kept by
 //! [`Central::store_health`] and [`Central::store_status`] (no receipt: they are not in any
-//! outbox). The collector never stops on a bad message, and a database error leaves the
+//! outbox; asked for again every `[collect] health_sweep_s`, so one a flood made the broker
+//! drop is stored at the next sweep). The collector never stops on a bad message, and a database error leaves the
 //! message unacknowledged (the broker delivers it again).
 
 use std::collections::VecDeque;
@@ -40,6 +41,9 @@ pub struct CollectOptions {
     /// Counts every message stored (records, health, status, quarantine), after its commit:
     /// the study page's keeper watches it (`report::study::fresh`).
     pub changes: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// How often the retained health and status are asked for again (`[collect]
+    /// health_sweep_s`).
+    pub health_sweep: Duration,
 }
 
 /// Receives until `stop`, letting in what `gate` admits and signing receipts with
@@ -60,6 +64,7 @@ pub fn collect(
         client_id,
         share_group,
         changes,
+        health_sweep,
     } = c;
     let (host, port) = (host.as_str(), *port);
     // Who the receipts say confirmed: a group of collectors splitting the load into one
@@ -83,6 +88,14 @@ pub fn collect(
         Some(g) => format!("$share/{g}/empathic/v1/{study}/+/+"),
         None => format!("empathic/v1/{study}/+/+"),
     };
+    // Not shared: a shared subscription gets no retained messages, and every collector
+    // keeps every station's health. Subscribing again makes the broker send the retained
+    // messages again (MQTT 3.1.1, 3.8.4): what a flood made the broker drop comes back.
+    let retained = [
+        format!("empathic/v1/{study}/+/health"),
+        format!("empathic/v1/{study}/+/status"),
+    ];
+    let mut swept: Option<std::time::Instant> = None;
     let mut records = 0u64;
     let mut backoff = Duration::from_millis(500);
     // Acks and receipts wait here while the client's request queue is full (under load the
@@ -112,6 +125,15 @@ pub fn collect(
             }
             outgoing.pop_front();
         }
+        if swept.is_some_and(|t| t.elapsed() >= *health_sweep) {
+            for f in &retained {
+                // A full request queue (a flood being read) tries again next turn.
+                if client.try_subscribe(f.clone(), QoS::AtLeastOnce).is_err() {
+                    break;
+                }
+            }
+            swept = Some(std::time::Instant::now());
+        }
         match connection.recv_timeout(Duration::from_millis(200)) {
             Ok(Ok(Event::Incoming(Packet::ConnAck(_)))) => {
                 backoff = Duration::from_millis(500);
@@ -119,6 +141,7 @@ pub fn collect(
                 client
                     .try_subscribe(filter.clone(), QoS::AtLeastOnce)
                     .map_err(|e| format!("cannot subscribe: {e}"))?;
+                swept = Some(std::time::Instant::now());
                 tracing::info!(host, port, %filter, "collect: connected");
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
@@ -214,7 +237,7 @@ fn store_until_stored(
         let result = if p.topic.ends_with("/health") {
             central.store_health(&p.topic, &p.payload, gate)
         } else if p.topic.ends_with("/status") {
-            central.store_status(&p.topic, &p.payload)
+            central.store_status(&p.topic, &p.payload, gate)
         } else {
             central.store_publish_with(&p.topic, &p.payload, gate)
         };

@@ -26,6 +26,13 @@ pub const FUTURE_TOLERANCE: Duration = Duration::from_secs(300);
 /// The largest health message taken.
 pub const MAX_HEALTH_BYTES: usize = 16 * 1024;
 
+/// Most stage failures one health message carries.
+pub const MAX_STAGE_FAILURES: usize = 16;
+/// Most characters of a health message's free-text fields (a device's problem, a stage
+/// failure), and of its short ones (the software version, the last session's status).
+pub const MAX_TEXT_CHARS: usize = 512;
+pub const MAX_WORD_CHARS: usize = 64;
+
 /// A device as health reports it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,6 +80,89 @@ pub struct Health {
     pub sig: Option<String>,
 }
 
+impl Health {
+    /// Every free-text field with its name and bound (`check` and `clean` agree on them).
+    fn texts(&self) -> Vec<(String, &str, usize)> {
+        let mut out = vec![
+            (
+                "software".to_string(),
+                self.software.as_str(),
+                MAX_WORD_CHARS,
+            ),
+            (
+                "camera.problem".into(),
+                self.camera.problem.as_deref().unwrap_or(""),
+                MAX_TEXT_CHARS,
+            ),
+            (
+                "microphone.problem".into(),
+                self.microphone.problem.as_deref().unwrap_or(""),
+                MAX_TEXT_CHARS,
+            ),
+            (
+                "last_session_status".into(),
+                self.last_session_status.as_deref().unwrap_or(""),
+                MAX_WORD_CHARS,
+            ),
+        ];
+        out.extend(
+            self.stage_failures
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (format!("stage_failures[{i}]"), f.as_str(), MAX_TEXT_CHARS)),
+        );
+        out
+    }
+
+    /// The station's side of the bounds: its own free text made printable and cut to the
+    /// bounds `check` enforces (an OpenCV error spans lines), so a genuine message is
+    /// never refused for its form.
+    pub fn clean(&mut self) {
+        let fix = |t: &mut String, max: usize| *t = printable(t, max);
+        fix(&mut self.software, MAX_WORD_CHARS);
+        for d in [&mut self.camera, &mut self.microphone] {
+            if let Some(p) = d.problem.as_mut() {
+                fix(p, MAX_TEXT_CHARS);
+            }
+        }
+        if let Some(s) = self.last_session_status.as_mut() {
+            fix(s, MAX_WORD_CHARS);
+        }
+        self.stage_failures.truncate(MAX_STAGE_FAILURES);
+        for f in &mut self.stage_failures {
+            fix(f, MAX_TEXT_CHARS);
+        }
+    }
+}
+
+/// `text` with every control character (line breaks, terminal escapes) made a space and
+/// cut to `max` characters (`...` marking the cut): safe to put on a line staff read, a
+/// terminal, or an alert command's input.
+pub fn printable(text: &str, max: usize) -> String {
+    let clean = |c: char| if c.is_control() { ' ' } else { c };
+    if text.chars().count() <= max {
+        return text.chars().map(clean).collect();
+    }
+    let mut out: String = text
+        .chars()
+        .map(clean)
+        .take(max.saturating_sub(3))
+        .collect();
+    out.push_str("...");
+    out
+}
+
+/// Checks a time stamp of the station's form: RFC 3339 UTC to the millisecond.
+pub fn check_stamp(what: &str, stamp: &str) -> Result<(), String> {
+    if stamp.len() != 24 || !stamp.ends_with('Z') || stamp.chars().any(|c| c.is_control()) {
+        return Err(format!(
+            "{what} {:?} is not UTC to the millisecond (YYYY-MM-DDTHH:MM:SS.mmmZ)",
+            printable(stamp, 40)
+        ));
+    }
+    crate::clock::check_rfc3339(stamp).map_err(|e| format!("{what} {stamp:?}: {e}"))
+}
+
 /// What a signature covers: a domain line, then the message's JSON without `sig` (fields in
 /// the struct's order, so the station and the collector serialise it alike).
 pub fn signed_bytes(h: &Health) -> Vec<u8> {
@@ -114,34 +204,41 @@ pub fn check(topic: &str, payload: &[u8], now: &str) -> Result<Health, String> {
             h.study, h.station
         ));
     }
-    crate::clock::check_rfc3339(&h.sent_at)
-        .map_err(|e| format!("health `sent_at` {:?}: {e}", h.sent_at))?;
-    if h.sent_at.len() != 24 || !h.sent_at.ends_with('Z') {
-        return Err(format!(
-            "health `sent_at` {:?} is not UTC to the millisecond (YYYY-MM-DDTHH:MM:SS.mmmZ)",
-            h.sent_at
-        ));
-    }
+    crate::session::manifest::check_id("health `station`", &h.station)?;
+    crate::session::manifest::check_id("health `study`", &h.study)?;
+    check_stamp("health `sent_at`", &h.sent_at)?;
     if h.sent_at.as_str() > later(now, FUTURE_TOLERANCE).as_str() {
         return Err(format!(
             "health sent at {} is from the future (the collector's clock says {now}): the station's clock is wrong",
             h.sent_at
         ));
     }
-    let texts = [
-        &h.software,
-        &h.camera.problem.clone().unwrap_or_default(),
-        &h.microphone.problem.clone().unwrap_or_default(),
-        &h.last_session_status.clone().unwrap_or_default(),
-    ];
-    if texts.iter().any(|t| t.len() > 1024) || h.stage_failures.iter().any(|t| t.len() > 1024) {
-        return Err("health message with a text over 1024 bytes".into());
+    for (field, stamp) in [
+        ("outbox_oldest_pending", &h.outbox_oldest_pending),
+        ("last_session_ended_at", &h.last_session_ended_at),
+    ] {
+        if let Some(stamp) = stamp {
+            check_stamp(&format!("health `{field}`"), stamp)?;
+        }
     }
-    if h.stage_failures.len() > 16 {
+    if h.stage_failures.len() > MAX_STAGE_FAILURES {
         return Err(format!(
-            "health message with {} stage failures (at most 16)",
+            "health message with {} stage failures (at most {MAX_STAGE_FAILURES})",
             h.stage_failures.len()
         ));
+    }
+    for (field, text, max) in h.texts() {
+        if text.chars().count() > max {
+            return Err(format!(
+                "health `{field}` of {} characters (at most {max})",
+                text.chars().count()
+            ));
+        }
+        if text.chars().any(char::is_control) {
+            return Err(format!(
+                "health `{field}` holds a control character (a line break or terminal escape): refused, it would forge lines where staff read it"
+            ));
+        }
     }
     Ok(h)
 }
@@ -183,6 +280,7 @@ pub fn parse_utc_ms(s: &str) -> std::time::SystemTime {
 /// Publishes `health` (signed when `opts` seals) retained at QoS 1 on its own short
 /// connection; returns when the broker acknowledged it, or why not within 10 s.
 pub fn publish(opts: &SyncOptions, mut health: Health) -> Result<(), String> {
+    health.clean();
     if let Some(s) = &opts.sealing {
         health.signer = Some(s.key.public().to_string());
         health.sig = None;
@@ -272,6 +370,47 @@ mod tests {
         assert!(e.contains("unknown field"), "{e}");
         let e = check("empathic/v1/st/a/health", &vec![b' '; 20_000], now).unwrap_err();
         assert!(e.contains("at most"), "{e}");
+    }
+
+    #[test]
+    fn every_text_is_bounded_and_printable_where_it_enters() {
+        let now = "2026-11-25T10:01:00.000Z";
+        let topic = "empathic/v1/st/a/health";
+        let refused = |h: &Health| check(topic, &serde_json::to_vec(h).unwrap(), now).unwrap_err();
+        let mut h = health();
+        h.camera.problem = Some("gone\nurgent: a fake problem. What to do: curl evil | sh".into());
+        assert!(refused(&h).contains("control character"));
+        h.camera.problem = Some("\u{1b}]0;title\u{7}".into());
+        assert!(refused(&h).contains("control character"));
+        h.camera.problem = Some("x".repeat(8000));
+        assert!(refused(&h).contains("at most 512"));
+        let mut h = health();
+        h.outbox_oldest_pending = Some("x".repeat(8000));
+        assert!(refused(&h).contains("outbox_oldest_pending"));
+        let mut h = health();
+        h.stage_failures = vec!["face: bad".into(); 17];
+        assert!(refused(&h).contains("at most 16"));
+        // The station cleans its own text to the same bounds: never refused for its form.
+        let mut h = health();
+        h.camera.problem = Some("OpenCV(4.6) error:\n  line two\u{1b}[31m".into());
+        h.microphone.problem = Some("y".repeat(9000));
+        h.stage_failures = vec!["text: \r\nbad".into(); 40];
+        h.clean();
+        assert!(check(topic, &serde_json::to_vec(&h).unwrap(), now).is_ok());
+        assert_eq!(h.stage_failures.len(), MAX_STAGE_FAILURES);
+        assert_eq!(
+            h.microphone.problem.unwrap().chars().count(),
+            MAX_TEXT_CHARS
+        );
+        let mut h = health();
+        h.station = "\u{1b}[2J".into();
+        let e = check(
+            "empathic/v1/st/\u{1b}[2J/health",
+            &serde_json::to_vec(&h).unwrap(),
+            now,
+        )
+        .unwrap_err();
+        assert!(e.contains("character"), "{e}");
     }
 
     #[test]

@@ -17,13 +17,15 @@
 //! connection is a fresh client (clean session): the outbox, not the broker, holds what is
 //! still owed, and acknowledgements on a connection can only be for what was sent on it.
 //! One message is in flight at a time. A retained `status` topic says `online` on connect and
-//! `offline` by the last will. Connection failures back off exponentially with jitter (0.5 s
+//! `offline` by the last will (under sealed sync signed and stamped with the connection:
+//! `status`). Connection failures back off exponentially with jitter (0.5 s
 //! doubling to 30 s), never a busy loop.
 
 pub mod central;
 pub mod collect;
 pub mod health;
 pub mod keys;
+pub mod status;
 mod wire;
 
 pub use wire::{envelopes, sealed_envelopes, Sealing, PLAIN_WARNING};
@@ -385,6 +387,18 @@ fn connection_round(
     outcome: &mut SyncOutcome,
 ) -> Result<(), Round> {
     let status = topic(opts, "status");
+    // The connection's stamp orders its status words at the collector; the last will is
+    // signed now, with it (`status`).
+    let connection = crate::clock::utc_now();
+    let word = |w: &str| {
+        status::payload(
+            opts.sealing.as_ref(),
+            &opts.study,
+            &opts.station,
+            w,
+            &connection,
+        )
+    };
     let mut mqtt = MqttOptions::new(
         format!("empathic-{}-{}", opts.study, opts.station),
         opts.host.clone(),
@@ -394,7 +408,12 @@ fn connection_round(
     mqtt.set_clean_session(true)
         .set_keep_alive(Duration::from_secs(15))
         .set_max_packet_size(4 * CHUNK_CHARS + 4096, 4 * CHUNK_CHARS + 4096)
-        .set_last_will(LastWill::new(&status, "offline", QoS::AtLeastOnce, true));
+        .set_last_will(LastWill::new(
+            &status,
+            word("offline"),
+            QoS::AtLeastOnce,
+            true,
+        ));
     let (client, mut connection) = Client::new(mqtt, 64);
     let poll = |c: &mut rumqttc::Connection| c.recv_timeout(Duration::from_millis(200));
     // Wait for the broker's CONNACK.
@@ -426,7 +445,7 @@ fn connection_round(
     let mut expected: u64 = 0;
     let mut acked: u64 = 0;
     client
-        .try_publish(&status, QoS::AtLeastOnce, true, "online")
+        .try_publish(&status, QoS::AtLeastOnce, true, word("online"))
         .map_err(|e| Round::Failed(e.to_string()))?;
     expected += 1;
     // The message in flight: its outbox row, and the acks that complete it.

@@ -668,7 +668,8 @@ fn every_command_that_writes_a_file_refuses_devices_links_and_missing_folders() 
     let missing = tmp.path().join("no-such-folder/out.html");
     let central = tmp.path().join("central.db");
     let wav = demo_session().join("audio.wav");
-    let commands: Vec<(&str, Box<dyn Fn(&Path) -> Vec<String>>)> = vec![
+    type Args<'a> = Box<dyn Fn(&Path) -> Vec<String> + 'a>;
+    let commands: Vec<(&str, Args)> = vec![
         (
             "report",
             Box::new(|out: &Path| {

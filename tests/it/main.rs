@@ -12,6 +12,7 @@ mod bad_input;
 mod bad_input_corpus;
 mod cli;
 mod collector_build;
+mod collector_doors;
 mod crash;
 mod face;
 mod failures;

@@ -242,6 +242,7 @@ fn the_study_page_lists_the_stations_problems_first_in_either_database() {
             c.store_status(
                 &format!("empathic/v1/hs/{station}/status"),
                 status.as_bytes(),
+                &Gate::plain(),
             )
             .unwrap();
         }

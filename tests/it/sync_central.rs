@@ -648,6 +648,9 @@ fn station_health_is_kept_latest_first_and_refused_with_a_reason_in_either_datab
     use empathic::sync::central::{Central, Gate, Stored};
     use empathic::sync::health::{signed_bytes, Health, HEALTH_FORMAT, HEALTH_VERSION};
     use empathic::sync::keys::{generate, KeyKind, SigningKey};
+    use empathic::sync::status::{
+        signed_bytes as status_signed_bytes, SignedStatus, STATUS_FORMAT, STATUS_VERSION,
+    };
     let tmp = tempfile::tempdir().unwrap();
     let pg = Postgres::start();
     let key_a = generate(&tmp.path().join("a.key"), KeyKind::Ed25519).unwrap();
@@ -696,8 +699,41 @@ fn station_health_is_kept_latest_first_and_refused_with_a_reason_in_either_datab
         // The retained older one, handed out again, is history, not the latest.
         c.store_health(&topic("a"), &bytes(&older), &sealed)
             .unwrap();
-        c.store_status("empathic/v1/hs/a/status", b"offline")
-            .unwrap();
+        let status_a = |word: &str, connection: &str, k: &SigningKey| {
+            let mut s = SignedStatus {
+                format: STATUS_FORMAT.into(),
+                v: STATUS_VERSION,
+                study: "hs".into(),
+                station: "a".into(),
+                status: word.into(),
+                connection: connection.into(),
+                signer: k.public().to_string(),
+                sig: String::new(),
+            };
+            s.sig = k.sign(&status_signed_bytes(&s));
+            serde_json::to_vec(&s).unwrap()
+        };
+        let status_topic = "empathic/v1/hs/a/status";
+        let first = "2026-11-25T09:59:00.000Z";
+        let second = "2026-11-25T10:10:00.000Z";
+        c.store_status(
+            status_topic,
+            &status_a("online", second, &signing_a),
+            &sealed,
+        )
+        .unwrap();
+        // A signed `offline` of an earlier connection (a replayed last will) changes nothing.
+        c.store_status(
+            status_topic,
+            &status_a("offline", first, &signing_a),
+            &sealed,
+        )
+        .unwrap();
+        assert_eq!(
+            c.station_health("hs").unwrap()[0].status.as_deref(),
+            Some("online"),
+            "{target}"
+        );
         let refused = |c: &mut Central, t: &str, payload: &[u8], why: &str| match c
             .store_health(t, payload, &sealed)
             .unwrap()
@@ -734,18 +770,71 @@ fn station_health_is_kept_latest_first_and_refused_with_a_reason_in_either_datab
         forged.camera.present = true;
         refused(&mut c, &topic("a"), &bytes(&forged), "does not verify");
         refused(&mut c, &topic("b"), &bytes(&newer), "came on");
-        match c
-            .store_status("empathic/v1/hs/a/status", b"rebooting")
-            .unwrap()
-        {
-            Stored::Quarantined { reason, .. } => {
-                assert!(reason.contains("expected online or offline"), "{reason}")
+        // Issue 43: under sealed sync no unsigned word changes what staff see; a word signed
+        // by another key, or forged, neither.
+        for (payload, why) in [
+            (b"rebooting".to_vec(), "neither a word"),
+            (b"offline".to_vec(), "only a status signed"),
+            (
+                status_a("offline", second, &signing_b),
+                "no station of study hs",
+            ),
+            (
+                {
+                    let mut v: serde_json::Value =
+                        serde_json::from_slice(&status_a("offline", second, &signing_a)).unwrap();
+                    v["connection"] = "2026-11-25T10:20:00.000Z".into();
+                    serde_json::to_vec(&v).unwrap()
+                },
+                "does not verify",
+            ),
+        ] {
+            match c.store_status(status_topic, &payload, &sealed).unwrap() {
+                Stored::Quarantined { reason, .. } => {
+                    assert!(reason.contains(why), "{target}: {reason}")
+                }
+                other => panic!("{target}: {why}: {other:?}"),
             }
-            other => panic!("{target}: {other:?}"),
+        }
+        assert_eq!(
+            c.station_health("hs").unwrap()[0].status.as_deref(),
+            Some("online"),
+            "{target}"
+        );
+        // The same connection's signed last will is believed.
+        c.store_status(
+            status_topic,
+            &status_a("offline", second, &signing_a),
+            &sealed,
+        )
+        .unwrap();
+        // Strangers: unsigned words on made-up names make no station (sealed), and where
+        // plain is taken from anyone, at most STRANGERS_KEPT of them are kept.
+        for i in 0..30 {
+            c.store_status(
+                &format!("empathic/v1/hs/made-up-{i}/status"),
+                b"offline",
+                &sealed,
+            )
+            .unwrap();
+        }
+        assert_eq!(c.station_health("hs").unwrap().len(), 1, "{target}");
+        let kept = empathic::sync::central::STRANGERS_KEPT;
+        for i in 0..kept + 20 {
+            c.store_status(
+                &format!("empathic/v1/hs/plain-{i}/status"),
+                b"online",
+                &Gate::plain(),
+            )
+            .unwrap();
         }
         let stations = c.station_health("hs").unwrap();
-        assert_eq!(stations.len(), 1, "{target}: {stations:?}");
-        let a = &stations[0];
+        assert_eq!(stations.len(), 1 + kept, "{target}");
+        assert!(stations
+            .iter()
+            .any(|s| s.station == format!("plain-{}", kept + 19)));
+        let stations = c.station_health("hs").unwrap();
+        let a = stations.iter().find(|s| s.station == "a").unwrap();
         assert_eq!(
             a.health.as_ref().unwrap()["sent_at"],
             "2026-11-25T10:00:00.000Z"

@@ -27,8 +27,7 @@ use crate::sync::central::{Central, PageView};
 pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
 /// ... and at least this often (time-made problems, the "made" line).
 pub const MAX_INTERVAL: Duration = Duration::from_secs(600);
-/// An alert command running longer is killed (and retried later).
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+pub use super::alert_command::{run_alert, COMMAND_TIMEOUT};
 
 /// What to keep fresh, from where.
 pub struct Keeper {
@@ -168,58 +167,6 @@ fn build(
     Ok((built, waiting))
 }
 
-/// Runs `command` through `sh -c` with `lines` on its standard input; an error names its
-/// exit status or the timeout ([`COMMAND_TIMEOUT`]).
-pub fn run_alert(command: &str, study: &str, count: usize, lines: &str) -> Result<(), String> {
-    run_alert_within(command, study, count, lines, COMMAND_TIMEOUT)
-}
-
-fn run_alert_within(
-    command: &str,
-    study: &str,
-    count: usize,
-    lines: &str,
-    timeout: Duration,
-) -> Result<(), String> {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .env("EMPATHIC_STUDY", study)
-        .env("EMPATHIC_PROBLEMS", count.to_string())
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run `{command}`: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // Written on the side: a command that neither reads nor ends would otherwise hold
-        // this thread past the timeout once the pipe is full. One that does not read is
-        // fine: the pipe closes when it ends.
-        let lines = lines.to_string();
-        let _ = std::thread::Builder::new()
-            .name("alert-input".into())
-            .spawn(move || {
-                let _ = stdin.write_all(lines.as_bytes());
-            });
-    }
-    let until = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => return Err(format!("`{command}` ended with {status}")),
-            Ok(None) if Instant::now() >= until => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "`{command}` ran for over {} s and was stopped",
-                    timeout.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => return Err(format!("cannot wait for `{command}`: {e}")),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +179,7 @@ mod tests {
             collect: CollectConfig {
                 on_problem: command.into(),
                 alert_interval_min: 1,
+                ..CollectConfig::default()
             },
             page: Some(dir.join("study.html")),
             changes: Arc::new(AtomicU64::new(0)),
@@ -245,8 +193,12 @@ mod tests {
         let k = keeper(dir.path(), &format!("cat >> '{}'", log.display()));
         let mut c = Central::open(&k.central).unwrap();
         c.enrol("s", "st-a", None, true).unwrap();
-        c.store_status("empathic/v1/s/st-a/status", b"offline")
-            .unwrap();
+        c.store_status(
+            "empathic/v1/s/st-a/status",
+            b"offline",
+            &crate::sync::central::Gate::plain(),
+        )
+        .unwrap();
         let lines = || std::fs::read_to_string(&log).unwrap_or_default();
         let (mut db, mut last) = (None, None);
         let (b, waiting) = build(&k, &mut db, &mut PageView::default(), &mut last).unwrap();
@@ -267,13 +219,21 @@ mod tests {
         let (b, _) = build(&k, &mut None, &mut PageView::default(), &mut None).unwrap();
         assert_eq!(b.told, 0);
         // Back online: offline clears (and "no health" is new).
-        c.store_status("empathic/v1/s/st-a/status", b"online")
-            .unwrap();
+        c.store_status(
+            "empathic/v1/s/st-a/status",
+            b"online",
+            &crate::sync::central::Gate::plain(),
+        )
+        .unwrap();
         let (b, _) = build(&k, &mut db, &mut PageView::default(), &mut None).unwrap();
         assert_eq!((b.told, b.cleared), (1, 1), "{}", lines());
         // Offline again within the rate limit: it waits, then goes.
-        c.store_status("empathic/v1/s/st-a/status", b"offline")
-            .unwrap();
+        c.store_status(
+            "empathic/v1/s/st-a/status",
+            b"offline",
+            &crate::sync::central::Gate::plain(),
+        )
+        .unwrap();
         let mut recent = Some(Instant::now());
         let (b, waiting) = build(&k, &mut db, &mut PageView::default(), &mut recent).unwrap();
         assert_eq!((b.told, waiting), (0, true));
@@ -306,16 +266,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let k = keeper(dir.path(), "exit 3");
         let mut c = Central::open(&k.central).unwrap();
-        c.store_status("empathic/v1/s/st-a/status", b"offline")
-            .unwrap();
+        c.store_status(
+            "empathic/v1/s/st-a/status",
+            b"offline",
+            &crate::sync::central::Gate::plain(),
+        )
+        .unwrap();
         let (b, waiting) = build(&k, &mut None, &mut PageView::default(), &mut None).unwrap();
         assert_eq!((b.told, waiting), (0, true));
         assert!(c.alerts_told("s").unwrap().is_empty());
-        let e = run_alert("exit 3", "s", 1, "x\n").unwrap_err();
-        assert!(e.contains("exit 3") && e.contains("exit status: 3"), "{e}");
-        // One that neither reads a large input nor ends is stopped at the timeout.
-        let big = "a problem line\n".repeat(20_000);
-        let e = run_alert_within("sleep 30", "s", 1, &big, Duration::from_secs(1)).unwrap_err();
-        assert!(e.contains("ran for over 1 s and was stopped"), "{e}");
     }
 }

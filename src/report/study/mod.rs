@@ -18,6 +18,7 @@
 //! sessions, a station that never sent health, and a participant with no session are shown
 //! as such, never as a blank page.
 
+mod alert_command;
 pub mod fresh;
 mod page;
 mod problems;
@@ -73,11 +74,16 @@ impl Problem {
             Some(p) => format!("{} / participant {p}", self.station),
             None => self.station.clone(),
         };
-        format!(
-            "{who} ({}): {}. What to do: {}.",
-            severity_word(self.severity),
-            self.what,
-            self.todo
+        // One line, whatever a field held (a station's text is checked where it enters;
+        // this is the last door before an alert command's input).
+        crate::sync::health::printable(
+            &format!(
+                "{who} ({}): {}. What to do: {}.",
+                severity_word(self.severity),
+                self.what,
+                self.todo
+            ),
+            2000,
         )
     }
 }
@@ -189,6 +195,17 @@ pub struct StudyFacts {
     pub ratings: RatingFacts,
     /// Every station's and participant's problems, worst first.
     pub problems: Vec<Problem>,
+    /// Senders that are no station of the study (neither enrolled nor with a record,
+    /// health or status kept) whose messages were refused: counted, never listed one by
+    /// one, never a problem (a made-up name per message must not flood the page or alerts).
+    pub strangers: Strangers,
+}
+
+/// Refused messages from senders that are no station of the study.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Strangers {
+    pub senders: u64,
+    pub messages: i64,
 }
 
 /// `2026-11-25T22:30:26.541Z` as `2026-11-25 22:30 UTC` (what a reader needs of it).
@@ -246,7 +263,16 @@ impl StudyFacts {
         })?;
         let mut names: BTreeSet<String> = enrolled.clone();
         names.extend(health.iter().map(|h| h.station.clone()));
-        names.extend(counts.iter().map(|c| c.station.clone()));
+        let mut strangers = Strangers::default();
+        for c in &counts {
+            let known = enrolments.iter().any(|e| e.station == c.station);
+            if known || names.contains(&c.station) || c.sealed + c.plain > 0 {
+                names.insert(c.station.clone());
+            } else {
+                strangers.senders += 1;
+                strangers.messages += c.quarantined;
+            }
+        }
         let mut stations: Vec<StationFacts> = Vec::new();
         for name in names {
             let h = health.iter().find(|h| h.station == name);
@@ -289,6 +315,7 @@ impl StudyFacts {
             quality: view.quality,
             ratings: view.ratings,
             problems,
+            strangers,
         })
     }
 }

@@ -61,6 +61,15 @@ pub fn html(f: &StudyFacts) -> String {
     );
     problems(&mut p, f);
     stations(&mut p, &f.stations);
+    if f.strangers.messages > 0 {
+        let _ = writeln!(
+            p,
+            "<p class=\"meta\">Refused and not listed: {} message(s) from {} sender(s) that are no station of this study (neither enrolled nor sending records; kept {} days in collect_quarantine).</p>",
+            f.strangers.messages,
+            f.strangers.senders,
+            crate::sync::central::REFUSED_EXPIRY_DAYS
+        );
+    }
     participants(&mut p, &f.participants);
     quality(&mut p, f);
     ratings(&mut p, f);

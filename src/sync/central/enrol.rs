@@ -10,6 +10,9 @@
 
 use super::*;
 
+/// Where messages on topics whose station part is no valid id are counted.
+pub const INVALID_NAME: &str = "(invalid name)";
+
 impl Central {
     /// Enrols `station` of `study` with `key` (`ed25519:...`) and/or allows it plain
     /// messages. `Err` names what is refused: a malformed key, a key of another station, a
@@ -152,7 +155,8 @@ impl Central {
     }
 
     /// Per station of `study` that sent anything: records stored sealed and plain, and
-    /// messages quarantined under its topics.
+    /// messages quarantined under its topics (a station part that is no valid station id
+    /// counts under [`INVALID_NAME`]).
     pub fn station_counts(&mut self, study: &str) -> Result<Vec<StationCounts>, String> {
         let mut tx = self.begin()?;
         let mut counts: std::collections::BTreeMap<String, StationCounts> = Default::default();
@@ -187,6 +191,12 @@ impl Central {
                 .and_then(|rest| rest.split('/').next())
             else {
                 continue;
+            };
+            // A made-up name with escapes or line breaks never reaches a terminal or a page.
+            let station = if crate::session::manifest::check_id("station", station).is_ok() {
+                station
+            } else {
+                INVALID_NAME
             };
             counts
                 .entry(station.to_string())

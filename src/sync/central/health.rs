@@ -8,13 +8,16 @@
 //! and adds it to the history, which keeps the newest [`HISTORY_PER_STATION`] per station.
 //! Anything refused goes to `collect_quarantine` with the reason. A retained message the
 //! broker hands out again changes nothing. [`Central::store_status`] keeps the latest
-//! `status` word with when it came (the last will is unsigned: it says only online or
-//! offline). Both hold for SQLite and PostgreSQL alike.
+//! `status` word with when it came, through the same gate (`sync::status`: sealed, signed
+//! and ordered by connection). What strangers (stations neither enrolled nor with a record)
+//! leave in these tables is bounded ([`STRANGERS_KEPT`]) and expires
+//! ([`STRANGER_EXPIRY_DAYS`]). Both hold for SQLite and PostgreSQL alike.
 
 use super::{plain_admitted, signer_enrolled, Central, Gate, Stored};
 use crate::store::central::Val;
 use crate::sync::health::{self, Health};
 use crate::sync::keys;
+use crate::sync::status;
 
 /// Health messages kept per station (15 min apart: about five days).
 pub const HISTORY_PER_STATION: i64 = 500;
@@ -73,38 +76,84 @@ impl Central {
             return self.quarantine(topic, payload, reason, None);
         }
         keep(&mut *tx, &h, payload, &now)?;
+        bound_strangers(&mut *tx, &h.study, &h.station)?;
         tx.commit()?;
         Ok(Stored::Health { station: h.station })
     }
 
-    /// Keeps the station's retained `status` word (`online`, `offline`).
-    pub fn store_status(&mut self, topic: &str, payload: &[u8]) -> Result<Stored, String> {
-        let parts: Vec<&str> = topic.split('/').collect();
-        let word = String::from_utf8_lossy(payload).to_string();
-        if parts.len() != 5 || !["online", "offline"].contains(&word.as_str()) {
-            return self.quarantine(
-                topic,
-                payload,
-                format!("status {word:?} on {topic}: expected online or offline"),
-                None,
-            );
+    /// Keeps a station's retained `status` word that `gate` lets in: signed by the key
+    /// enrolled for the station (sealed), or plain where the gate takes plain from it. A
+    /// signed word of an earlier connection than the one held changes nothing (a replayed
+    /// `offline`), nor does the same word again (its `received_at` stays when it came).
+    pub fn store_status(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        gate: &Gate,
+    ) -> Result<Stored, String> {
+        let st = match status::check(topic, payload) {
+            Ok(s) => s,
+            Err(reason) => return self.quarantine(topic, payload, reason, None),
+        };
+        if let Err(e) = crate::session::manifest::check_id("station", &st.station)
+            .and_then(|()| crate::session::manifest::check_id("study", &st.study))
+        {
+            return self.quarantine(topic, payload, format!("status topic: {e}"), None);
         }
         let mut tx = self.begin()?;
+        let admitted = match &st.signed {
+            Some(signed) => {
+                match signer_enrolled(&mut *tx, &st.study, &st.station, &signed.signer)? {
+                    Ok(owner) => {
+                        let verifies = keys::VerifyingKey::parse(&signed.signer)
+                            .map(|k| k.verifies(&status::signed_bytes(signed), &signed.sig))
+                            .unwrap_or(false);
+                        if verifies {
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "the signature by station {owner}'s key does not verify over this status"
+                            ))
+                        }
+                    }
+                    Err(reason) => Err(reason),
+                }
+            }
+            None => plain_admitted(&mut *tx, gate, &st.study, &st.station)?.map_err(|_| {
+                format!(
+                    "unsigned status {:?} for station {}: under sealed sync only a status signed by the station's enrolled key is believed",
+                    st.status, st.station
+                )
+            }),
+        };
+        if let Err(reason) = admitted {
+            drop(tx);
+            return self.quarantine(topic, payload, reason, None);
+        }
+        let connection = st.signed.as_ref().map(|s| s.connection.as_str());
         tx.exec(
-            "INSERT INTO collect_status (study, station, status, received_at)
-             VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO collect_status (study, station, status, received_at, connection)
+             VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (study, station) DO UPDATE SET status = excluded.status,
-               received_at = excluded.received_at",
+               received_at = excluded.received_at, connection = excluded.connection
+             WHERE (collect_status.status <> excluded.status
+                    OR COALESCE(collect_status.connection, '') <> COALESCE(excluded.connection, ''))
+               AND (excluded.connection IS NULL OR collect_status.connection IS NULL
+                    OR excluded.connection > collect_status.connection
+                    OR (excluded.connection = collect_status.connection
+                        AND excluded.status = 'offline'))",
             &[
-                Val::text(parts[2]),
-                Val::text(parts[3]),
-                Val::text(&word),
+                Val::text(&st.study),
+                Val::text(&st.station),
+                Val::text(&st.status),
                 Val::text(&crate::clock::utc_now()),
+                Val::Text(connection.map(str::to_string)),
             ],
         )?;
+        bound_strangers(&mut *tx, &st.study, &st.station)?;
         tx.commit()?;
         Ok(Stored::Status {
-            station: parts[3].to_string(),
+            station: st.station,
         })
     }
 
@@ -164,6 +213,57 @@ impl Central {
         }
         Ok(by.into_values().collect())
     }
+}
+
+/// Stations not enrolled in a study and with no record in it whose health or status is kept
+/// (only where plain is taken from anyone): at most this many, the longest silent dropped.
+pub const STRANGERS_KEPT: usize = 100;
+/// ... and for at most this long after their last message.
+pub const STRANGER_EXPIRY_DAYS: u64 = 7;
+
+/// Keeps what strangers (stations neither enrolled nor with a record in `study`) left in
+/// the health and status tables bounded and expiring, when `station` is one: a client that
+/// makes up station names cannot grow the database or the study page without end.
+fn bound_strangers(
+    tx: &mut dyn crate::store::central::CentralTx,
+    study: &str,
+    station: &str,
+) -> Result<(), String> {
+    let known = tx.rows(
+        "SELECT 1 FROM collect_stations WHERE study = ?1 AND station = ?2
+         UNION ALL SELECT 1 FROM collect_records WHERE study = ?1 AND station = ?2",
+        &[Val::text(study), Val::text(station)],
+    )?;
+    if !known.is_empty() {
+        return Ok(());
+    }
+    let expired = crate::clock::utc_at(
+        std::time::SystemTime::now()
+            - std::time::Duration::from_secs(STRANGER_EXPIRY_DAYS * 86_400),
+    );
+    let strangers = tx.rows(
+        "SELECT station, MAX(received_at) AS last FROM (
+             SELECT station, received_at FROM collect_status WHERE study = ?1
+             UNION ALL SELECT station, received_at FROM collect_health WHERE study = ?1) AS heard
+         WHERE station NOT IN (SELECT station FROM collect_stations WHERE study = ?1)
+           AND station NOT IN (SELECT station FROM collect_records WHERE study = ?1)
+         GROUP BY station ORDER BY last DESC",
+        &[Val::text(study)],
+    )?;
+    for (i, row) in strangers.into_iter().enumerate() {
+        let mut row = row.into_iter();
+        let name = row.next().and_then(Val::into_text).unwrap_or_default();
+        let last = row.next().and_then(Val::into_text).unwrap_or_default();
+        if i >= STRANGERS_KEPT || last < expired {
+            for table in ["collect_status", "collect_health", "collect_health_history"] {
+                tx.exec(
+                    &format!("DELETE FROM {table} WHERE study = ?1 AND station = ?2"),
+                    &[Val::text(study), Val::text(&name)],
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The latest (unless a later one is held) and the history, trimmed.

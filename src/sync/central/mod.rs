@@ -37,8 +37,10 @@ mod rules;
 use envelope::*;
 use rules::*;
 
+use crate::sync::health as health_message;
 pub use alerts::Withdrawal;
-pub use health::StationHealth;
+pub use enrol::INVALID_NAME;
+pub use health::{StationHealth, STRANGERS_KEPT, STRANGER_EXPIRY_DAYS};
 pub use postgres::redacted;
 
 use sha2::{Digest, Sha256};
@@ -57,6 +59,11 @@ pub const CHUNK_EXPIRY: std::time::Duration = std::time::Duration::from_secs(24 
 /// Bytes of incomplete messages kept per station at most; past it, that station's oldest
 /// incomplete messages are dropped (noted in quarantine).
 pub const CHUNK_BYTES_PER_STATION: i64 = 64 << 20;
+
+/// Quarantined chunks refused before a whole message was read, kept at most (the newest)...
+pub const REFUSED_KEPT: i64 = 5_000;
+/// ... and for at most this long.
+pub const REFUSED_EXPIRY_DAYS: u64 = 30;
 
 /// A central database, SQLite or PostgreSQL.
 pub enum Central {
@@ -281,8 +288,23 @@ impl Central {
                 Val::text(&crate::clock::utc_now()),
             ],
         )?;
+        if message_id.is_none() {
+            // Refused before a whole message was read (unsigned, unknown, malformed): all a
+            // stranger can make. Bounded and expiring; refused messages keep their row, as
+            // it answers their redelivery.
+            let expired = crate::clock::utc_at(
+                std::time::SystemTime::now()
+                    - std::time::Duration::from_secs(REFUSED_EXPIRY_DAYS * 86_400),
+            );
+            tx.exec(
+                "DELETE FROM collect_quarantine WHERE message_id IS NULL AND (received_at < ?1
+                   OR id <= (SELECT id FROM collect_quarantine WHERE message_id IS NULL
+                             ORDER BY id DESC LIMIT 1 OFFSET ?2))",
+                &[Val::text(&expired), Val::Int(Some(REFUSED_KEPT))],
+            )?;
+        }
         tx.commit()?;
-        tracing::warn!(topic, %reason, "collect: message quarantined");
+        tracing::warn!(topic = %health_message::printable(topic, 200), %reason, "collect: message quarantined");
         Ok(Stored::Quarantined { reason, receipt })
     }
 

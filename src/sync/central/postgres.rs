@@ -114,6 +114,9 @@ pub(super) fn open(url: &str) -> Result<Client, String> {
     )
     .and_then(|()| tx.batch_execute(SCHEMA))
     .and_then(|()| tx.batch_execute(crate::store::central::HEALTH_TABLES))
+    .and_then(|()| {
+        tx.batch_execute("ALTER TABLE collect_status ADD COLUMN IF NOT EXISTS connection TEXT")
+    })
     .and_then(|()| tx.commit())
     .map_err(|e| {
         format!(
