@@ -182,7 +182,8 @@ fn socket_of(socket: Option<PathBuf>, config: Option<&Path>) -> Result<PathBuf, 
     })
 }
 
-/// Sends one request line; prints the answer; fails (exit 2) when the service refused it.
+/// Sends one request line; prints the answer; fails when the service refused it: exit 2,
+/// or 1 when it was busy (`"busy": true`: the same request may pass later).
 pub fn ctl(
     socket: Option<PathBuf>,
     config: Option<&Path>,
@@ -195,7 +196,12 @@ pub fn ctl(
         Ok(ExitCode::SUCCESS)
     } else {
         Err((
-            ExitKind::BadInput,
+            // Refused by the service's state (busy), not by what was asked: exit 1.
+            if answer["busy"] == true {
+                ExitKind::Runtime
+            } else {
+                ExitKind::BadInput
+            },
             format!(
                 "refused: {}",
                 answer["error"].as_str().unwrap_or("no reason given")

@@ -19,6 +19,26 @@ use crate::Nanos;
 
 /// Tokens per text at most (the model's `max_seq_length`).
 pub const MAX_TOKENS: usize = 256;
+/// Visible characters (not white space, not control) of a text that can reach the
+/// encoder's window: every word piece covers at least one, and a word over 100 is one
+/// unknown token, so [`MAX_TOKENS`] tokens never span more. A longer text is cut after this
+/// many before tokenising: the embedding is the same, and a 210 kB request no longer costs
+/// its length in CPU.
+pub const MAX_INPUT_CHARS: usize = MAX_TOKENS * 101;
+
+/// `text` cut after [`MAX_INPUT_CHARS`] visible characters (the encoder sees no further).
+pub fn within_window(text: &str) -> &str {
+    let mut visible = 0;
+    for (i, c) in text.char_indices() {
+        if !c.is_whitespace() && !c.is_control() {
+            visible += 1;
+            if visible > MAX_INPUT_CHARS {
+                return &text[..i];
+            }
+        }
+    }
+    text
+}
 
 pub struct SentenceEncoder {
     name: String,
@@ -105,7 +125,7 @@ impl SentenceEncoder {
     pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         let mut out = Vec::with_capacity(texts.len());
         for text in texts {
-            out.extend(self.embed_batch(&[text])?);
+            out.extend(self.embed_batch(&[within_window(text)])?);
         }
         Ok(out)
     }
@@ -510,6 +530,30 @@ mod tests {
         let t = track(&[(0, 5000, 1.0), (2000, 3000, 2.0)], 0);
         assert_eq!(t.at(2500 * 1_000_000).map(|v| v[0]), Some(2.0));
         assert_eq!(t.at(4000 * 1_000_000).map(|v| v[0]), Some(1.0));
+    }
+
+    /// Issue 43: a 210 kB `recommend` text cost its length in CPU. Cut before tokenising,
+    /// it embeds exactly as the tokenizer's own truncation would.
+    #[test]
+    fn a_text_past_the_window_embeds_as_its_beginning() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        let manifest = crate::models::manifest::Manifest::load(&dir).unwrap();
+        let entry = manifest.get("all-MiniLM-L6-v2", &dir).unwrap();
+        let mut encoder = SentenceEncoder::open(&dir, entry, None).unwrap();
+        let long = "I remember the summer my grandmother taught me to swim. ".repeat(4000);
+        assert!(long.len() > 200_000);
+        let cut = within_window(&long);
+        assert!(
+            cut.len() < long.len()
+                && cut.chars().filter(|c| !c.is_whitespace()).count() == MAX_INPUT_CHARS
+        );
+        let beginning = &long[..3000];
+        let a = encoder.embed(&[long.as_str()]).unwrap();
+        let b = encoder.embed(&[beginning]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(within_window("short"), "short");
+        let spaced = format!("{}{}", " ".repeat(100_000), "words after spaces");
+        assert_eq!(within_window(&spaced), spaced.as_str());
     }
 
     #[test]

@@ -117,8 +117,17 @@ pub(super) fn accept_loop<'scope>(
 }
 
 pub(super) fn error_reply(reason: &str) -> String {
-    serde_json::json!({"ok": false, "error": reason}).to_string()
+    if reason.starts_with(BUSY) {
+        serde_json::json!({"ok": false, "error": reason, "busy": true}).to_string()
+    } else {
+        serde_json::json!({"ok": false, "error": reason}).to_string()
+    }
 }
+
+/// How a refusal by the service's state rather than the request begins (a session already
+/// running, `recommend` busy): its answer carries `"busy": true`, the same request may pass
+/// later, and `ctl` exits 1 for it, not 2 (bad input).
+pub(super) const BUSY: &str = "busy: ";
 
 /// What a connection sent next.
 pub(super) enum Incoming {
@@ -140,7 +149,15 @@ pub(super) fn next_request(reader: &mut BufReader<UnixStream>, stop: &AtomicBool
             return Incoming::Closed;
         }
         let available = match reader.fill_buf() {
-            Ok([]) => return Incoming::Closed,
+            // A last line ended by the end of the stream instead of a newline (`printf` with
+            // no `\n`, a client that shut down its writing side) is a request too: answered.
+            Ok([]) if bytes.iter().all(u8::is_ascii_whitespace) => return Incoming::Closed,
+            Ok([]) => {
+                return match String::from_utf8(bytes) {
+                    Ok(line) => Incoming::Line(line),
+                    Err(_) => Incoming::NotUtf8,
+                }
+            }
             Ok(buf) => buf,
             Err(e)
                 if matches!(
@@ -174,14 +191,99 @@ pub(super) fn next_request(reader: &mut BufReader<UnixStream>, stop: &AtomicBool
     }
 }
 
-/// What a refused request is logged as: its type and size, never its content (an
-/// utterance carries the participant's words; a huge line would flood the journal).
+/// What the log says of a request: its kind (a known request type, else `unknown`) and
+/// its size, never its content (a participant's words, a 250 kB topic name).
 pub(super) fn request_summary(line: &str) -> String {
+    // A line of megabytes is not parsed again just to name its kind.
+    if line.len() > 64 * 1024 {
+        return format!("request, {} bytes", line.len());
+    }
     let kind = serde_json::from_str::<serde_json::Value>(line)
         .ok()
         .and_then(|v| v["type"].as_str().map(str::to_string))
-        .unwrap_or_else(|| "unparsed".into());
+        .filter(|t| REQUEST_TYPES.contains(&t.as_str()))
+        .unwrap_or_else(|| "unknown".into());
     format!("{kind} request, {} bytes", line.len())
+}
+
+/// The request types the control protocol has (what a log line may name).
+const REQUEST_TYPES: [&str; 13] = [
+    "status",
+    "start_session",
+    "stop_session",
+    "heartbeat",
+    "subscribe",
+    "recommend",
+    "phase",
+    "utterance",
+    "story_shown",
+    "rating",
+    "survey",
+    "note",
+    "recommendation",
+];
+
+/// A refusal's reason as the log may keep it: whatever it quotes (serde quotes the
+/// offending text: a field's words, an unknown topic's name) replaced by its length, and
+/// the whole cut to 300 characters. The client's answer carries the full reason.
+pub(super) fn loggable_reason(reason: &str) -> String {
+    let mut out = String::new();
+    let mut quoted: Option<(char, usize)> = None;
+    for c in reason.chars() {
+        match quoted {
+            Some((q, n)) if c == q => {
+                out.push_str(&format!("{n} chars{q}"));
+                quoted = None;
+            }
+            Some((q, n)) => quoted = Some((q, n + 1)),
+            None => {
+                out.push(c);
+                if c == '`' || c == '"' {
+                    quoted = Some((c, 0));
+                }
+            }
+        }
+    }
+    if let Some((q, n)) = quoted {
+        out.push_str(&format!("{n} chars{q}"));
+    }
+    crate::sync::health::printable(&out, 300)
+}
+
+/// Refusals logged at most [`RefusalLog::BURST`] per [`RefusalLog::WINDOW`]; the rest are
+/// counted and told in one line when the window ends (a client looping on a bad request
+/// once grew the log by 49 MB in half a second).
+#[derive(Default)]
+pub(super) struct RefusalLog {
+    window: std::sync::Mutex<(Option<std::time::Instant>, u64, u64)>,
+}
+
+impl RefusalLog {
+    pub(super) const BURST: u64 = 10;
+    pub(super) const WINDOW: Duration = Duration::from_secs(10);
+
+    /// Logs one refused request (see the type's contract).
+    pub(super) fn refused(&self, line: &str, reason: &str) {
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let (start, _, suppressed) = &mut *w;
+        if start.is_none_or(|s| s.elapsed() >= Self::WINDOW) {
+            if *suppressed > 0 {
+                tracing::warn!(
+                    suppressed = *suppressed,
+                    "refused {suppressed} more request(s) in {} s, not logged one by one",
+                    Self::WINDOW.as_secs()
+                );
+            }
+            *w = (Some(std::time::Instant::now()), 0, 0);
+        }
+        let (_, logged, suppressed) = &mut *w;
+        if *logged < Self::BURST {
+            *logged += 1;
+            tracing::warn!(request = %request_summary(line), "refused: {}", loggable_reason(reason));
+        } else {
+            *suppressed += 1;
+        }
+    }
 }
 
 /// Answers one connection's requests, a line each, until it closes, idles past
@@ -274,7 +376,7 @@ fn serve_connection<'scope>(
                 v.to_string()
             }
             Err(reason) => {
-                tracing::warn!(request = %request_summary(line.trim()), "refused: {reason}");
+                service.refusals.refused(line.trim(), &reason);
                 error_reply(&reason)
             }
         };
@@ -355,9 +457,7 @@ pub(super) fn handle<'scope>(
             }
         }
         Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
-        Request::Recommend { k, text, policy } => {
-            super::recommend::recommend_now(service, k, text, policy)
-        }
+        Request::Recommend { k, text, policy } => service.recommender.ask(k, text, policy),
         Request::Event { ref kind, .. } => {
             let mut state = service.state();
             let Some(r) = state.running.as_mut() else {
@@ -418,5 +518,39 @@ fn wait_session_gone(service: &Service<'_>, id: &str) -> Result<(), String> {
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 43: a refused line's reason quoted the participant's words into the log.
+    #[test]
+    fn a_refusal_is_logged_without_what_it_quotes() {
+        let line = r#"{"type":"utterance","speaker":"participant","text":"my mother died in May","start_ms":"x"}"#;
+        let reason = crate::capture::control::parse_request(line).unwrap_err();
+        let logged = loggable_reason(&reason);
+        assert!(!logged.contains("mother"), "{logged}");
+        let words = format!(
+            r#"{{"type":"subscribe","topics":["{}"]}}"#,
+            "w".repeat(250_000)
+        );
+        let reason = crate::capture::control::parse_request(&words).unwrap_err();
+        let logged = loggable_reason(&reason);
+        assert!(
+            logged.chars().count() <= 300 && !logged.contains("www"),
+            "{logged}"
+        );
+        assert_eq!(
+            request_summary(&words),
+            format!("request, {} bytes", words.len())
+        );
+        let kind = format!(r#"{{"type":"{}"}}"#, "my secret words");
+        assert_eq!(request_summary(&kind), "unknown request, 26 bytes");
+        assert_eq!(
+            request_summary(r#"{"type":"rating","story_id":"s1","value":9}"#),
+            "rating request, 43 bytes"
+        );
     }
 }

@@ -137,6 +137,9 @@ struct Running {
     failures: Arc<crate::runtime::pipeline::StageFailures>,
     /// How the session is kept alive by its dialogue app.
     tie: lifecycle::Tie,
+    /// Set when the participant's consent was withdrawn during the session: capture
+    /// stopped, and the session's raw recording is deleted when it ends.
+    consent_withdrawn: Arc<AtomicBool>,
 }
 
 struct State {
@@ -160,6 +163,10 @@ struct Service<'a> {
     store: Mutex<Store>,
     /// The control socket's subscribers (`subscribe`), the pipeline's observer.
     subscribers: Arc<subscribe::Subscribers>,
+    /// Refused requests, logged without their content and rate-limited.
+    refusals: control::RefusalLog,
+    /// `recommend` requests, answered one at a time by the `recommend` thread.
+    recommender: recommend::Recommender,
 }
 
 impl Service<'_> {
@@ -241,12 +248,15 @@ pub fn serve(
         connections: AtomicU64::new(0),
         store: Mutex::new(store),
         subscribers,
+        refusals: control::RefusalLog::default(),
+        recommender: recommend::Recommender::default(),
     };
     let service = &service;
     std::thread::scope(|scope| -> Result<(), RunError> {
         spawn(scope, "control-listener", move || {
             accept_loop(scope, service, &listener);
         })?;
+        spawn(scope, "recommend", move || recommend::serve(service))?;
         if !config.sync.broker.is_empty() {
             spawn(scope, "sync-publisher", move || publish_loop(service))?;
             spawn(scope, "health-publisher", move || {
@@ -283,6 +293,7 @@ pub fn serve(
             }
             if last_drops.elapsed() >= Duration::from_secs(1) {
                 watch.drops(service);
+                end_withdrawn_session(service);
                 last_drops = std::time::Instant::now();
             }
             end_abandoned_session(service);
@@ -296,6 +307,57 @@ pub fn serve(
     })?;
     let _ = std::fs::remove_file(&config.live.socket);
     Ok(())
+}
+
+/// Ends the running session at once when its participant's consent is no longer `given`
+/// (withdrawn by `participant consent`, from any process, at any moment): nothing is
+/// captured without consent, like at the start. The session is stored `incomplete` with the
+/// reason, its raw recording deleted when it ends (`session::run_session`); what it
+/// stored until then stays until a purge (`participant purge`) erases it.
+fn end_withdrawn_session(service: &Service<'_>) {
+    let Some((id, participant)) = service
+        .state()
+        .running
+        .as_ref()
+        .filter(|r| !r.end.load(Ordering::SeqCst))
+        .map(|r| (r.id.clone(), r.participant.clone()))
+    else {
+        return;
+    };
+    let consent = service
+        .store
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .participant_consent(&participant);
+    let consent = match consent {
+        Ok(Some((c, _))) if c == "given" => return,
+        Ok(Some((c, _))) => c,
+        Ok(None) => "unknown".into(),
+        // A busy database is asked again at the next poll.
+        Err(_) => return,
+    };
+    let told = {
+        let mut state = service.state();
+        let Some(r) = state.running.as_mut().filter(|r| r.id == id) else {
+            return;
+        };
+        let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
+        let reason = format!(
+            "consent {consent} {:.1} s into the session: capture stopped at once and the session's raw recording deleted; what was stored before stays until `participant purge`",
+            t_ms as f64 / 1000.0
+        );
+        tracing::warn!(session = %r.id, "{reason}");
+        *r.tie.abandoned.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+        r.consent_withdrawn.store(true, Ordering::SeqCst);
+        r.end.store(true, Ordering::SeqCst);
+        (t_ms, reason)
+    };
+    use crate::runtime::pipeline::{Observer, Topic};
+    service.subscribers.observe(
+        Topic::Session,
+        told.0,
+        serde_json::json!({"event": "abandoned", "session_id": id, "reason": told.1}),
+    );
 }
 
 /// Ends the running session when its dialogue app has gone (`lifecycle`): its reason is

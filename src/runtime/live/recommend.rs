@@ -10,6 +10,12 @@
 //! is not synthetic) against the latest window it represented in this session, under its
 //! calibration there (`predicted_from`: `latest_window`); before any window was
 //! represented, the text-zero-shot predictor's against the words (`words`).
+//!
+//! Cost is bounded (eight clients asking with 210 kB texts once starved the pipeline): the
+//! requests go to one `recommend` thread at a low priority ([`RECOMMEND_NICE`]: capture and
+//! features always come first) through a queue of [`QUEUE`] places (a request past it is
+//! refused as busy, at once); the encoder is opened once and kept; the text is cut to the
+//! encoder's window before any work (`features::text::within_window`).
 
 use std::sync::atomic::Ordering;
 
@@ -20,8 +26,91 @@ use crate::session::{Event, EventKind};
 
 use super::Service;
 
-pub(super) fn recommend_now(
+/// The niceness of the `recommend` thread (capture and features run at 0, or real-time).
+pub const RECOMMEND_NICE: i32 = 10;
+/// Requests waiting for the `recommend` thread at most; more are refused as busy.
+pub const QUEUE: usize = 2;
+
+type Job = (
+    usize,
+    Option<String>,
+    Policy,
+    std::sync::mpsc::SyncSender<Result<serde_json::Value, String>>,
+);
+
+/// The way to the `recommend` thread.
+pub(super) struct Recommender {
+    tx: std::sync::mpsc::SyncSender<Job>,
+    rx: std::sync::Mutex<Option<std::sync::mpsc::Receiver<Job>>>,
+}
+
+impl Default for Recommender {
+    fn default() -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        Self {
+            tx,
+            rx: std::sync::Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl Recommender {
+    /// Asks the `recommend` thread and waits for its answer; refused at once when
+    /// [`QUEUE`] requests already wait.
+    pub(super) fn ask(
+        &self,
+        k: usize,
+        text: Option<String>,
+        policy: Policy,
+    ) -> Result<serde_json::Value, String> {
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        self.tx
+            .try_send((k, text, policy, reply))
+            .map_err(|e| match e {
+                std::sync::mpsc::TrySendError::Full(_) => format!(
+                "{}recommend: {QUEUE} requests already wait (one is answered at a time): ask again",
+                super::control::BUSY
+            ),
+                std::sync::mpsc::TrySendError::Disconnected(_) => {
+                    "recommend: the service is stopping".to_string()
+                }
+            })?;
+        answer
+            .recv()
+            .map_err(|_| "recommend: the service is stopping".to_string())?
+    }
+}
+
+/// The `recommend` thread: answers the queued requests one at a time, at a low priority,
+/// with the encoder opened once, until the service stops.
+pub(super) fn serve(service: &Service<'_>) {
+    let Some(rx) = service
+        .recommender
+        .rx
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    else {
+        return;
+    };
+    if let Err(e) =
+        rustix::process::setpriority_process(Some(rustix::thread::gettid()), RECOMMEND_NICE)
+    {
+        tracing::warn!("the recommend thread keeps its priority: {e}");
+    }
+    let mut encoder: Option<SentenceEncoder> = None;
+    while !service.stop.load(Ordering::SeqCst) {
+        let Ok((k, text, policy, reply)) = rx.recv_timeout(std::time::Duration::from_millis(200))
+        else {
+            continue;
+        };
+        let _ = reply.send(recommend_now(service, &mut encoder, k, text, policy));
+    }
+}
+
+fn recommend_now(
     service: &Service<'_>,
+    encoder: &mut Option<SentenceEncoder>,
     k: usize,
     text: Option<String>,
     policy: Policy,
@@ -59,18 +148,30 @@ pub(super) fn recommend_now(
         })?;
         (index, inputs)
     };
-    let models = &config.models;
-    let manifest = Manifest::load(&models.dir).map_err(|e| e.to_string())?;
-    let entry = manifest
-        .get(&models.sentence_encoder, &models.dir)
-        .map_err(|e| e.to_string())?;
-    let mut encoder =
-        SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())
-            .map_err(|e| e.to_string())?;
-    let query = encoder
-        .embed(&[inputs.text.as_str()])
-        .map_err(|e| e.to_string())?
-        .remove(0);
+    // The encoder is opened once (each request opened its own once: eight clients loading
+    // a model in a loop starved the pipeline).
+    let query = {
+        let slot = encoder;
+        if slot.is_none() {
+            let models = &config.models;
+            let manifest = Manifest::load(&models.dir).map_err(|e| e.to_string())?;
+            let entry = manifest
+                .get(&models.sentence_encoder, &models.dir)
+                .map_err(|e| e.to_string())?;
+            *slot = Some(
+                SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let Some(encoder) = slot.as_mut() else {
+            return Err("the sentence encoder is not open".into());
+        };
+        // The text is cut to the encoder's window before any work (`within_window`).
+        encoder
+            .embed(&[inputs.text.as_str()])
+            .map_err(|e| e.to_string())?
+            .remove(0)
+    };
     // Predicted empathy against the latest window the configured predictor represented,
     // under its calibration in this session; before any, against the words themselves.
     let (z, scorer, basis) = match &latest {

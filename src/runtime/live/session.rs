@@ -40,7 +40,10 @@ pub(super) fn start_session<'scope>(
     {
         let mut state = service.state();
         if state.running.is_some() || state.starting {
-            return Err("a session is already running: stop it first".into());
+            return Err(format!(
+                "{}a session is already running: stop it first",
+                super::control::BUSY
+            ));
         }
         state.starting = true;
     }
@@ -189,7 +192,9 @@ pub(super) fn start_session_checked<'scope>(
         std::time::Duration::from_millis(config.live.app_grace_ms),
     );
     let kept_by = tie.describe();
+    let consent_withdrawn = Arc::new(AtomicBool::new(false));
     let run = SessionRun {
+        consent_withdrawn: consent_withdrawn.clone(),
         abandoned: tie.abandoned.clone(),
         latest_window: latest_window.clone(),
         failures: failures.clone(),
@@ -213,6 +218,7 @@ pub(super) fn start_session_checked<'scope>(
         latest_window,
         failures,
         tie,
+        consent_withdrawn,
     });
     let session_id = id.clone();
     let started = spawn(scope, "live-session", move || {
@@ -261,6 +267,8 @@ pub(super) struct SessionRun {
     failures: Arc<pipeline::StageFailures>,
     /// Set when the session was ended because its dialogue app went away (the reason).
     abandoned: Arc<Mutex<Option<String>>>,
+    /// Set when consent was withdrawn during it: the raw recording is deleted at the end.
+    consent_withdrawn: Arc<AtomicBool>,
 }
 
 pub(super) fn run_session<'scope>(
@@ -367,6 +375,16 @@ pub(super) fn run_session<'scope>(
     });
     run_hook(&config.recording.on_stop, &run.id, "recording.on_stop");
     match &recording_result {
+        Some(Ok(dir)) if run.consent_withdrawn.load(Ordering::SeqCst) => {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => tracing::info!(session = %run.id, dir = %dir.display(), "consent withdrawn: the session's raw recording deleted"),
+                Err(e) => service.set_error(format!(
+                    "session {}: consent withdrawn, but its raw recording {} could not be deleted: {e}",
+                    run.id,
+                    dir.display()
+                )),
+            }
+        }
         Some(Ok(dir)) => {
             tracing::info!(session = %run.id, dir = %dir.display(), "recording finalised")
         }

@@ -135,18 +135,31 @@ impl Subscribers {
 
 /// Whether the subscriber closed its end (anything it sends after subscribing is ignored).
 fn peer_gone(probe: &mut UnixStream) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
     use std::io::Read;
-    let mut buf = [0u8; 256];
-    match probe.read(&mut buf) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => !matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock
-                | std::io::ErrorKind::TimedOut
-                | std::io::ErrorKind::Interrupted
-        ),
+    // Gone means closed, not half-closed: a subscriber that shut down its writing side
+    // (it has nothing more to ask) still reads its stream. Only a full close sets HUP.
+    let mut fds = [PollFd::new(&*probe, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match poll(&mut fds, Some(&zero)) {
+        Ok(_)
+            if fds[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL) =>
+        {
+            return true
+        }
+        Ok(_) => {}
+        Err(_) => return false,
     }
+    // Whatever it sends after subscribing is read and dropped (its end of file, or
+    // bytes, would otherwise keep the socket readable).
+    let mut buf = [0u8; 256];
+    let _ = probe.read(&mut buf);
+    false
 }
 
 /// Writes `line` and a newline whole, waiting as long as the reader needs unless `stop`

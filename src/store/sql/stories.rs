@@ -106,22 +106,24 @@ pub fn retrieval_context(
         )
         .map_err(ctx("reading phases"))?;
     // The utterances of the source that fed the session's text modality (with `[asr]
-    // source = "both"` both are stored; counting both would say everything twice).
+    // source = "both"` both are stored; counting both would say everything twice). An
+    // utterance is in the story share when it overlaps it: one begun a moment before the
+    // phase (the participant started as the robot asked) is part of what they shared.
     let query = if has_phases {
-        "SELECT u.text FROM utterances u JOIN phases p ON p.session_id = u.session_id
+        "SELECT DISTINCT u.seq, u.text FROM utterances u JOIN phases p ON p.session_id = u.session_id
          WHERE u.session_id = ?1 AND u.speaker = ?2 AND p.phase = 'story_share'
-           AND u.start_ns >= p.start_ns AND (p.end_ns IS NULL OR u.start_ns < p.end_ns)
+           AND u.end_ns > p.start_ns AND (p.end_ns IS NULL OR u.start_ns < p.end_ns)
            AND u.source = (SELECT coalesce(text_source, 'dialogue_app') FROM sessions WHERE id = ?1)
          ORDER BY u.start_ns"
     } else {
-        "SELECT text FROM utterances WHERE session_id = ?1 AND speaker = ?2
+        "SELECT seq, text FROM utterances WHERE session_id = ?1 AND speaker = ?2
            AND source = (SELECT coalesce(text_source, 'dialogue_app') FROM sessions WHERE id = ?1)
          ORDER BY start_ns"
     };
     let shared: Vec<String> = conn
         .prepare(query)
         .and_then(|mut s| {
-            s.query_map(params![id, speaker], |r| r.get(0))?
+            s.query_map(params![id, speaker], |r| r.get(1))?
                 .collect::<Result<Vec<String>, _>>()
         })
         .map_err(ctx("reading utterances"))?;
