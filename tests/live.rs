@@ -1097,6 +1097,27 @@ fn the_control_socket_bounds_lines_connections_and_idle_time_and_always_answers(
     let a = answer(&mut s);
     assert!(a["error"].as_str().unwrap().contains("longer than"), "{a}");
     drop(s);
+    // Issue 43: 200 refused subscribe lines naming a 250 kB topic once grew the log by
+    // 49 MB. Logged by kind and size, quoted text left out, at most 10 per 10 s.
+    let before = station.log_text().len();
+    let mut s = UnixStream::connect(&station.socket).unwrap();
+    let long_topic = json!({"type": "subscribe", "topics": ["w".repeat(250_000)]}).to_string();
+    for _ in 0..200 {
+        writeln!(s, "{long_topic}").unwrap();
+        assert_eq!(answer(&mut s)["ok"], false);
+    }
+    drop(s);
+    sleep_s(0.5);
+    let grown = station.log_text().len() - before;
+    assert!(grown < 16 * 1024, "the log grew by {grown} bytes");
+    assert!(!station.log_text().contains("wwwwwwww"));
+    // A last line ended by the end of the stream, not a newline, is answered.
+    let mut s = UnixStream::connect(&station.socket).unwrap();
+    s.write_all(br#"{"type":"status"}"#).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let a = answer(&mut s);
+    assert_eq!(a["ok"], true, "{a}");
+    drop(s);
     // Every slot held by an idle connection: a new one is refused with an answer, and
     // `status` fails rather than print a station with nothing in it.
     let idle: Vec<UnixStream> = (0..16)
@@ -2626,4 +2647,144 @@ fn a_realistic_session_runs_live_through_the_reference_app_and_replays_the_same(
         looking_flips as f64 <= duration_s / 10.0,
         "looking flapped {looking_flips} times: {figures}"
     );
+}
+
+/// Issue 43, the station's doors of the second probe, on the live service: a subscriber
+/// that half-closes its side keeps its stream; a busy service answers `ctl start` with exit
+/// 1 (not 2, bad input); an utterance begun just before the story share counts in it (so
+/// `recommend` right after the story share answers); eight clients asking `recommend` with
+/// 210 kB texts are answered or told busy, and their texts never reach the log; consent
+/// withdrawn mid-session stops capture at once and deletes the session's raw recording.
+#[test]
+fn second_probe_doors_hold_on_the_live_service() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    // The dialogue app's words feed the text here (no speech is played): the story share
+    // rule is the same for the recogniser's.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[asr]\nsource = \"dialogue_app\"\n");
+    std::fs::write(&config, text).unwrap();
+    consent(&config, "P-DOORS");
+    consent(&config, "P-OTHER");
+    let station = Station::start(dir.path(), &config, &runtime);
+    import_bank(&station.db);
+    // A subscriber that shuts down its writing side right after subscribing.
+    let mut sub = UnixStream::connect(&station.socket).unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(180)))
+        .unwrap();
+    writeln!(
+        sub,
+        "{}",
+        json!({"type": "subscribe", "topics": ["session"]})
+    )
+    .unwrap();
+    sub.shutdown(std::net::Shutdown::Write).unwrap();
+    let listener = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        for line in BufReader::new(sub).lines() {
+            let Ok(line) = line else { break };
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            let ended = v["event"] == "ended";
+            got.push(v);
+            if ended {
+                break;
+            }
+        }
+        got
+    });
+    sleep_s(1.0);
+    let id = station
+        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-DOORS"}))
+        ["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Busy: exit 1, the answer says so.
+    let o = empathic(&["ctl", "start", "P-OTHER", "--config", path_str(&config)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
+    station.ok(json!({"type": "phase", "phase": "warm_up"}));
+    sleep_s(1.5);
+    let share_at = station.now_ms();
+    station.ok(json!({"type": "phase", "phase": "story_share"}));
+    sleep_s(2.5);
+    let now = station.now_ms();
+    station.ok(json!({"type": "utterance", "speaker": "participant", "start_ms": share_at - 600,
+                      "end_ms": now, "text": "When my grandmother fell ill I learned to cook her recipes."}));
+    station.ok(json!({"type": "phase", "phase": "story_receive"}));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let recommended = loop {
+        let a = station.ask(json!({"type": "recommend", "k": 3}));
+        if a["ok"] == true || Instant::now() > deadline {
+            break a;
+        }
+        sleep_s(0.5);
+    };
+    assert_eq!(recommended["ok"], true, "{recommended}");
+    assert_eq!(recommended["from"], "story_share", "{recommended}");
+    // Eight clients, 210 kB texts, for 8 s: every request answered, ok or busy.
+    let status_before = station.ok(json!({"type": "status"}));
+    let text = "my private words pelican-custard-4410 ".repeat(5_500);
+    let answered = std::sync::atomic::AtomicU64::new(0);
+    let busy = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                let until = Instant::now() + Duration::from_secs(8);
+                while Instant::now() < until {
+                    let a = station.ask(json!({"type": "recommend", "k": 3, "text": text}));
+                    answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if a["busy"] == true {
+                        busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        assert_eq!(a["ok"], true, "{a}");
+                    }
+                }
+            });
+        }
+    });
+    let status_after = station.ok(json!({"type": "status"}));
+    let dropped = |s: &Value| s["session"]["frames_dropped"].as_u64().unwrap_or(0);
+    let frames = |s: &Value| s["session"]["frames_captured"].as_u64().unwrap_or(0);
+    eprintln!(
+        "recommend flood: {} answered ({} busy); frames during it {}, dropped {}",
+        answered.load(std::sync::atomic::Ordering::Relaxed),
+        busy.load(std::sync::atomic::Ordering::Relaxed),
+        frames(&status_after) - frames(&status_before),
+        dropped(&status_after) - dropped(&status_before)
+    );
+    assert!(!station.log_text().contains("pelican-custard-4410"));
+    // Consent withdrawn (another process, the staff's command): capture stops at once.
+    let o = empathic(&[
+        "participant",
+        "consent",
+        "P-DOORS",
+        "--config",
+        path_str(&config),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let withdrawn_at = Instant::now();
+    let status = station.wait_session_end(&id);
+    eprintln!(
+        "consent withdrawn: session ended {:.1} s later",
+        withdrawn_at.elapsed().as_secs_f64()
+    );
+    assert_eq!(status, "incomplete");
+    let reason = status_reason(&station.db, &id).unwrap();
+    assert!(reason.contains("consent withdrawn"), "{reason}");
+    let left: Vec<_> = std::fs::read_dir(&station.recordings)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter().all(|p| !p.to_string_lossy().contains(&id)),
+        "{left:?}"
+    );
+    let got = listener.join().unwrap();
+    let events: Vec<&str> = got.iter().filter_map(|v| v["event"].as_str()).collect();
+    assert!(events.contains(&"start"), "{events:?}");
+    assert!(events.contains(&"abandoned"), "{events:?}");
+    assert_eq!(events.last(), Some(&"ended"), "{events:?}");
 }
