@@ -1,11 +1,13 @@
 //! A recorded `audio.wav` as an [`AudioSource`].
 //!
-//! Contract: any PCM WAV (8/16/24/32-bit integer or 32-bit float, any rate, any channel
+//! Contract: any PCM WAV (8/16/24/32-bit integer or 32-bit float, 8 to 192 kHz, any channel
 //! count) is mixed down to mono by averaging the channels, resampled to the pipeline rate
 //! with rubato when the rates differ, and handed out in blocks of `block_samples` (the last
 //! block may be shorter), stamped exactly from the sample count plus the session's audio
 //! offset. A file whose header declares more sample bytes than it holds is rejected before
-//! the first block; NaN or infinite float samples are rejected with their position.
+//! the first block, so is one sampled outside [`MIN_RATE_HZ`]..=[`MAX_RATE_HZ`]; NaN or
+//! infinite float samples are rejected with their position. Read as a stream: memory does
+//! not grow with the file.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -13,6 +15,10 @@ use std::path::{Path, PathBuf};
 
 use super::resample::StreamResampler;
 use super::{samples_to_ns, AudioBlock, AudioInfo, AudioSource, CaptureError};
+
+/// The lowest and highest sample rates taken (what `[audio] sample_rate_hz` allows too).
+pub const MIN_RATE_HZ: u32 = 8_000;
+pub const MAX_RATE_HZ: u32 = 192_000;
 
 /// Input frames read from the file per step.
 const READ_FRAMES: usize = 4096;
@@ -85,6 +91,16 @@ impl WavAudioSource {
                 message: format!(
                     "{:?} {}-bit, {} channel(s) at {} Hz (expected 8/16/24/32-bit PCM or 32-bit float)",
                     spec.sample_format, spec.bits_per_sample, spec.channels, spec.sample_rate
+                ),
+            });
+        }
+        if !(MIN_RATE_HZ..=MAX_RATE_HZ).contains(&spec.sample_rate) {
+            return Err(CaptureError::Unsupported {
+                what: "audio",
+                path: path.to_path_buf(),
+                message: format!(
+                    "sampled at {} Hz: the extractors need {MIN_RATE_HZ} to {MAX_RATE_HZ} Hz (the pitch and spectral descriptors look for voice up to 4 kHz; a header at 1 Hz once made 20 kB resample for minutes)",
+                    spec.sample_rate
                 ),
             });
         }

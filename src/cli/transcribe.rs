@@ -19,6 +19,7 @@ use super::{fail, load_config, progress_bar, Failure};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::AudioSource;
 use crate::exit::ExitKind;
+use crate::features::speech::stream::SpeechStream;
 use crate::features::speech::{is_robot, word_errors, Recogniser, SpeechModels, Utterance};
 
 /// Recognise speech on this machine (nothing leaves it): a session folder's audio or any
@@ -67,20 +68,35 @@ impl Args {
                 ),
             ));
         }
-        let samples = read_16k(&wav)?;
+        let mut source = WavAudioSource::open(&wav, 16_000, 1_000, 0).map_err(fail)?;
         let models = SpeechModels::in_dir(&config.models.dir);
-        // The segment rules of `[asr]`, as the pipeline's recogniser uses them.
-        let mut recogniser =
-            Recogniser::open(&models, config.models.onnxruntime_library.as_deref())
-                .map_err(fail)?
-                .with_rules(crate::features::speech::stream::rules_of(&config.asr));
+        // The segment rules of `[asr]`, as the pipeline's recogniser uses them; the audio
+        // streamed through it as the pipeline does (only the open utterance is held: two
+        // hours of audio once held the whole file).
+        let recogniser = Recogniser::open(&models, config.models.onnxruntime_library.as_deref())
+            .map_err(fail)?
+            .with_rules(crate::features::speech::stream::rules_of(&config.asr));
+        let mut stream = SpeechStream::new(recogniser);
         let bar = progress_bar("samples");
-        bar.set_length(samples.len() as u64);
-        let utterances = recogniser
-            .transcribe(&samples, &|done| bar.set_position(done))
-            .map_err(fail);
+        if let Some(n) = source.info().expected_samples {
+            bar.set_length(n);
+        }
+        let heard = (|| -> Result<Vec<Utterance>, Failure> {
+            let mut utterances = Vec::new();
+            while let Some(block) = source.next_block().map_err(fail)? {
+                bar.inc(block.samples.len() as u64);
+                utterances.extend(
+                    stream
+                        .push(block.t_ns, &block.samples)
+                        .map_err(fail)?
+                        .utterances,
+                );
+            }
+            utterances.extend(stream.finish().map_err(fail)?.utterances);
+            Ok(utterances)
+        })();
         bar.finish_and_clear();
-        let utterances = utterances?;
+        let utterances = heard?;
         // In a session, what overlaps the robot's own utterances is the robot's voice.
         let robot = if session {
             robot_spans(&self.input.join("events.jsonl"))?
@@ -143,16 +159,6 @@ fn print_one(format: Format, i: usize, u: &Utterance, robot: bool) -> Result<(),
         ),
     }
     Ok(())
-}
-
-/// The whole of `path`, resampled to 16 kHz mono.
-fn read_16k(path: &Path) -> Result<Vec<f32>, Failure> {
-    let mut source = WavAudioSource::open(path, 16_000, 1_000, 0).map_err(fail)?;
-    let mut samples = Vec::new();
-    while let Some(block) = source.next_block().map_err(fail)? {
-        samples.extend_from_slice(&block.samples);
-    }
-    Ok(samples)
 }
 
 /// The robot's utterance spans of a session's `events.jsonl` (none when it has no such file).

@@ -795,3 +795,52 @@ fn every_command_that_writes_a_file_refuses_devices_links_and_missing_folders() 
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read_to_string(&target).unwrap().contains("<html"));
 }
+
+/// Issue 43: a WAV declaring 1 Hz resampled for minutes (1.2 GB for 20 kB), and `extract
+/// audio` panicked at 1 to 2,000 Hz. Every reader of a WAV refuses a rate the extractors
+/// cannot use, at once, naming the file and the rate; the stored session stays.
+#[test]
+fn audio_at_a_rate_the_extractors_cannot_use_is_refused_by_every_reader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, before) = base_db(tmp.path());
+    for rate in [1u32, 100, 2_000, 7_999, 400_000] {
+        let wav = tmp.path().join(format!("at-{rate}.wav"));
+        let mut w = hound::WavWriter::create(
+            &wav,
+            hound::WavSpec {
+                channels: 1,
+                sample_rate: rate,
+                bits_per_sample: 16,
+                sample_format: hound::SampleFormat::Int,
+            },
+        )
+        .unwrap();
+        for i in 0..10_000 {
+            w.write_sample((i % 100) as i16).unwrap();
+        }
+        w.finalize().unwrap();
+        let out = tmp.path().join("rows.csv");
+        let o = empathic(&["extract", "audio", path_str(&wav), "--out", path_str(&out)]);
+        assert_eq!(o.status.code(), Some(2), "{rate} Hz: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("sampled at {rate} Hz"))
+                && stderr(&o).contains(path_str(&wav)),
+            "{rate} Hz: {}",
+            stderr(&o)
+        );
+        assert!(!out.exists());
+        // A session folder with it: transcribe and replay refuse it too.
+        let session = tmp.path().join(format!("session-{rate}"));
+        copy_session(&demo_session(), &session);
+        std::fs::copy(&wav, session.join("audio.wav")).unwrap();
+        let o = empathic(&["transcribe", path_str(&session)]);
+        assert_eq!(o.status.code(), Some(2), "{rate} Hz: {}", stderr(&o));
+        assert!(stderr(&o).contains("sampled at"), "{}", stderr(&o));
+        write_manifest(&session, set("session_id", format!("rate-{rate}").into()));
+        let fast = config_without_vision_models(tmp.path());
+        let o = replay_case(&session, &db, &fast, false);
+        assert_eq!(o.status.code(), Some(2), "{rate} Hz: {}", stderr(&o));
+        assert!(stderr(&o).contains("sampled at"), "{}", stderr(&o));
+        assert_base_unchanged(&db, &before, &format!("audio at {rate} Hz"));
+    }
+}
