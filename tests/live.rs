@@ -2682,19 +2682,21 @@ fn second_probe_doors_hold_on_the_live_service() {
     )
     .unwrap();
     sub.shutdown(std::net::Shutdown::Write).unwrap();
-    let listener = std::thread::spawn(move || {
-        let mut got = Vec::new();
-        for line in BufReader::new(sub).lines() {
-            let Ok(line) = line else { break };
-            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            let ended = v["event"] == "ended";
-            got.push(v);
-            if ended {
-                break;
+    let listener = std::thread::Builder::new()
+        .name("half-closed-subscriber".into())
+        .spawn(move || {
+            let mut got = Vec::new();
+            for line in BufReader::new(sub).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                let ended = v["event"] == "ended";
+                got.push(v);
+                if ended {
+                    break;
+                }
             }
-        }
-        got
-    });
+            got
+        });
     sleep_s(1.0);
     let id = station
         .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-DOORS"}))
@@ -2782,7 +2784,7 @@ fn second_probe_doors_hold_on_the_live_service() {
         left.iter().all(|p| !p.to_string_lossy().contains(&id)),
         "{left:?}"
     );
-    let got = listener.join().unwrap();
+    let got = listener.unwrap().join().unwrap();
     let events: Vec<&str> = got.iter().filter_map(|v| v["event"].as_str()).collect();
     assert!(events.contains(&"start"), "{events:?}");
     assert!(events.contains(&"abandoned"), "{events:?}");
