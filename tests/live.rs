@@ -2764,6 +2764,7 @@ fn second_probe_doors_hold_on_the_live_service() {
         "participant",
         "consent",
         "P-DOORS",
+        "--withdrawn",
         "--config",
         path_str(&config),
     ]);

@@ -134,7 +134,7 @@ impl Args {
                 config,
                 study,
             }) => {
-                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let (mut db, study) = open_central(&central, config.path(), study, false)?;
                 db.enrol(&study, &station, key.as_deref(), allow_plain)
                     .map_err(|e| (ExitKind::BadInput, e))?;
                 outln!(
@@ -155,7 +155,7 @@ impl Args {
                 config,
                 study,
             }) => {
-                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let (mut db, study) = open_central(&central, config.path(), study, true)?;
                 let n = db
                     .revoke(&study, &station, key.as_deref())
                     .map_err(|e| (ExitKind::BadInput, e))?;
@@ -174,7 +174,7 @@ impl Args {
                 study,
                 json,
             }) => {
-                let (mut db, study) = open_central(&central, config.path(), study)?;
+                let (mut db, study) = open_central(&central, config.path(), study, true)?;
                 let enrolments = db.enrolments(&study).map_err(|e| (ExitKind::Runtime, e))?;
                 let counts = db
                     .station_counts(&study)
@@ -269,19 +269,43 @@ pub(super) fn open_central(
     central: &CentralOption,
     config: Option<&Path>,
     study: Option<String>,
+    must_hold: bool,
 ) -> Result<(crate::sync::central::Central, String), Failure> {
-    open_central_with(central, &load_config(config)?, study)
+    open_central_with(central, &load_config(config)?, study, must_hold)
 }
 
 /// [`open_central`] with the config already loaded.
+/// With `must_hold`, a study the database does not hold while it holds others is refused
+/// (every command but `enrol`, which adds one).
 pub(super) fn open_central_with(
     central: &CentralOption,
     config: &crate::config::Config,
     study: Option<String>,
+    must_hold: bool,
 ) -> Result<(crate::sync::central::Central, String), Failure> {
     let study = study.unwrap_or(config.sync.study.clone());
-    let db = crate::sync::central::Central::open(&central.target())
+    let mut db = crate::sync::central::Central::open(&central.target())
         .map_err(|e| (ExitKind::BadInput, e))?;
+    // A study the database does not hold, while it holds others, is a mistake (a default
+    // study name, a typo), not an empty study: said, with the studies it holds.
+    let held = if must_hold {
+        db.studies().map_err(|e| (ExitKind::Runtime, e))?
+    } else {
+        Vec::new()
+    };
+    if !held.is_empty() && !held.contains(&study) {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "study `{study}` is not in {}: it holds {} (name one with --study)",
+                crate::sync::central::redacted(&central.target()),
+                held.iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
     Ok((db, study))
 }
 

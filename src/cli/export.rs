@@ -173,7 +173,6 @@ pub fn export_windows(
             ),
         ));
     }
-    std::fs::create_dir_all(out).map_err(io_err(out))?;
     let reads = store.export_reads();
     let sessions = reads.sessions(session).map_err(fail)?;
     if sessions.is_empty() {
@@ -185,6 +184,17 @@ pub fn export_windows(
             },
         ));
     }
+    // Each session id names a folder under `out`: checked by the one id rule before
+    // anything is written, so none escapes it (a stored `..` once wrote into its parent).
+    for (id, ..) in &sessions {
+        crate::session::manifest::check_id("session id", id).map_err(|e| {
+            (
+                ExitKind::BadInput,
+                format!("{}: {e}; nothing was exported", store.path().display()),
+            )
+        })?;
+    }
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
     progress.set_length(sessions.len() as u64);
     let lines_path = out.join("windows.jsonl");
     let mut lines =

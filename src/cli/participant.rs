@@ -22,9 +22,13 @@ enum Command {
     Consent {
         /// The participant's pseudonym.
         id: String,
-        /// Consent given (without it: withdrawn).
-        #[arg(long)]
+        /// Consent given.
+        #[arg(long, conflicts_with = "withdrawn")]
         given: bool,
+        /// Consent withdrawn (a running session of theirs stops at once). One of `--given`
+        /// and `--withdrawn` is required: a bare `consent P` once recorded a withdrawal.
+        #[arg(long)]
+        withdrawn: bool,
         /// Raw video and audio may leave the station (only with --given).
         #[arg(long)]
         raw_media: bool,
@@ -36,10 +40,17 @@ enum Command {
     /// Withdrawal: stop their running live session (if the service runs one), delete their
     /// sessions, answers, pending records and the station's recordings of them, rebuild the
     /// database without the deleted bytes, and tell the study's collector to delete theirs
-    /// (at the next `sync`); only an audit line that a purge happened stays.
+    /// (at the next `sync`); only an audit line that a purge happened stays. On a central
+    /// database (`--db CENTRAL.db` or `--db postgres://...`): every record, chunk and
+    /// quarantined copy of theirs from every station of the study, for a station that is
+    /// lost or revoked; exit 0 only when nothing of theirs is left.
     Purge {
         /// The participant's pseudonym.
         id: String,
+        /// On a central database (`--db CENTRAL.db` or a postgres:// URL): the study, when
+        /// the participant's pseudonym is in several.
+        #[arg(long)]
+        study: Option<String>,
         #[command(flatten)]
         db: DbOption,
         #[command(flatten)]
@@ -53,11 +64,28 @@ impl Args {
             Command::Consent {
                 id,
                 given,
+                withdrawn,
                 raw_media,
                 db,
                 config,
-            } => consent(&id, given, raw_media, db.db, config.path()),
-            Command::Purge { id, db, config } => super::sync::purge(&id, db.db, config.path()),
+            } => {
+                if !given && !withdrawn {
+                    return Err((
+                        ExitKind::BadInput,
+                        format!("say which: `participant consent {id} --given` or `--withdrawn`"),
+                    ));
+                }
+                if withdrawn && raw_media {
+                    return Err((ExitKind::BadInput, "--raw-media goes with --given".into()));
+                }
+                consent(&id, given, raw_media, db.db, config.path())
+            }
+            Command::Purge {
+                id,
+                study,
+                db,
+                config,
+            } => super::sync::purge(&id, db.db, config.path(), study.as_deref()),
         }
     }
 }

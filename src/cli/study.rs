@@ -63,7 +63,7 @@ impl Args {
             ));
         }
         let config = super::load_config(config.path())?;
-        let (mut db, study) = open_central_with(&central, &config, study)?;
+        let (mut db, study) = open_central_with(&central, &config, study, true)?;
         let name = crate::sync::central::redacted(&target);
         let facts = StudyFacts::gather(
             &mut db,

@@ -260,8 +260,28 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
 /// over its control socket); then their rows go (one transaction, with the purge message
 /// for the collector), their recordings (video, audio, events) are deleted, and the
 /// database is rebuilt without the deleted content.
-pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<ExitCode, Failure> {
+pub fn purge(
+    id: &str,
+    db: Option<PathBuf>,
+    config: Option<&Path>,
+    study: Option<&str>,
+) -> Result<ExitCode, Failure> {
+    crate::session::manifest::check_id("participant id", id)
+        .map_err(|m| (ExitKind::BadInput, m))?;
     let config = load_config(config)?;
+    let target = db_path(db.clone(), &config);
+    if is_central(&target) {
+        return central_purge(id, &target.display().to_string(), study);
+    }
+    if study.is_some() {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "--study is for a central database; {} is a station's",
+                target.display()
+            ),
+        ));
+    }
     stop_live_session_of(id, &config)?;
     let store = open_existing_store(&db_path(db, &config))?;
     let Some(sessions) = store.purge_participant(id).map_err(fail)? else {
@@ -293,6 +313,78 @@ pub fn purge(id: &str, db: Option<PathBuf>, config: Option<&Path>) -> Result<Exi
             store.path().display()
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `target` is a central database: a PostgreSQL URL, or a SQLite file with the
+/// collector's tables.
+fn is_central(target: &Path) -> bool {
+    let text = target.display().to_string();
+    if crate::sync::central::is_postgres(&text) {
+        return true;
+    }
+    target.is_file()
+        && rusqlite::Connection::open_with_flags(target, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE name = 'collect_records'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .is_ok_and(|n| n > 0)
+}
+
+/// The central side of a withdrawal (`sync::central::Central::withdraw`): exit 0 only when
+/// no table holds the participant or their sessions any more.
+fn central_purge(id: &str, target: &str, study: Option<&str>) -> Result<ExitCode, Failure> {
+    let mut central =
+        crate::sync::central::Central::open(target).map_err(|e| (ExitKind::Runtime, e))?;
+    let name = crate::sync::central::redacted(target);
+    let studies = central.studies_of(id).map_err(|e| (ExitKind::Runtime, e))?;
+    let study = match (study, studies.as_slice()) {
+        (Some(s), _) => s.to_string(),
+        (None, [one]) => one.clone(),
+        (None, []) => {
+            return Err((
+                ExitKind::BadInput,
+                format!("no participant `{id}` in the central database {name} (nothing of theirs was synced, or it was purged already)"),
+            ))
+        }
+        (None, many) => {
+            return Err((
+                ExitKind::BadInput,
+                format!(
+                    "participant `{id}` is in several studies of {name} ({}): name one with --study",
+                    many.join(", ")
+                ),
+            ))
+        }
+    };
+    eprintln!("purge: withdrawing participant {id} from study {study} in {name}");
+    let w = central
+        .withdraw(&study, id)
+        .map_err(|e| (ExitKind::Runtime, e))?;
+    if !w.left_in.is_empty() {
+        return Err((
+            ExitKind::Runtime,
+            format!(
+                "participant {id}: their rows were deleted, but {} still hold their id or a session of theirs; run the purge again, and report this",
+                w.left_in.join(", ")
+            ),
+        ));
+    }
+    outln!(
+        "withdrew participant {id} from study {study} in {name}: {} session(s), {} record(s), {} chunk(s) and {} quarantined message(s) removed; the audit line stays, and records of theirs that arrive later are dropped",
+        w.sessions.len(),
+        w.records,
+        w.chunks,
+        w.quarantined
+    );
+    if let Some(e) = &w.not_erased {
+        eprintln!("purge: the rows are gone, but their bytes may stay in the database files until the next vacuum: {e}");
+    }
+    eprintln!("purge: the station still holds what it recorded of {id}: run `empathic participant purge {id}` there too (a station that is lost or revoked holds it until it is wiped)");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -298,3 +298,38 @@ fn the_collectors_study_page_and_alert_settings_are_checked_before_it_starts() {
         assert!(!central.exists());
     }
 }
+
+/// Issue 44: `participant consent P` without `--given` recorded "consent withdrawn", exit 0.
+/// Consent is said explicitly: neither flag, or both, is refused and nothing is written.
+#[test]
+fn consent_must_be_said_explicitly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("station.db");
+    for args in [
+        vec!["participant", "consent", "P01"],
+        vec!["participant", "consent", "P01", "--given", "--withdrawn"],
+        vec![
+            "participant",
+            "consent",
+            "P01",
+            "--withdrawn",
+            "--raw-media",
+        ],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--db", path_str(&db)]);
+        let o = empathic(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(!db.exists(), "{args:?} wrote the store");
+    }
+    let o = empathic(&[
+        "participant",
+        "consent",
+        "P01",
+        "--withdrawn",
+        "--db",
+        path_str(&db),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("consent withdrawn"), "{}", stdout(&o));
+}

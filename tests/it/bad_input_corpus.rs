@@ -844,3 +844,35 @@ fn audio_at_a_rate_the_extractors_cannot_use_is_refused_by_every_reader() {
         assert_base_unchanged(&db, &before, &format!("audio at {rate} Hz"));
     }
 }
+
+/// Issue 43: `..` as a session id made `export windows` write into the parent of `--out`.
+/// A stored id that breaks the id rule (a database from before the rule, edited by hand)
+/// is refused before anything is written; nothing lands beside `--out`.
+#[test]
+fn export_refuses_a_stored_session_id_that_would_leave_its_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, _) = base_db(tmp.path());
+    let conn = Connection::open(&db).unwrap();
+    conn.execute_batch(&format!(
+        "PRAGMA foreign_keys = OFF;
+         UPDATE sessions SET id = '..' WHERE id = '{BASE}';
+         UPDATE windows SET session_id = '..' WHERE session_id = '{BASE}';
+         UPDATE frames SET session_id = '..' WHERE session_id = '{BASE}';"
+    ))
+    .unwrap();
+    drop(conn);
+    let parent = tmp.path().join("exports");
+    std::fs::create_dir_all(&parent).unwrap();
+    let out = parent.join("out");
+    let o = empathic(&[
+        "export",
+        "windows",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("only dots"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
+}

@@ -323,13 +323,29 @@ fn the_study_page_lists_the_stations_problems_first_in_either_database() {
             }
         }
     }
-    // A study with nothing yet (no station, no session): said so, not a blank page.
-    let empty = tmp.path().join("empty.html");
+    // A study the database does not hold, while it holds others (issue 44: a default
+    // study name printed an empty page, "0 open problems", exit 0): refused, naming them.
     let o = empathic(&[
         "study",
         "report",
         "--db",
         path_str(&tmp.path().join("central.db")),
+        "--study",
+        "not-started",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("it holds `hs`"), "{}", stderr(&o));
+    // A study with nothing yet (a new central database: no station, no session): said
+    // so, not a blank page.
+    let fresh = tmp.path().join("fresh-central.db");
+    drop(Central::open(path_str(&fresh)).unwrap());
+    let empty = tmp.path().join("empty.html");
+    let o = empathic(&[
+        "study",
+        "report",
+        "--db",
+        path_str(&fresh),
         "--study",
         "not-started",
         "--out",

@@ -844,3 +844,142 @@ fn station_health_is_kept_latest_first_and_refused_with_a_reason_in_either_datab
         assert_eq!(a.history, 2, "{target}");
     }
 }
+
+/// Issue 44: `participant purge P --db CENTRAL` printed "purged" and left PostgreSQL as it
+/// was, and on a central SQLite file kept every stored payload. On both databases it now
+/// erases every record, chunk and quarantined copy of the participant, exits 0 only when
+/// nothing of theirs is left (the raw SQLite file and `pg_dump` are searched), keeps the
+/// other participant whole, and drops a record of theirs that arrives later.
+#[test]
+fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postgresql() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let pg = Postgres::start();
+    let pg_url = pg.database("withdraw");
+    let central = tmp.path().join("central.db");
+    let start = || {
+        let c = vec![
+            start_collector_as(path_str(&central), broker.port, "w-sqlite"),
+            start_collector_as(&pg_url, broker.port, "w-postgres"),
+        ];
+        wait_subscribed(
+            broker.port,
+            &[path_str(&central), pg_url.as_str()],
+            Duration::from_secs(20),
+        );
+        c
+    };
+    let collectors = start();
+    let words =
+        config_without_vision_models_and(tmp.path(), "words.toml", "[sync]\ntranscripts = true\n");
+    let db1 = tmp.path().join("station-1.db");
+    let db2 = tmp.path().join("station-2.db");
+    assert!(replay_cli(&demo_session(), &db1, Some(&words))
+        .status
+        .success());
+    let other = copy_session(&demo_session(), &tmp.path().join("other"));
+    let manifest = other.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    v["session_id"] = "other-0001".into();
+    v["participant_id"] = "P-OTHER".into();
+    v["station_id"] = "station-2".into();
+    std::fs::write(&manifest, v.to_string()).unwrap();
+    assert!(replay_cli(&other, &db2, Some(&words)).status.success());
+    sync_ok(&db1, broker.port, "station-1");
+    sync_ok(&db2, broker.port, "station-2");
+    let both = ["demo-0001", "other-0001"];
+    wait_until("both sessions in both central databases", || {
+        let lite = empathic::store::Store::open(&central).unwrap();
+        sessions_in(lite.connection_for_tests()) == both
+            && sessions_in(pg_view(&pg_url).connection_for_tests()) == both
+    });
+    let participant: String = rusqlite::Connection::open(&db1)
+        .unwrap()
+        .query_row("SELECT participant_id FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    for c in collectors {
+        stop(c);
+    }
+    let pg_dump = |url: &str| {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin/pg_dump")))
+            .find(|p| p.exists())
+            .unwrap();
+        let o = Command::new(bin)
+            .args(["--data-only", url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let raw = |p: &Path| {
+        let mut bytes = std::fs::read(p).unwrap();
+        if let Ok(wal) = std::fs::read(format!("{}-wal", p.display())) {
+            bytes.extend(wal);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    assert!(raw(&central).contains("demo-0001"));
+    assert!(pg_dump(&pg_url).contains("demo-0001"));
+    for target in [path_str(&central), pg_url.as_str()] {
+        let o = empathic(&["participant", "purge", &participant, "--db", target]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&format!("withdrew participant {participant}"))
+                && stdout(&o).contains("1 session(s)"),
+            "{target}: {}",
+            stdout(&o)
+        );
+        // Again: nothing left to withdraw, said so, exit 2.
+        let o = empathic(&["participant", "purge", &participant, "--db", target]);
+        assert_eq!(o.status.code(), Some(2), "{target}: {}", stderr(&o));
+    }
+    assert!(
+        !raw(&central).contains("demo-0001"),
+        "the SQLite file holds demo-0001"
+    );
+    let dump = pg_dump(&pg_url);
+    assert!(!dump.contains("demo-0001"), "pg_dump holds demo-0001");
+    assert!(raw(&central).contains("other-0001") && dump.contains("other-0001"));
+    for target in [path_str(&central), pg_url.as_str()] {
+        let o = empathic(&["sessions", "list", "--db", target, "--json"]);
+        let listed: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let ids: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                s["id"]
+                    .as_str()
+                    .unwrap_or(s["session_id"].as_str().unwrap_or(""))
+            })
+            .collect();
+        assert_eq!(ids, ["other-0001"], "{target}");
+    }
+    // A record of theirs arriving later (the station replays and syncs again) is dropped.
+    let collectors = start();
+    assert!(empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db1),
+        "--config",
+        path_str(&words),
+        "--replace"
+    ])
+    .status
+    .success());
+    sync_ok(&db1, broker.port, "station-1");
+    std::thread::sleep(Duration::from_secs(1));
+    let lite = empathic::store::Store::open(&central).unwrap();
+    assert_eq!(sessions_in(lite.connection_for_tests()), ["other-0001"]);
+    assert_eq!(
+        sessions_in(pg_view(&pg_url).connection_for_tests()),
+        ["other-0001"]
+    );
+    for c in collectors {
+        stop(c);
+    }
+}

@@ -75,6 +75,15 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
     if !matches!(kind.as_str(), "session" | "tombstone" | "purge") {
         return Err(format!("kind `{kind}` is not session, tombstone or purge"));
     }
+    // The one id rule, here too: a subject (a session or participant id) becomes folder
+    // names in `export windows`, a station's name reaches pages and terminals.
+    for (field, value) in [
+        ("study", &study),
+        ("station", &station),
+        ("subject", &subject),
+    ] {
+        crate::session::manifest::check_id(field, value)?;
+    }
     if topic != format!("empathic/v1/{study}/{station}/{kind}") {
         return Err(format!(
             "topic {topic} does not match the envelope ({study}/{station}/{kind})"

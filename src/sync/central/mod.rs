@@ -34,6 +34,7 @@ mod enrol;
 mod envelope;
 mod health;
 mod rules;
+mod withdraw;
 use envelope::*;
 use rules::*;
 
@@ -42,6 +43,7 @@ pub use alerts::Withdrawal;
 pub use enrol::INVALID_NAME;
 pub use health::{StationHealth, STRANGERS_KEPT, STRANGER_EXPIRY_DAYS};
 pub use postgres::redacted;
+pub use withdraw::Withdrawn;
 
 use sha2::{Digest, Sha256};
 

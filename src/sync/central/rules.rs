@@ -158,8 +158,8 @@ pub(super) fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
     }
     // A withdrawal already received (newer than this record): the data is not kept.
     let purged = tx.rows(
-        "SELECT 1 FROM collect_purges WHERE study = ?1 AND station = ?2 AND participant_id = ?3
-           AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
+        "SELECT 1 FROM collect_purges WHERE study = ?1 AND (station = ?2 OR station = '*')
+           AND participant_id = ?3 AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
         &[
             Val::text(&env.study),
             Val::text(&env.station),
