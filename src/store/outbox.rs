@@ -10,7 +10,7 @@ use super::sql::{self, delivery, outbox};
 use super::{Store, StoreError};
 
 pub use delivery::{BrokerState, OutboxStatus, Pending, RESEND_AFTER_SECS};
-pub use outbox::{Include, RecordTable, PAYLOAD_VERSION, RECORD_TABLES};
+pub use outbox::{Include, RecordTable, PAYLOAD_VERSION, RECORD_TABLES, STATION_LOCAL};
 
 /// The outbox of one store.
 pub struct Outbox<'a>(&'a Store);

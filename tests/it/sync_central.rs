@@ -206,18 +206,49 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     assert_eq!(show(path_str(&db1)), show(path_str(&central)));
     assert_eq!(show(path_str(&db1)), show(&pg_url));
     // Export from the central file: window means equal to the station's export.
-    for (db, out) in [(&db1, "from-station"), (&central, "from-central")] {
+    for (db, out) in [
+        (path_str(&db1), "from-station"),
+        (path_str(&central), "from-central"),
+        (pg_url.as_str(), "from-postgres"),
+    ] {
         let o = empathic(&[
             "export",
             "windows",
             "--db",
-            path_str(db),
+            db,
             "--out",
             path_str(&tmp.path().join(out)),
             "--session",
             "demo-0001",
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // Issue 44: field by field, not only the arrays: every window line, and every field of
+    // the session in the manifest (text_source was `dialogue_app` centrally, `asr` on the
+    // station) but what per-frame features decide (not synced here: `frames` 0 centrally).
+    let lines =
+        |dir: &str| std::fs::read_to_string(tmp.path().join(dir).join("windows.jsonl")).unwrap();
+    let session_entry = |dir: &str| {
+        let m: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(tmp.path().join(dir).join("manifest.json")).unwrap(),
+        )
+        .unwrap();
+        let mut s = m["sessions"][0].clone();
+        s["frames"] = serde_json::Value::Null;
+        if let Some(mods) = s["modalities"].as_array_mut() {
+            for m in mods {
+                m["present_frames"] = serde_json::Value::Null;
+            }
+        }
+        s
+    };
+    for central_dir in ["from-central", "from-postgres"] {
+        assert_eq!(lines("from-station"), lines(central_dir), "{central_dir}");
+        assert_eq!(
+            session_entry("from-station"),
+            session_entry(central_dir),
+            "{central_dir}"
+        );
     }
     // The central database holds the stories shown but no embeddings: the export embeds
     // them with the same encoder from the same text, so the rows equal the station's.
@@ -981,5 +1012,32 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
     );
     for c in collectors {
         stop(c);
+    }
+}
+
+/// Issue 44: `sessions.text_source` (and the recogniser's `source`, `model`, `confidence` of
+/// each utterance) never reached the central database, though the docs promise its rows
+/// equal the station's. Every column of every table a record carries is synced, but the
+/// station-local ones named in `STATION_LOCAL`; a column added to the schema fails here
+/// until it is carried or named station-local.
+#[test]
+fn a_record_carries_every_column_of_the_station_schema_but_the_station_local_ones() {
+    use empathic::store::outbox::{RECORD_TABLES, STATION_LOCAL};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = empathic::store::Store::open(&tmp.path().join("s.db")).unwrap();
+    let conn = store.connection_for_tests();
+    for t in RECORD_TABLES {
+        let mut schema: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info(?1)")
+            .unwrap()
+            .query_map([t.name], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        schema.retain(|c| !STATION_LOCAL.contains(&(t.name, c.as_str())));
+        let mut carried: Vec<String> = t.columns.split(',').map(|c| c.trim().to_string()).collect();
+        schema.sort();
+        carried.sort();
+        assert_eq!(carried, schema, "table {}", t.name);
     }
 }

@@ -127,8 +127,18 @@ pub struct RecordTable {
     pub include: Include,
 }
 
-/// Every table a session record (payload version 2) may carry. Station-local columns
-/// (the session's source path and owner process) and the raw event log stay home.
+/// Every table a session record (payload version 2) may carry, with every column of the
+/// station's schema but the station-local ones ([`STATION_LOCAL`]): the central copy is the
+/// station's (a test holds the two lists to the schema). The raw event log stays home.
+/// Columns that stay on the station: where a replayed session came from and which process
+/// owns a running one.
+pub const STATION_LOCAL: [(&str, &str); 4] = [
+    ("sessions", "source_path"),
+    ("sessions", "owner_host"),
+    ("sessions", "owner_pid"),
+    ("sessions", "owner_boot_id"),
+];
+
 pub const RECORD_TABLES: &[RecordTable] = &[
     RecordTable {
         name: "stations",
@@ -153,7 +163,7 @@ pub const RECORD_TABLES: &[RecordTable] = &[
         name: "sessions",
         columns: "id, station_id, participant_id, source, format_version, start_time, nominal_fps,
                   status, status_reason, created_at, updated_at, frames, windows, duration_ns,
-                  quality_json",
+                  quality_json, text_source",
         rows: "id = ?1",
         include: Include::Always,
     },
@@ -210,7 +220,7 @@ pub const RECORD_TABLES: &[RecordTable] = &[
     },
     RecordTable {
         name: "utterances",
-        columns: "session_id, seq, speaker, start_ns, end_ns, text",
+        columns: "session_id, seq, speaker, start_ns, end_ns, text, source, model, confidence",
         rows: "session_id = ?1 ORDER BY seq",
         include: Include::Transcripts,
     },
