@@ -201,6 +201,7 @@ fn station_options(
     sealing: Option<empathic::sync::Sealing>,
 ) -> empathic::sync::SyncOptions {
     empathic::sync::SyncOptions {
+        announce_status: false,
         host: "127.0.0.1".into(),
         port,
         study: "load".into(),

@@ -99,7 +99,7 @@ impl WavAudioSource {
                 what: "audio",
                 path: path.to_path_buf(),
                 message: format!(
-                    "sampled at {} Hz: the extractors need {MIN_RATE_HZ} to {MAX_RATE_HZ} Hz (the pitch and spectral descriptors look for voice up to 4 kHz; a header at 1 Hz once made 20 kB resample for minutes)",
+                    "sampled at {} Hz: the extractors need {MIN_RATE_HZ} to {MAX_RATE_HZ} Hz (the pitch and spectral descriptors look for the voice band, up to 4 kHz)",
                     spec.sample_rate
                 ),
             });

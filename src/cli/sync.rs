@@ -149,6 +149,7 @@ pub fn push(
     }
     let (address, auth) = target(&config, &broker, &o)?;
     let mut opts = SyncOptions {
+        announce_status: false,
         sealing: None,
         host: address.host,
         port: address.port,

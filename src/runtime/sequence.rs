@@ -82,6 +82,10 @@ pub struct SessionWriter {
     source: SessionSource,
 }
 
+/// Seconds of video or of audio a session must have captured to be `complete` (below it in
+/// both: `incomplete`, with the reason).
+pub const MIN_CAPTURE_SECS: f64 = 1.0;
+
 impl SessionWriter {
     /// Starts the writer thread on the store at `db_path` (already opened and migrated).
     pub fn start(
@@ -145,7 +149,19 @@ impl SessionWriter {
                 return Err(e);
             }
         };
-        let stop_reason = stopped(&outcome);
+        let stop_reason = stopped(&outcome).or_else(|| {
+            // A session that captured (almost) nothing is not `complete`: it would count
+            // toward a participant's plan with nothing a study can use.
+            let (v, a) = (
+                outcome.quality.video_duration_secs,
+                outcome.quality.audio_duration_secs,
+            );
+            (v < MIN_CAPTURE_SECS && a < MIN_CAPTURE_SECS).then(|| {
+                format!(
+                    "captured {v:.1} s of video and {a:.1} s of audio, under the {MIN_CAPTURE_SECS:.0} s a complete session needs of at least one"
+                )
+            })
+        });
         let status = if stop_reason.is_some() {
             EndStatus::Incomplete
         } else {

@@ -59,6 +59,10 @@ pub struct SyncOptions {
     pub collectors: Vec<String>,
     /// Sealed sync's keys; `None`: plain (`[sync] security = "plain"`).
     pub sealing: Option<Sealing>,
+    /// Say `online` on connect and `offline` by the last will: the live service does (its
+    /// status is the station's); a batch `empathic sync` does not (it is no service, and its
+    /// end once raised an urgent "offline" alarm).
+    pub announce_status: bool,
 }
 
 impl SyncOptions {
@@ -407,13 +411,15 @@ fn connection_round(
     opts.auth.apply(&mut mqtt).map_err(Round::Auth)?;
     mqtt.set_clean_session(true)
         .set_keep_alive(Duration::from_secs(15))
-        .set_max_packet_size(4 * CHUNK_CHARS + 4096, 4 * CHUNK_CHARS + 4096)
-        .set_last_will(LastWill::new(
+        .set_max_packet_size(4 * CHUNK_CHARS + 4096, 4 * CHUNK_CHARS + 4096);
+    if opts.announce_status {
+        mqtt.set_last_will(LastWill::new(
             &status,
             word("offline"),
             QoS::AtLeastOnce,
             true,
         ));
+    }
     let (client, mut connection) = Client::new(mqtt, 64);
     let poll = |c: &mut rumqttc::Connection| c.recv_timeout(Duration::from_millis(200));
     // Wait for the broker's CONNACK.
@@ -444,10 +450,12 @@ fn connection_round(
         .map_err(|e| Round::Failed(e.to_string()))?;
     let mut expected: u64 = 0;
     let mut acked: u64 = 0;
-    client
-        .try_publish(&status, QoS::AtLeastOnce, true, word("online"))
-        .map_err(|e| Round::Failed(e.to_string()))?;
-    expected += 1;
+    if opts.announce_status {
+        client
+            .try_publish(&status, QoS::AtLeastOnce, true, word("online"))
+            .map_err(|e| Round::Failed(e.to_string()))?;
+        expected += 1;
+    }
     // The message in flight: its outbox row, and the acks that complete it.
     let mut current: Option<(Pending, u64)> = None;
     let mut queue: std::collections::VecDeque<(String, String)> = Default::default();

@@ -876,3 +876,55 @@ fn export_refuses_a_stored_session_id_that_would_leave_its_folder() {
     assert!(stderr(&o).contains("only dots"), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
 }
+
+/// Issue 44: a session that captured nothing was stored `complete` and counted toward the
+/// participant's plan. Under 1 s of video and of audio, it is `incomplete`, saying why.
+#[test]
+fn a_session_that_captured_under_a_second_is_not_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let short = copy_session(&demo_session(), &tmp.path().join("short"));
+    let cut = |args: &[&str]| {
+        assert!(std::process::Command::new("ffmpeg")
+            .args(["-loglevel", "error", "-y"])
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    let video = demo_session().join("video.avi");
+    let audio = demo_session().join("audio.wav");
+    cut(&[
+        "-i",
+        path_str(&video),
+        "-frames:v",
+        "7",
+        "-c",
+        "copy",
+        path_str(&short.join("video.avi")),
+    ]);
+    cut(&[
+        "-i",
+        path_str(&audio),
+        "-t",
+        "0.5",
+        path_str(&short.join("audio.wav")),
+    ]);
+    let events = std::fs::read_to_string(short.join("events.jsonl")).unwrap();
+    let early: String = events
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["t_ms"].as_u64() < Some(400)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(short.join("events.jsonl"), early).unwrap();
+    write_manifest(&short, set("session_id", "short-1".into()));
+    let db = tmp.path().join("s.db");
+    let fast = config_without_vision_models(tmp.path());
+    let o = replay_case(&short, &db, &fast, false);
+    // Not complete: the replay says so in its exit code, as for any session not complete.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (status, reason) = stored_status(&db, "short-1").unwrap();
+    assert_eq!(status, "incomplete");
+    assert!(reason.contains("under the 1 s"), "{reason}");
+}

@@ -198,6 +198,7 @@ fn strangers_change_nothing_staff_see_and_a_flood_does_not_drown_genuine_health(
         })
         .collect();
     let opts = empathic::sync::SyncOptions {
+        announce_status: false,
         host: "127.0.0.1".into(),
         port,
         study: STUDY.into(),

@@ -169,6 +169,16 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
         (s["pending"].as_u64(), s["synced"].as_u64()),
         (Some(0), Some(2))
     );
+    // A batch `sync` is no service: it says neither `online` nor, by a last will,
+    // `offline` (issue 44: its end raised an urgent "offline" alarm).
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !got.lock()
+            .unwrap()
+            .iter()
+            .any(|(t, _)| t.ends_with("/status")),
+        "a batch sync published a status"
+    );
     assert_eq!(s["broker"]["state"], "disconnected");
     assert!(s["broker"]["error"].is_null(), "{s}");
     // Sessions stored before the outbox existed (a station upgraded mid-study) are

@@ -438,6 +438,7 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
 fn deliveries(db: &Path) -> Vec<(i64, String, String, Vec<String>)> {
     let store = empathic::store::Store::open(db).unwrap();
     let opts = empathic::sync::SyncOptions {
+        announce_status: false,
         host: "unused".into(),
         port: 0,
         study: "test-study".into(),

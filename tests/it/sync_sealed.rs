@@ -158,6 +158,7 @@ fn publish_raw(port: u16, name: &str, items: &[(String, String)]) {
 
 fn opts(station: &str) -> SyncOptions {
     SyncOptions {
+        announce_status: false,
         host: "unused".into(),
         port: 0,
         study: STUDY.into(),

@@ -167,6 +167,7 @@ impl Forger {
         Forger {
             pending,
             opts: empathic::sync::SyncOptions {
+                announce_status: false,
                 host: "unused".into(),
                 port: 0,
                 study: "test-study".into(),

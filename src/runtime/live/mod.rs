@@ -467,6 +467,7 @@ fn sync_options(config: &Config) -> Result<crate::sync::SyncOptions, String> {
         .map_err(|e| format!("not publishing: {e}"))?;
     let address = crate::sync::parse_broker(&config.sync.broker).map_err(|e| e.to_string())?;
     Ok(crate::sync::SyncOptions {
+        announce_status: true,
         sealing,
         auth: crate::sync::BrokerAuth::from_config(&config.sync, address.tls),
         host: address.host,
