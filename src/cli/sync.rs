@@ -324,16 +324,7 @@ fn is_central(target: &Path) -> bool {
     if crate::sync::central::is_postgres(&text) {
         return true;
     }
-    target.is_file()
-        && rusqlite::Connection::open_with_flags(target, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .and_then(|c| {
-                c.query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE name = 'collect_records'",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )
-            })
-            .is_ok_and(|n| n > 0)
+    crate::store::central::is_central_file(target)
 }
 
 /// The central side of a withdrawal (`sync::central::Central::withdraw`): exit 0 only when

@@ -173,6 +173,21 @@ CREATE INDEX IF NOT EXISTS collect_records_participant ON collect_records (study
 CREATE INDEX IF NOT EXISTS collect_quarantine_message ON collect_quarantine (message_id);
 ";
 
+/// Whether `path` is a SQLite central database (a file with the collector's tables), read
+/// without changing it.
+pub fn is_central_file(path: &Path) -> bool {
+    path.is_file()
+        && rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE name = 'collect_records'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .is_ok_and(|n| n > 0)
+}
+
 /// Opens (creating or upgrading the collector's tables of) the SQLite central database.
 pub fn open(path: &Path) -> Result<Store, String> {
     let fail = |e: &dyn std::fmt::Display| {
