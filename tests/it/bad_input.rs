@@ -333,3 +333,29 @@ fn consent_must_be_said_explicitly() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("consent withdrawn"), "{}", stdout(&o));
 }
+
+/// Issue 44: `run` started with an unparsable broker URL and its sync thread died. Refused
+/// at start, exit 2, naming the setting and the file.
+#[test]
+fn the_service_refuses_a_broker_address_it_cannot_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("station.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\ndb_path = \"{}\"\n[live]\nsocket = \"{}\"\n[sync]\nbroker = \"mqtt//broker.example:1883\"\n",
+            dir.path().join("s.db").display(),
+            dir.path().join("c.sock").display()
+        ),
+    )
+    .unwrap();
+    let o = empathic(&["run", "--config", path_str(&config)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("[sync] broker `mqtt//broker.example:1883`")
+            && stderr(&o).contains(path_str(&config)),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("c.sock").exists());
+}
