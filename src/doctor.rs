@@ -58,7 +58,55 @@ pub fn run_checks(config_path: Option<&Path>, db_path: Option<&Path>) -> Vec<Che
     checks.push(check_camera(&config));
     checks.push(check_microphone(&config));
     checks.extend(check_live_paths(&config));
+    checks.push(check_sync(&config));
     checks
+}
+
+/// `[sync]` as the service will use it: the broker address parses, the station is named,
+/// and under sealed sync every key is there and readable (nothing is sent: the broker may
+/// be down while the station is set up).
+fn check_sync(config: &Config) -> Check {
+    let check = |ok: bool, detail: String| Check {
+        name: "sync",
+        need: Need::Live,
+        ok,
+        detail,
+    };
+    let s = &config.sync;
+    if s.broker.is_empty() {
+        return check(
+            true,
+            "no [sync] broker: every session stays on the station".into(),
+        );
+    }
+    let address = match crate::sync::parse_broker(&s.broker) {
+        Ok(a) => a,
+        Err(e) => return check(false, format!("[sync] broker `{}`: {e}", s.broker)),
+    };
+    if config.station.id == crate::config::DEFAULT_STATION_ID {
+        return check(
+            false,
+            "[station] id is not set: records would go out under the default name".into(),
+        );
+    }
+    match crate::sync::Sealing::from_config(s) {
+        Ok(sealing) => check(
+            true,
+            format!(
+                "{}://{}:{}, study {}, station {}, {}",
+                if address.tls { "mqtts" } else { "mqtt" },
+                address.host,
+                address.port,
+                s.study,
+                config.station.id,
+                match sealing {
+                    Some(k) => format!("sealed (station key {:?})", k),
+                    None => "PLAIN: the broker reads everything".into(),
+                }
+            ),
+        ),
+        Err(e) => check(false, e.to_string()),
+    }
 }
 
 fn check_store(db: &Path) -> Check {

@@ -358,4 +358,12 @@ fn the_service_refuses_a_broker_address_it_cannot_parse() {
         stderr(&o)
     );
     assert!(!dir.path().join("c.sock").exists());
+    // `doctor` says the same before anyone starts the service.
+    let o = empathic(&["doctor", "--config", path_str(&config)]);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        said.lines().any(|l| l.starts_with("MISSING sync")
+            && l.contains("[sync] broker `mqtt//broker.example:1883`")),
+        "{said}"
+    );
 }
