@@ -184,3 +184,18 @@ print(json.dumps({
         .output()
         .unwrap()
 }
+
+/// `empathic keys init WHOSE --file FILE`; returns the public half it printed.
+pub fn key_init(whose: &str, file: &Path) -> String {
+    let o = empathic(&["keys", "init", whose, "--file", path_str(file)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o).trim().to_string()
+}
+
+/// Stops a service or collector the way systemd does (SIGTERM) and waits for it.
+pub fn terminate(mut c: std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let _ = c.wait();
+}

@@ -5,7 +5,7 @@
 //! a genuine station's health (the collector asks for the retained messages again).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
@@ -16,11 +16,7 @@ use crate::common::{empathic, path_str, stderr, stdout};
 
 const STUDY: &str = "test-study";
 
-fn key(whose: &str, file: &Path) -> String {
-    let o = empathic(&["keys", "init", whose, "--file", path_str(file)]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    stdout(&o).trim().to_string()
-}
+use crate::common::key_init as key;
 
 fn status_of(central: &Path, station: &str) -> Option<(String, Option<String>)> {
     rusqlite::Connection::open(central)
@@ -75,12 +71,7 @@ fn publish_raw(port: u16, items: &[(String, Vec<u8>)], retain: bool) {
     }
 }
 
-fn stop(mut c: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
-    let _ = c.wait();
-}
+use crate::common::terminate as stop;
 
 #[test]
 fn strangers_change_nothing_staff_see_and_a_flood_does_not_drown_genuine_health() {

@@ -20,6 +20,19 @@ fn stop(mut c: Child) {
     c.wait().unwrap();
 }
 
+/// The demo session as station 2's `other-0001` of participant `P-OTHER`, under `dir`.
+fn other_station_session(dir: &Path) -> std::path::PathBuf {
+    let other = copy_session(&demo_session(), &dir.join("other"));
+    let manifest = other.join("session.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    v["session_id"] = "other-0001".into();
+    v["participant_id"] = "P-OTHER".into();
+    v["station_id"] = "station-2".into();
+    std::fs::write(&manifest, v.to_string()).unwrap();
+    other
+}
+
 #[test]
 fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     let tmp = tempfile::tempdir().unwrap();
@@ -50,14 +63,7 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
         .success());
     let later = later_demo_session(&tmp.path().join("later"));
     assert!(replay_cli(&later, &db1, Some(&fast)).status.success());
-    let other = copy_session(&demo_session(), &tmp.path().join("other"));
-    let manifest = other.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    v["session_id"] = "other-0001".into();
-    v["participant_id"] = "P-OTHER".into();
-    v["station_id"] = "station-2".into();
-    std::fs::write(&manifest, v.to_string()).unwrap();
+    let other = other_station_session(tmp.path());
     assert!(replay_cli(&other, &db2, Some(&with_words)).status.success());
     sync_ok(&db1, broker.port, "station-1");
     sync_ok(&db2, broker.port, "station-2");
@@ -909,14 +915,7 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
     assert!(replay_cli(&demo_session(), &db1, Some(&words))
         .status
         .success());
-    let other = copy_session(&demo_session(), &tmp.path().join("other"));
-    let manifest = other.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    v["session_id"] = "other-0001".into();
-    v["participant_id"] = "P-OTHER".into();
-    v["station_id"] = "station-2".into();
-    std::fs::write(&manifest, v.to_string()).unwrap();
+    let other = other_station_session(tmp.path());
     assert!(replay_cli(&other, &db2, Some(&words)).status.success());
     sync_ok(&db1, broker.port, "station-1");
     sync_ok(&db2, broker.port, "station-2");

@@ -24,12 +24,7 @@ use empathic::sync::{envelopes, sealed_envelopes, SyncOptions};
 
 const STUDY: &str = "test-study";
 
-/// `empathic keys init WHOSE --file FILE`; returns the public half it printed.
-fn key(whose: &str, file: &Path) -> String {
-    let o = empathic(&["keys", "init", whose, "--file", path_str(file)]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    stdout(&o).trim().to_string()
-}
+use crate::common::key_init as key;
 
 fn collector(central: &Path, port: u16, keys: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
@@ -45,12 +40,7 @@ fn collector(central: &Path, port: u16, keys: &Path) -> Child {
         .unwrap()
 }
 
-fn stop(mut c: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
-    let _ = c.wait();
-}
+use crate::common::terminate as stop;
 
 /// A station's config: sealed sync with its key, the study's and the collector's public
 /// keys; transcripts synced (so the participant's words are in the record to be hidden).

@@ -118,23 +118,22 @@ impl Central {
         )?;
         let (mut chunks, mut quarantined) = (0, 0);
         for id in &sessions {
-            let id = Val::text(id);
             records += tx.exec(
                 "DELETE FROM collect_records WHERE study = ?1 AND subject = ?2",
-                &[s.clone(), id.clone()],
+                &[s.clone(), Val::text(id)],
             )?;
             chunks += tx.exec(
                 "DELETE FROM collect_chunks WHERE subject = ?1",
-                std::slice::from_ref(&id),
-            )?;
-            quarantined += tx.exec(
-                "DELETE FROM collect_quarantine WHERE payload LIKE ?1 ESCAPE '\\' OR topic LIKE ?1 ESCAPE '\\'",
-                &[Val::text(&format!("%{}%", like_escaped(&text_of(&id))))],
+                &[Val::text(id)],
             )?;
         }
+        // Quarantined copies: one pass over the table for the participant and every session.
+        let mut needles = vec![participant.to_string()];
+        needles.extend(sessions.iter().cloned());
+        let (matches, params) = mentions("topic || payload", &needles);
         quarantined += tx.exec(
-            "DELETE FROM collect_quarantine WHERE payload LIKE ?1 ESCAPE '\\'",
-            &[Val::text(&format!("%{}%", like_escaped(participant)))],
+            &format!("DELETE FROM collect_quarantine WHERE {matches}"),
+            &params,
         )?;
         tx.remove_participant(participant)?;
         tx.exec(
@@ -184,6 +183,7 @@ impl Central {
         let mut left = Vec::new();
         let mut needles = vec![participant.to_string()];
         needles.extend(sessions.iter().cloned());
+        // One pass per table, whatever the number of sessions.
         for table in TABLES {
             let columns = match table {
                 "collect_records" => {
@@ -192,14 +192,13 @@ impl Central {
                 "collect_chunks" => "message_id || COALESCE(subject, '') || data",
                 _ => "topic || reason || payload",
             };
-            for n in &needles {
-                let found = tx.rows(
-                    &format!("SELECT 1 FROM {table} WHERE ({columns}) LIKE ?1 ESCAPE '\\' LIMIT 1"),
-                    &[Val::text(&format!("%{}%", like_escaped(n)))],
-                )?;
-                if !found.is_empty() && !left.contains(&table.to_string()) {
-                    left.push(table.to_string());
-                }
+            let (matches, params) = mentions(columns, &needles);
+            let found = tx.rows(
+                &format!("SELECT 1 FROM {table} WHERE {matches} LIMIT 1"),
+                &params,
+            )?;
+            if !found.is_empty() {
+                left.push(table.to_string());
             }
         }
         let view: &[(&str, &str)] = if sqlite {
@@ -225,8 +224,17 @@ impl Central {
     }
 }
 
-fn text_of(v: &Val) -> String {
-    v.clone().into_text().unwrap_or_default()
+/// A condition true when `expr` holds any of `needles` literally, with its parameters.
+fn mentions(expr: &str, needles: &[String]) -> (String, Vec<Val>) {
+    let condition = (1..=needles.len())
+        .map(|i| format!("({expr}) LIKE ?{i} ESCAPE '\\'"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let params = needles
+        .iter()
+        .map(|n| Val::text(&format!("%{}%", like_escaped(n))))
+        .collect();
+    (condition, params)
 }
 
 /// `text` taken literally in a `LIKE ... ESCAPE '\'` pattern (both databases read the
