@@ -121,6 +121,44 @@ enum CollectCommand {
         #[command(flatten)]
         json: super::options::JsonOption,
     },
+    /// What this collector refused, per message with its reason (`list`), and forgetting
+    /// one (`drop`).
+    Quarantine {
+        #[command(subcommand)]
+        action: QuarantineAction,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum QuarantineAction {
+    /// The open quarantine: each refused message (id, topic, rows, first and last time,
+    /// the latest reason), never its content. A message stored after all (the station
+    /// enrolled late, its resend taken) is no longer listed.
+    List {
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+        #[command(flatten)]
+        json: super::options::JsonOption,
+    },
+    /// Forget one quarantined message (its id as `list` shows it); its problem on the
+    /// study page clears. A message read whole is judged again if the station sends it
+    /// again.
+    Drop {
+        /// The message id (or `row:N`) as `collect quarantine list` shows it.
+        id: String,
+        #[command(flatten)]
+        central: CentralOption,
+        #[command(flatten)]
+        config: ConfigOption,
+        /// Study name (default: `[sync] study`).
+        #[arg(long)]
+        study: Option<String>,
+    },
 }
 
 impl Args {
@@ -168,6 +206,7 @@ impl Args {
                 outln!("revoked {n} enrolment(s) of station {station}: its later messages are quarantined, what was stored stays");
                 Ok(ExitCode::SUCCESS)
             }
+            Some(CollectCommand::Quarantine { action }) => quarantine(action),
             Some(CollectCommand::Stations {
                 central,
                 config,
@@ -208,7 +247,7 @@ impl Args {
                             .unwrap_or_default()
                     );
                 }
-                outln!("received (records sealed / PLAIN / quarantined messages):");
+                outln!("received (sessions shown; messages sealed / PLAIN, every version, tombstones and purges included; open quarantined messages):");
                 let (known, strangers): (Vec<_>, Vec<_>) = counts.iter().partition(|c| {
                     c.sealed + c.plain > 0
                         || enrolments.iter().any(|e| e.station == c.station)
@@ -223,8 +262,9 @@ impl Args {
                 }
                 for c in known {
                     outln!(
-                        "  {:<16} {} / {}{} / {}",
+                        "  {:<16} {}; {} / {}{}; {}",
                         c.station,
+                        c.sessions,
                         c.sealed,
                         c.plain,
                         if c.plain > 0 {
@@ -451,4 +491,64 @@ fn health_line_raw(h: &crate::sync::central::StationHealth) -> String {
         m["sessions_today"].as_u64().unwrap_or(0),
         m["last_session_status"].as_str().unwrap_or("none"),
     )
+}
+
+/// `collect quarantine list|drop`.
+fn quarantine(action: QuarantineAction) -> Result<ExitCode, Failure> {
+    match action {
+        QuarantineAction::List {
+            central,
+            config,
+            study,
+            json,
+        } => {
+            let (mut db, study) = open_central(&central, config.path(), study, true)?;
+            let list = db
+                .quarantine_list(&study)
+                .map_err(|e| (ExitKind::Runtime, e))?;
+            if json.json {
+                print_json(&serde_json::json!({"study": study, "quarantined": list}))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if list.is_empty() {
+                outln!("nothing quarantined for study {study}");
+            }
+            for q in &list {
+                outln!(
+                    "{}  {}  {} row(s), {} .. {}{}\n    {}",
+                    q.id,
+                    q.topic,
+                    q.rows,
+                    q.first_at,
+                    q.last_at,
+                    if q.read_whole {
+                        " (read whole, answered)"
+                    } else {
+                        " (refused before reading; the station holds it)"
+                    },
+                    q.reason
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        QuarantineAction::Drop {
+            id,
+            central,
+            config,
+            study,
+        } => {
+            let (mut db, study) = open_central(&central, config.path(), study, true)?;
+            let n = db
+                .quarantine_drop(&study, &id)
+                .map_err(|e| (ExitKind::Runtime, e))?;
+            if n == 0 {
+                return Err((
+                    ExitKind::BadInput,
+                    format!("no quarantined message `{}` for study {study} (`collect quarantine list` shows their ids)", crate::sync::health::printable(&id, 80)),
+                ));
+            }
+            outln!("dropped quarantined message {id}: {n} row(s) deleted");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

@@ -313,6 +313,15 @@ pub fn status(
             sync.get("sent").unwrap_or(&serde_json::Value::Null),
             sync.get("synced").unwrap_or(&serde_json::Value::Null)
         );
+        let count = |k: &str| sync.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        let last = sync
+            .get("last_refusal")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        for line in
+            super::sync::refusal_lines(count("refused"), count("quarantined"), last.as_ref())
+        {
+            outln!("{line}");
+        }
     }
     if let Some(free) = s["disk_free_mib"].as_u64() {
         outln!("disk      {free} MiB free");

@@ -45,6 +45,11 @@ pub struct SyncArgs {
     /// before the outbox existed).
     #[arg(long)]
     backfill: bool,
+    /// Send again now what a collector refused (held until the sync configuration changes,
+    /// or one probe an hour): after staff put the collector's side right (enrolled this
+    /// station, lifted a key mix-up).
+    #[arg(long)]
+    retry_refused: bool,
 }
 
 #[derive(clap::Subcommand)]
@@ -78,6 +83,7 @@ impl SyncArgs {
                 self.until_synced,
                 self.timeout,
                 self.backfill,
+                self.retry_refused,
             ),
         }
     }
@@ -124,6 +130,7 @@ pub fn push(
     until_synced: bool,
     timeout: Option<f64>,
     backfill: bool,
+    retry_refused: bool,
 ) -> Result<ExitCode, Failure> {
     let mut config = load_config(config)?;
     if let Some(security) = o.security {
@@ -138,6 +145,10 @@ pub fn push(
             .map_err(fail)?;
         let n = store.outbox().backfill().map_err(fail)?;
         eprintln!("sync: {n} session(s) stored before the outbox enqueued");
+    }
+    if retry_refused {
+        let n = store.outbox().release_refused().map_err(fail)?;
+        eprintln!("sync: {n} refused message(s) to be sent again");
     }
     drop(store);
     let broker = o.broker.clone().unwrap_or(config.sync.broker.clone());
@@ -239,6 +250,9 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
             let per: Vec<String> = s.receipts.iter().map(|(c, n)| format!("{c} {n}")).collect();
             outln!("receipts  {}", per.join(", "));
         }
+        for line in refusal_lines(s.refused, s.quarantined, s.last_refusal.as_ref()) {
+            outln!("{line}");
+        }
         match &s.broker {
             Some(b) => outln!(
                 "broker    {} {} since {}{}",
@@ -254,6 +268,36 @@ pub fn status(db: Option<PathBuf>, config: Option<&Path>, json: bool) -> Result<
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `sync status` and `status` say of collectors' refusals: the messages held and why,
+/// and those a collector keeps in quarantine.
+pub(super) fn refusal_lines(
+    refused: u64,
+    quarantined: u64,
+    last: Option<&crate::store::outbox::RefusalNote>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(r) = last else {
+        return out;
+    };
+    if refused > 0 {
+        out.push(format!(
+            "REFUSED   {refused} message(s) held: collector {} refused them ({}) at {}: {}",
+            r.by, r.code, r.at, r.reason
+        ));
+        out.push(
+            "          not sent again (but one probe an hour) until [sync] changes here or the collector's side is put right (enrolment, keys)"
+                .into(),
+        );
+    }
+    if quarantined > 0 {
+        out.push(format!(
+            "quarantined {quarantined} message(s) kept in the collector's quarantine (latest: {} at {}: {})",
+            r.by, r.at, r.reason
+        ));
+    }
+    out
 }
 
 /// `empathic participant purge ID`: a withdrawal leaves no byte of the participant's data

@@ -153,7 +153,8 @@ CREATE TABLE IF NOT EXISTS collect_alerts (
 );
 ";
 
-/// Columns formats 2, 3 and 6 (a status word's connection stamp) added to earlier tables.
+/// Columns formats 2, 3, 6 (a status word's connection stamp) and 7 (the message a refusal
+/// at the gate named) added to earlier tables.
 const ADDED: &[(&str, &str, &str)] = &[
     ("collect_records", "sealed", "INTEGER NOT NULL DEFAULT 0"),
     ("collect_records", "participant", "TEXT"),
@@ -165,12 +166,14 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("collect_chunks", "subject", "TEXT"),
     ("collect_chunks", "received_at", "TEXT"),
     ("collect_status", "connection", "TEXT"),
+    ("collect_quarantine", "refused_id", "TEXT"),
 ];
 
 const INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS collect_records_subject ON collect_records (study, station, subject);
 CREATE INDEX IF NOT EXISTS collect_records_participant ON collect_records (study, station, participant);
 CREATE INDEX IF NOT EXISTS collect_quarantine_message ON collect_quarantine (message_id);
+CREATE INDEX IF NOT EXISTS collect_quarantine_refused ON collect_quarantine (refused_id);
 ";
 
 /// Whether `path` is a SQLite central database (a file with the collector's tables), read

@@ -9,7 +9,9 @@
 use super::sql::{self, delivery, outbox};
 use super::{Store, StoreError};
 
-pub use delivery::{BrokerState, OutboxStatus, Pending, RESEND_AFTER_SECS};
+pub use delivery::{
+    BrokerState, OutboxStatus, Pending, RefusalNote, REFUSAL_PROBE_SECS, RESEND_AFTER_SECS,
+};
 pub use outbox::{Include, RecordTable, PAYLOAD_VERSION, RECORD_TABLES, STATION_LOCAL};
 
 /// The outbox of one store.
@@ -33,9 +35,27 @@ impl Outbox<'_> {
         delivery::now(self.0.connection())
     }
 
-    /// Up to `limit` messages to publish, oldest first (see `sql::delivery::pending`).
-    pub fn pending(&self, limit: usize, connected_at: &str) -> Result<Vec<Pending>, StoreError> {
-        delivery::pending(self.0.connection(), limit, connected_at)
+    /// Up to `limit` messages to publish, oldest first, under the sync configuration of
+    /// digest `config` (see `sql::delivery::pending`).
+    pub fn pending(
+        &self,
+        limit: usize,
+        connected_at: &str,
+        config: &str,
+    ) -> Result<Vec<Pending>, StoreError> {
+        delivery::pending(self.0.connection(), limit, connected_at, config)
+    }
+
+    /// Records a collector's refusal of `message_id`; held under the configuration digest
+    /// `held_under` when a change of configuration can cure it (see
+    /// `sql::delivery::mark_refused`). Whether the message is this outbox's.
+    pub fn mark_refused(
+        &self,
+        message_id: &str,
+        note: &RefusalNote,
+        held_under: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        delivery::mark_refused(self.0.connection(), message_id, note, held_under)
     }
 
     /// Message `seq`'s payload sealed to `study_key` at an earlier send, if any.
@@ -73,6 +93,17 @@ impl Outbox<'_> {
         required: &[String],
     ) -> Result<bool, StoreError> {
         delivery::mark_synced(self.0.connection(), message_id, collector, required)
+    }
+
+    /// Messages still owed under the configuration of digest `config` (not synced, not
+    /// held by a refusal under it).
+    pub fn owed(&self, config: &str) -> Result<u64, StoreError> {
+        delivery::owed(self.0.connection(), config)
+    }
+
+    /// Releases every message held by a collector's refusal, to go at the next sync.
+    pub fn release_refused(&self) -> Result<usize, StoreError> {
+        delivery::release_refused(self.0.connection())
     }
 
     /// One more attempt at message `seq`, with the error it met.

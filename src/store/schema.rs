@@ -21,7 +21,24 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (9, "sealed sync: each message's payload as sealed", V9),
     (10, "who transcribed each utterance", V10),
+    (11, "what a collector refused, and why", V11),
 ];
+
+/// Version 11: a collector's signed refusal of an outbox message (`sync::Refusal`): who
+/// refused it (`refused_by`), when, the reason's code and text. A refusal that a change of
+/// configuration can cure (the station not enrolled, revoked, a key the collector cannot
+/// use) holds the message while the station's sync configuration is the one it was refused
+/// under (`refused_config`, a digest of it): it is not sent again until that changes, but
+/// for one probe an hour. A final refusal (the collector read the message and keeps it in
+/// quarantine) leaves `refused_config` NULL: its receipt settles it, and the reason stays
+/// for `sync status`.
+const V11: &str = r#"
+ALTER TABLE outbox ADD COLUMN refused_at TEXT;
+ALTER TABLE outbox ADD COLUMN refused_by TEXT;
+ALTER TABLE outbox ADD COLUMN refused_code TEXT;
+ALTER TABLE outbox ADD COLUMN refused_reason TEXT;
+ALTER TABLE outbox ADD COLUMN refused_config TEXT;
+"#;
 
 /// Version 10: who transcribed an utterance (`source`: `dialogue_app`, the default and every
 /// utterance before this version, or `asr`, the station's own recogniser), the recogniser's

@@ -8,7 +8,10 @@
 //! loses nothing (the broker redelivers what was not acknowledged) and stores nothing twice.
 //! Every whole message (new or a duplicate) is answered, after the commit, with a receipt on
 //! `empathic/v1/{study}/{station}/receipt` (`{"message_id": ..., "collector": NAME}`, NAME the
-//! share group if any, else the client id), which is what makes the station call it synced. What is stored, voided, purged or quarantined is
+//! share group if any, else the client id), which is what makes the station call it synced.
+//! A message refused (at the gate, or unopenable, or read and quarantined) is answered with
+//! a signed refusal on `empathic/v1/{study}/{station}/refusal` (`sync::Refusal`; at most one
+//! per message a minute). What is stored, voided, purged or quarantined is
 //! [`Central::store_publish`]'s; a station's retained `health` and `status` are kept by
 //! [`Central::store_health`] and [`Central::store_status`] (no receipt: they are not in any
 //! outbox; asked for again every `[collect] health_sweep_s`, so one a flood made the broker
@@ -96,6 +99,7 @@ pub fn collect(
         format!("empathic/v1/{study}/+/status"),
     ];
     let mut swept: Option<std::time::Instant> = None;
+    let mut refusals = RefusalsTold::default();
     let mut records = 0u64;
     let mut backoff = Duration::from_millis(500);
     // Acks and receipts wait here while the client's request queue is full (under load the
@@ -117,6 +121,14 @@ pub fn collect(
                         // Strings only: serialising cannot fail.
                         serde_json::to_string(&receipt(topic, message_id, sha256, name, signing))
                             .unwrap_or_default(),
+                    )
+                    .is_ok(),
+                Outgoing::Refusal(r) => client
+                    .try_publish(
+                        r.topic.clone(),
+                        QoS::AtLeastOnce,
+                        false,
+                        serde_json::to_string(&refusal(r, name, signing)).unwrap_or_default(),
                     )
                     .is_ok(),
             };
@@ -145,13 +157,18 @@ pub fn collect(
                 tracing::info!(host, port, %filter, "collect: connected");
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
-                if p.topic.ends_with("/receipt") {
+                if p.topic.ends_with("/receipt") || p.topic.ends_with("/refusal") {
                     outgoing.push_back(Outgoing::Ack(p));
                     continue;
                 }
                 let Some(stored) = store_until_stored(&mut central, &p, gate, stop) else {
                     break;
                 };
+                if let Some(r) = stored.refusal() {
+                    if refusals.due(&r.message_id) {
+                        outgoing.push_back(Outgoing::Refusal(r.clone()));
+                    }
+                }
                 if let Some((topic, message_id, sha256)) = stored.receipt() {
                     // After the commit: the station may now call it synced.
                     outgoing.push_back(Outgoing::Receipt {
@@ -212,8 +229,74 @@ fn receipt(
     r
 }
 
+/// The refusal for `r`, signed over `keys::signed_refusal` when the collector has a
+/// signing key.
+fn refusal(
+    r: &super::central::Refusal,
+    collector: &str,
+    signing: Option<&SigningKey>,
+) -> super::Refusal {
+    let mut out = super::Refusal {
+        message_id: r.message_id.clone(),
+        sha256: r.sha256.clone(),
+        collector: collector.to_string(),
+        code: r.code.to_string(),
+        reason: r.reason.clone(),
+        settled: r.settled,
+        signer: None,
+        sig: None,
+    };
+    if let Some(key) = signing {
+        let mut parts = r.topic.split('/').skip(2);
+        let (study, station) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let signed = super::keys::signed_refusal(
+            study,
+            station,
+            &out.message_id,
+            &out.sha256,
+            collector,
+            &out.code,
+            &out.reason,
+            out.settled,
+            key.public(),
+        );
+        out.sig = Some(key.sign(&signed));
+        out.signer = Some(key.public().to_string());
+    }
+    out
+}
+
+/// Which messages were told of their refusal lately: one refusal per message a minute at
+/// most (a message refused at the gate is refused chunk by chunk, and a stranger's flood
+/// must not turn into as many answers), the memory bounded.
+#[derive(Default)]
+struct RefusalsTold(std::collections::HashMap<String, std::time::Instant>);
+
+impl RefusalsTold {
+    const AGAIN_AFTER: Duration = Duration::from_secs(60);
+    const KEPT: usize = 10_000;
+
+    /// Whether message `id` is to be told now (and remembers that it was).
+    fn due(&mut self, id: &str) -> bool {
+        let now = std::time::Instant::now();
+        if self.0.get(id).is_some_and(|t| now - *t < Self::AGAIN_AFTER) {
+            return false;
+        }
+        if self.0.len() >= Self::KEPT {
+            self.0.retain(|_, t| now - *t < Self::AGAIN_AFTER);
+            if self.0.len() >= Self::KEPT {
+                // A flood of distinct ids within a minute: told no more until it passes.
+                return false;
+            }
+        }
+        self.0.insert(id.to_string(), now);
+        true
+    }
+}
+
 /// What the collector owes the broker after a commit.
 enum Outgoing {
+    Refusal(super::central::Refusal),
     Ack(Publish),
     Receipt {
         topic: String,

@@ -73,11 +73,25 @@ pub struct Health {
     /// `<stage>: <error>`; absent when none did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stage_failures: Vec<String>,
+    /// The service's health interval (`[sync] health_interval_min`), by which a collector
+    /// judges it offline when no health came for longer (absent from older stations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<u64>,
+    /// Outbox messages a collector refused that the station holds, and the latest refusal
+    /// (`collector (code): reason`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sync_refused: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_refusal: Option<String>,
     /// Sealed sync: the station's public key and its signature over [`signed_bytes`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Health {
@@ -105,6 +119,11 @@ impl Health {
                 MAX_WORD_CHARS,
             ),
         ];
+        out.push((
+            "sync_refusal".into(),
+            self.sync_refusal.as_deref().unwrap_or(""),
+            MAX_TEXT_CHARS,
+        ));
         out.extend(
             self.stage_failures
                 .iter()
@@ -127,6 +146,9 @@ impl Health {
         }
         if let Some(s) = self.last_session_status.as_mut() {
             fix(s, MAX_WORD_CHARS);
+        }
+        if let Some(s) = self.sync_refusal.as_mut() {
+            fix(s, MAX_TEXT_CHARS);
         }
         self.stage_failures.truncate(MAX_STAGE_FAILURES);
         for f in &mut self.stage_failures {

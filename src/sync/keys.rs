@@ -333,11 +333,7 @@ pub fn signed_chunk(
     signer: &str,
     data: &str,
 ) -> Vec<u8> {
-    use sha2::Digest;
-    let data_digest: String = sha2::Sha256::digest(data.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let data_digest = sha256_hex(data.as_bytes());
     serde_json::json!([
         "empathic-sync-chunk-v2",
         study,
@@ -376,6 +372,45 @@ pub fn signed_receipt(
     ])
     .to_string()
     .into_bytes()
+}
+
+/// What a collector signs for a refusal: the message it refused (and that message's
+/// sha256 as announced), who refused, the reason's code and text, and whether it was final.
+#[allow(clippy::too_many_arguments)]
+pub fn signed_refusal(
+    study: &str,
+    station: &str,
+    message_id: &str,
+    sha256: &str,
+    collector: &str,
+    code: &str,
+    reason: &str,
+    settled: bool,
+    signer: &str,
+) -> Vec<u8> {
+    serde_json::json!([
+        "empathic-sync-refusal-v1",
+        study,
+        station,
+        message_id,
+        sha256,
+        collector,
+        code,
+        reason,
+        settled,
+        signer
+    ])
+    .to_string()
+    .into_bytes()
+}
+
+/// The sha256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

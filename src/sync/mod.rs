@@ -70,6 +70,33 @@ impl SyncOptions {
     fn broker(&self) -> String {
         format!("{}:{}", self.host, self.port)
     }
+
+    /// A digest of everything in this configuration a collector's acceptance can depend
+    /// on (the broker, study, station, collectors, and under sealed sync the station's,
+    /// study's and collectors' public keys): messages refused under one digest are held
+    /// until it changes.
+    pub fn config_digest(&self) -> String {
+        let sealing = self.sealing.as_ref().map(|s| {
+            (
+                s.key.public().to_string(),
+                s.study_key.clone(),
+                s.collectors
+                    .iter()
+                    .map(|k| k.text().to_string())
+                    .collect::<Vec<_>>(),
+            )
+        });
+        let text = serde_json::json!([
+            self.host,
+            self.port,
+            self.study,
+            self.station,
+            self.collectors,
+            sealing
+        ])
+        .to_string();
+        keys::sha256_hex(text.as_bytes())
+    }
 }
 
 /// A collector's receipt (on `empathic/v1/{study}/{station}/receipt`, JSON): the message it
@@ -91,6 +118,30 @@ pub struct Receipt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
 }
+
+/// A collector's refusal (on `empathic/v1/{study}/{station}/refusal`, JSON): the message it
+/// refused (and its sha256 as announced), who refused, a code and a reason. `settled`: the
+/// collector read the message and keeps it in quarantine (a receipt follows; the station
+/// keeps the reason); otherwise the message is held at the station until its sync
+/// configuration changes, but for an hourly probe. Under sealed sync it counts only
+/// signed by a key of `sync.collector_keys` over [`keys::signed_refusal`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Refusal {
+    pub message_id: String,
+    pub sha256: String,
+    pub collector: String,
+    pub code: String,
+    pub reason: String,
+    #[serde(default)]
+    pub settled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
+}
+
+/// Most characters of a refusal's reason a station keeps and shows.
+pub const MAX_REFUSAL_CHARS: usize = 512;
 
 /// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
 #[derive(Debug, Clone, PartialEq)]
@@ -193,6 +244,14 @@ pub enum SyncError {
         pending: u64,
         last_error: String,
     },
+    /// Messages a collector refused, held until the configuration changes.
+    #[error("{held} message(s) refused by collector {by}: {reason} [{code}]; they are held (not sent again, but for one probe an hour) until this station's [sync] configuration changes or the collector's side is put right; `empathic sync status` shows them")]
+    Refused {
+        held: u64,
+        by: String,
+        code: String,
+        reason: String,
+    },
 }
 
 /// Parses `mqtt://HOST:PORT` or `mqtts://HOST:PORT`.
@@ -280,11 +339,17 @@ pub fn publish(
         if stop.load(Ordering::Relaxed) {
             break Ok(outcome);
         }
-        if until_synced && settled(conn)? {
+        if until_synced && settled(conn, opts)? {
             break Ok(outcome);
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
             let s = conn.status()?;
+            if let Some(r) = s.last_refusal.filter(|_| s.refused > 0) {
+                last_error = format!(
+                    "{}; {} message(s) refused by collector {}: {} [{}]",
+                    last_error, s.refused, r.by, r.reason, r.code
+                );
+            }
             break Err(SyncError::Timeout {
                 secs: t.as_secs_f64(),
                 attempts,
@@ -324,6 +389,26 @@ pub fn publish(
             Err(Round::TimedOut) => continue,
         }
     };
+    // A batch run that ends with messages held by a refusal says so: they will not go by
+    // running it again.
+    let result = match result {
+        Ok(o) if until_synced => {
+            let s = conn.status()?;
+            match s
+                .last_refusal
+                .filter(|_| s.refused > 0 && s.pending + s.sent > 0)
+            {
+                Some(r) => Err(SyncError::Refused {
+                    held: s.refused,
+                    by: r.by,
+                    code: r.code,
+                    reason: r.reason,
+                }),
+                None => Ok(o),
+            }
+        }
+        other => other,
+    };
     if !matches!(result, Err(SyncError::Auth(_))) {
         let (state, error) = match &result {
             Ok(_) => ("disconnected", None),
@@ -353,10 +438,10 @@ pub fn describe(e: &rumqttc::ConnectionError) -> String {
     }
 }
 
-/// Nothing left to send and no receipt awaited.
-fn settled(conn: &Outbox<'_>) -> Result<bool, StoreError> {
-    let s = conn.status()?;
-    Ok(s.pending == 0 && s.sent == 0)
+/// Nothing left to send and no receipt awaited under `opts` (a message a collector refused
+/// under this configuration is held and awaits nothing).
+fn settled(conn: &Outbox<'_>, opts: &SyncOptions) -> Result<bool, StoreError> {
+    Ok(conn.owed(&opts.config_digest())? == 0)
 }
 
 fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {
@@ -445,9 +530,14 @@ fn connection_round(
     conn.set_broker_state("connected", &opts.broker(), None)?;
     tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
     let receipts = topic(opts, "receipt");
-    client
-        .try_subscribe(receipts.clone(), QoS::AtLeastOnce)
-        .map_err(|e| Round::Failed(e.to_string()))?;
+    let refusals = topic(opts, "refusal");
+    for t in [&receipts, &refusals] {
+        client
+            .try_subscribe(t.clone(), QoS::AtLeastOnce)
+            .map_err(|e| Round::Failed(e.to_string()))?;
+    }
+    let digest = opts.config_digest();
+    let mut told: Option<String> = None;
     let mut expected: u64 = 0;
     let mut acked: u64 = 0;
     if opts.announce_status {
@@ -467,7 +557,7 @@ fn connection_round(
             return Err(Round::TimedOut);
         }
         if current.is_none() && queue.is_empty() {
-            match conn.pending(1, &connected_at)?.pop() {
+            match conn.pending(1, &connected_at, &digest)?.pop() {
                 Some(m) => {
                     let chunks = wire_envelopes(conn, &m, opts)?;
                     let t = topic(opts, &m.kind);
@@ -476,7 +566,7 @@ fn connection_round(
                     queue.extend(chunks.into_iter().map(|c| (t.clone(), c)));
                     current = Some((m, done_at));
                 }
-                None if until_synced && acked >= expected && settled(conn)? => return Ok(()),
+                None if until_synced && acked >= expected && settled(conn, opts)? => return Ok(()),
                 None => {}
             }
         }
@@ -534,6 +624,10 @@ fn connection_round(
                     }
                 }
             }
+            Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic == refusals => {
+                let in_flight = current.as_ref().map(|(m, _)| m.message_id.as_str());
+                take_refusal(conn, opts, &p.payload, in_flight, &digest, &mut told)?;
+            }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 if let Some((m, _)) = &current {
@@ -549,4 +643,59 @@ fn connection_round(
             }
         }
     }
+}
+
+/// A collector's refusal received: checked (signed by a collector this station trusts,
+/// under sealed sync; naming a message of this outbox as it was sent) and kept on the
+/// message, held under `digest` unless settled. Logged at `warn` when its reason differs
+/// from the last one told (`told`), so a hundred refused messages make one line.
+fn take_refusal(
+    conn: &Outbox<'_>,
+    opts: &SyncOptions,
+    payload: &[u8],
+    in_flight: Option<&str>,
+    digest: &str,
+    told: &mut Option<String>,
+) -> Result<(), Round> {
+    let r = match serde_json::from_slice::<Refusal>(payload) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "sync: an unreadable refusal ignored");
+            return Ok(());
+        }
+    };
+    let signed = match &opts.sealing {
+        Some(s) => s.check_refusal(&r, &opts.study, &opts.station),
+        None => Ok(()),
+    };
+    let matches = match signed {
+        Ok(()) => conn.receipt_matches(&r.message_id, Some(&r.sha256), in_flight)?,
+        Err(why) => Err(why),
+    };
+    if let Err(why) = matches {
+        tracing::warn!(
+            message = %health::printable(&r.message_id, 80),
+            "sync: a refusal ignored: {why}"
+        );
+        return Ok(());
+    }
+    let note = crate::store::outbox::RefusalNote {
+        by: health::printable(&r.collector, 80),
+        code: health::printable(&r.code, 40),
+        reason: health::printable(&r.reason, MAX_REFUSAL_CHARS),
+        at: conn.now()?,
+    };
+    conn.mark_refused(&r.message_id, &note, (!r.settled).then_some(digest))?;
+    let said = format!("{} {}", note.code, note.reason);
+    if told.as_deref() != Some(said.as_str()) {
+        if r.settled {
+            tracing::warn!(message = %r.message_id, collector = %note.by, code = %note.code, "sync: the collector keeps this message in quarantine: {}", note.reason);
+        } else {
+            tracing::warn!(message = %r.message_id, collector = %note.by, code = %note.code, "sync: the collector refused this message: {}; it and others refused so are held (not sent again, but for one probe an hour) until this station's [sync] configuration changes or the collector's side is put right", note.reason);
+        }
+        *told = Some(said);
+    } else {
+        tracing::debug!(message = %r.message_id, code = %note.code, "sync: refused again");
+    }
+    Ok(())
 }

@@ -4,7 +4,8 @@
 //! formats is `central/envelope.rs`.
 
 use super::{
-    keys, Receipt, SyncError, SyncOptions, CHUNK_CHARS, ENVELOPE_VERSION, SEALED_ENVELOPE_VERSION,
+    keys, Receipt, Refusal, SyncError, SyncOptions, CHUNK_CHARS, ENVELOPE_VERSION,
+    SEALED_ENVELOPE_VERSION,
 };
 use crate::store::outbox::Pending;
 
@@ -85,6 +86,37 @@ impl Sealing {
             &r.message_id,
             r.sha256.as_deref().unwrap_or(""),
             r.collector.as_deref().unwrap_or(""),
+            signer,
+        );
+        if key.verifies(&signed, sig) {
+            Ok(())
+        } else {
+            Err(format!("the signature by {signer} does not verify"))
+        }
+    }
+}
+
+impl Sealing {
+    /// Whether refusal `r` is signed by one of the collectors this station trusts, for this
+    /// study and station (`Err` says why not): a forged refusal could hold messages back.
+    pub fn check_refusal(&self, r: &Refusal, study: &str, station: &str) -> Result<(), String> {
+        let (Some(signer), Some(sig)) = (&r.signer, &r.sig) else {
+            return Err("unsigned (sealed sync believes only signed refusals)".into());
+        };
+        let Some(key) = self.collectors.iter().find(|k| k.text() == signer) else {
+            return Err(format!(
+                "signed by {signer}, not a key of sync.collector_keys"
+            ));
+        };
+        let signed = keys::signed_refusal(
+            study,
+            station,
+            &r.message_id,
+            &r.sha256,
+            &r.collector,
+            &r.code,
+            &r.reason,
+            r.settled,
             signer,
         );
         if key.verifies(&signed, sig) {

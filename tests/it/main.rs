@@ -28,6 +28,7 @@ mod stories;
 mod sync;
 mod sync_central;
 mod sync_faults;
+mod sync_refusals;
 mod sync_sealed;
 mod sync_secure;
 mod systemd;

@@ -455,7 +455,7 @@ fn deliveries(db: &Path) -> Vec<(i64, String, String, Vec<String>)> {
     };
     store
         .outbox()
-        .pending(100, "9999")
+        .pending(100, "9999", "")
         .unwrap()
         .into_iter()
         .map(|m| {
@@ -776,7 +776,9 @@ fn station_health_is_kept_latest_first_and_refused_with_a_reason_in_either_datab
             .store_health(t, payload, &sealed)
             .unwrap()
         {
-            Stored::Quarantined { reason, receipt } => {
+            Stored::Quarantined {
+                reason, receipt, ..
+            } => {
                 assert!(reason.contains(why), "{target}: {reason}");
                 assert!(receipt.is_none());
             }

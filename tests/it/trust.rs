@@ -159,7 +159,7 @@ impl Forger {
         let store = empathic::store::Store::open(db).unwrap();
         let pending = store
             .outbox()
-            .pending(100, "9999")
+            .pending(100, "9999", "")
             .unwrap()
             .into_iter()
             .find(|m| m.kind == "session")
@@ -607,7 +607,9 @@ fn sequence_numbers_and_receipts_are_not_taken_on_trust() {
         )
         .unwrap()
     {
-        Stored::Quarantined { reason, receipt } => {
+        Stored::Quarantined {
+            reason, receipt, ..
+        } => {
             assert!(reason.contains("sequence number"), "{reason}");
             assert!(receipt.is_some(), "answered, so the sender stops resending");
         }
@@ -631,7 +633,7 @@ fn sequence_numbers_and_receipts_are_not_taken_on_trust() {
     // Receipts: only for a message the station handed to the broker, naming its sha256.
     let store = empathic::store::Store::open(&db).unwrap();
     let outbox = store.outbox();
-    let m = outbox.pending(1, "9999").unwrap().pop().unwrap();
+    let m = outbox.pending(1, "9999", "").unwrap().pop().unwrap();
     let check = |sha: Option<&str>, in_flight: Option<&str>| {
         outbox
             .receipt_matches(&m.message_id, sha, in_flight)

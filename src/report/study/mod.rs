@@ -38,8 +38,14 @@ use crate::sync::health::parse_utc_ms;
 
 /// A message pending this long is a backlog.
 pub const BACKLOG_HOURS: f64 = 24.0;
-/// No health this long from an online station (it sends one every 15 min by default).
+/// No health this long from an online station that does not say its interval (older
+/// stations; they send one every 15 min by default).
 pub const STALE_HEALTH_HOURS: f64 = 1.0;
+/// A station whose health says its interval is offline once no health came for this many
+/// intervals plus [`OFFLINE_GRACE_SECS`] (a failed publish is tried again every 30 s, and a
+/// broker outage of a few minutes is no station's fault).
+pub const OFFLINE_INTERVALS: f64 = 2.0;
+pub const OFFLINE_GRACE_SECS: f64 = 300.0;
 
 /// One open problem of a station or a participant.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -107,8 +113,14 @@ pub struct StationFacts {
     pub status: Option<String>,
     pub status_since: Option<String>,
     pub health: Option<serde_json::Value>,
-    pub records: i64,
+    /// Sessions shown from it (its latest record of each).
+    pub sessions: i64,
+    /// Messages stored from it: sessions (and their older versions), tombstones, purges.
+    pub messages: i64,
+    /// Quarantined messages still open.
     pub quarantined: i64,
+    /// When a record of it was last refused at the gate.
+    pub refused_latest: Option<String>,
     pub problems: Vec<Problem>,
 }
 
@@ -284,8 +296,10 @@ impl StudyFacts {
                 status: h.and_then(|h| h.status.clone()),
                 status_since: h.and_then(|h| h.status_received_at.clone()),
                 health: h.and_then(|h| h.health.clone()),
-                records: c.map_or(0, |c| c.sealed + c.plain),
+                sessions: c.map_or(0, |c| c.sessions),
+                messages: c.map_or(0, |c| c.sealed + c.plain),
                 quarantined: c.map_or(0, |c| c.quarantined),
+                refused_latest: c.and_then(|c| c.refused_latest.clone()),
                 problems: Vec::new(),
             };
             s.problems = problems::of_station(&s, now);

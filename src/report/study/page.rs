@@ -123,7 +123,7 @@ fn stations(p: &mut String, stations: &[StationFacts]) {
         p.push_str("<p>No station has enrolled, sent health or sent a record yet.</p>\n");
         return;
     }
-    p.push_str("<table><tr><th>station</th><th>status</th><th>camera</th><th>microphone</th><th>disk free</th><th>outbox pending</th><th>last session</th><th>records</th><th>problems</th></tr>\n");
+    p.push_str("<table><tr><th>station</th><th>status</th><th>camera</th><th>microphone</th><th>disk free</th><th>outbox pending</th><th>last session</th><th>sessions shown</th><th>problems</th></tr>\n");
     for s in stations {
         let worst = s.problems.iter().map(|p| p.severity).max().unwrap_or(0);
         let m = s.health.clone().unwrap_or_default();
@@ -152,7 +152,7 @@ fn stations(p: &mut String, stations: &[StationFacts]) {
                 m["last_session_status"].as_str().unwrap_or("-"),
                 m["last_session_ended_at"].as_str().map(short).unwrap_or_default()
             )),
-            s.records,
+            s.sessions,
             flags(&s.problems)
         );
     }

@@ -4,15 +4,34 @@
 
 use super::{
     hours_between, short, ParticipantFacts, Problem, StationFacts, BACKLOG_HOURS,
-    STALE_HEALTH_HOURS,
+    OFFLINE_GRACE_SECS, OFFLINE_INTERVALS, STALE_HEALTH_HOURS,
 };
 use crate::config::StudyConfig;
 
 /// The open problems of one station at `now`.
 pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
     let mut out = Vec::new();
-    if s.revoked_at.is_some() {
-        // Decommissioned: nothing of it is a problem any more.
+    if let Some(revoked) = &s.revoked_at {
+        // Decommissioned: nothing of it is a problem any more, unless it keeps sending
+        // records (a stolen station, or one nobody switched off): refused, and told.
+        if let Some(latest) = s
+            .refused_latest
+            .as_deref()
+            .filter(|l| *l > revoked.as_str())
+        {
+            out.push(Problem {
+                station: s.station.clone(),
+                participant: None,
+                kind: "revoked_sending",
+                severity: 2,
+                what: format!(
+                    "revoked {}, still sending: records refused, the latest at {}",
+                    short(revoked),
+                    short(latest)
+                ),
+                todo: "find the station (switch it off, or wipe its keys); `collect quarantine list` shows what it sent".into(),
+            });
+        }
         return out;
     }
     let mut add = |kind: &'static str, severity: u8, what: String, todo: &str| {
@@ -25,8 +44,28 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             todo: todo.to_string(),
         })
     };
-    match (&s.status, &s.health) {
-        (Some(st), _) if st == "offline" => add(
+    // Offline is judged by the service's health: a station that says its interval is
+    // offline once no health came for longer than that allows, whatever its status word (a
+    // last will also fires on a network blip); an older one by its status word.
+    let interval = s.health.as_ref().and_then(|m| m["interval_s"].as_f64());
+    let sent = s.health.as_ref().and_then(|m| m["sent_at"].as_str());
+    match (interval, sent, &s.status, &s.health) {
+        (Some(every), Some(sent), _, _) => {
+            let quiet_s = hours_between(sent, now) * 3600.0;
+            if quiet_s > OFFLINE_INTERVALS * every + OFFLINE_GRACE_SECS {
+                add(
+                    "offline",
+                    3,
+                    format!(
+                        "offline: no health since {} (it sends one every {:.0} min)",
+                        short(sent),
+                        every / 60.0
+                    ),
+                    "check the station's power and network; its outbox keeps what it records meanwhile and sends it when it is back",
+                );
+            }
+        }
+        (_, _, Some(st), _) if st == "offline" => add(
             "offline",
             3,
             format!(
@@ -35,7 +74,7 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             ),
             "check the station's power and network; its outbox keeps what it records meanwhile and sends it when it is back",
         ),
-        (None, None) => add(
+        (_, _, None, None) => add(
             "never_heard",
             3,
             "never heard from: no status, no health message".into(),
@@ -89,7 +128,8 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             }
         }
         let quiet = hours_between(sent, now);
-        if s.status.as_deref() == Some("online") && quiet > STALE_HEALTH_HOURS {
+        if interval.is_none() && s.status.as_deref() == Some("online") && quiet > STALE_HEALTH_HOURS
+        {
             add(
                 "health_stale",
                 2,
@@ -121,12 +161,28 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             "update the station's software (health messages came with central format 4)",
         );
     }
+    if let Some(n) = s
+        .health
+        .as_ref()
+        .and_then(|m| m["sync_refused"].as_u64())
+        .filter(|n| *n > 0)
+    {
+        add(
+            "sync_refused",
+            2,
+            format!(
+                "holds {n} record(s) a collector refused: {}",
+                s.health.as_ref().and_then(|m| m["sync_refusal"].as_str()).unwrap_or("no reason given")
+            ),
+            "put right what the reason names (enrol the station, its keys); it probes once an hour, or sends at once when its [sync] changes",
+        );
+    }
     if s.quarantined > 0 {
         add(
             "quarantined",
             1,
             format!("{} message(s) quarantined", s.quarantined),
-            "read the reasons in the central database's collect_quarantine table",
+            "`empathic collect quarantine list` shows each with its reason; it clears when the message is stored after all, or `collect quarantine drop ID`",
         );
     }
     if !s.enrolled {

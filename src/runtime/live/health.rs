@@ -22,6 +22,8 @@ struct Watched {
     disk_low: bool,
     sessions_run: u64,
     stage_failures: usize,
+    /// Messages a collector refused and the station holds.
+    sync_refused: u64,
 }
 
 pub(super) fn health_loop(service: &Service<'_>) {
@@ -67,6 +69,10 @@ fn watched(service: &Service<'_>) -> Watched {
             .running
             .as_ref()
             .map_or(0, |r| r.failures.list().len()),
+        sync_refused: {
+            let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+            store.outbox().status().map_or(0, |o| o.refused)
+        },
     }
 }
 
@@ -75,7 +81,7 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
     let config = service.config;
     let status = service.state().status.clone();
     let sent_at = crate::clock::utc_now();
-    let (outbox_pending, outbox_oldest_pending, today, last) = {
+    let (outbox_pending, outbox_oldest_pending, today, last, refused) = {
         let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
         let outbox = store.outbox().status().ok();
         let sessions = store.list_sessions().unwrap_or_default();
@@ -88,11 +94,18 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
             .iter()
             .find(|s| s.status != "running")
             .map(|s| (s.status.clone(), s.updated_at.clone()));
+        let refused = outbox.as_ref().and_then(|o| {
+            o.last_refusal
+                .as_ref()
+                .filter(|_| o.refused > 0)
+                .map(|r| (o.refused, format!("{} ({}): {}", r.by, r.code, r.reason)))
+        });
         (
             outbox.as_ref().map_or(0, |o| o.pending + o.sent),
             outbox.and_then(|o| o.oldest_pending),
             today,
             last,
+            refused,
         )
     };
     let stage_failures: Vec<String> = service
@@ -133,6 +146,9 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
         last_session_ended_at: last.map(|l| l.1),
         clock_offset_ms: None,
         stage_failures,
+        interval_s: Some(u64::from(config.sync.health_interval_min) * 60),
+        sync_refused: refused.as_ref().map_or(0, |r| r.0),
+        sync_refusal: refused.map(|r| r.1),
         signer: None,
         sig: None,
     }

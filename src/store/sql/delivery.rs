@@ -1,4 +1,4 @@
-//! The outbox's delivery states (schema v4, v6, v9): a message `pending` until the broker
+//! The outbox's delivery states (schema v4, v6, v9, v11): a message `pending` until the broker
 //! acknowledged every chunk (`sent`), `synced` once the collectors required sent receipts
 //! naming it (`outbox_receipts`); its sealed payload kept for resends; the broker's last
 //! state; the counts `sync status` shows. What is enqueued, and in which record format, is
@@ -35,16 +35,23 @@ pub fn now(conn: &Connection) -> Result<String, StoreError> {
 /// The oldest `limit` messages to send, in order: never acknowledged by the broker, or
 /// acknowledged without a collector's receipt, either before `connected_at` (an earlier
 /// connection: the receipt may have come while nobody listened) or [`RESEND_AFTER_SECS`]
-/// ago.
+/// ago. A message a collector refused under the configuration digest `config` is held (see
+/// [`mark_refused`]) but for the oldest of them once every [`REFUSAL_PROBE_SECS`]: the
+/// probe that finds out whether the collector's side changed (the station enrolled since).
 pub fn pending(
     conn: &Connection,
     limit: usize,
     connected_at: &str,
+    config: &str,
 ) -> Result<Vec<Pending>, StoreError> {
     conn.prepare(
         "SELECT seq, message_id, kind, subject, payload, sha256 FROM outbox
-         WHERE state = 'pending'
-            OR (state = 'sent' AND sent_at < max(?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?3)))
+         WHERE (state = 'pending'
+            OR (state = 'sent' AND sent_at < max(?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?3))))
+           AND (refused_config IS NULL OR refused_config != ?4
+                OR (refused_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?5)
+                    AND seq = (SELECT min(seq) FROM outbox
+                               WHERE refused_config = ?4 AND state != 'synced')))
          ORDER BY seq LIMIT ?1",
     )
     .and_then(|mut s| {
@@ -52,7 +59,9 @@ pub fn pending(
             params![
                 limit as i64,
                 connected_at,
-                format!("-{RESEND_AFTER_SECS} seconds")
+                format!("-{RESEND_AFTER_SECS} seconds"),
+                config,
+                format!("-{REFUSAL_PROBE_SECS} seconds"),
             ],
             |r| {
                 Ok(Pending {
@@ -68,6 +77,53 @@ pub fn pending(
         .collect::<Result<Vec<_>, _>>()
     })
     .map_err(ctx("reading the outbox"))
+}
+
+/// How often one message held by a collector's refusal is sent again while the station's
+/// configuration stays the same: what the station cannot see (staff enrolling it, or
+/// lifting a revocation) is found out within this long.
+pub const REFUSAL_PROBE_SECS: i64 = 3600;
+
+/// A collector's refusal of a message, as the station keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RefusalNote {
+    /// The collector (client id or share group) that refused.
+    pub by: String,
+    /// A short code (`sync::Refusal::code`) and the collector's reason.
+    pub code: String,
+    pub reason: String,
+    pub at: String,
+}
+
+/// Records `by`'s refusal of message `message_id`. `held_under`: the digest of the sync
+/// configuration it was refused under, when a change of configuration can cure it (the
+/// message is then not sent again while that configuration stands, but for the hourly
+/// probe); `None` for a final refusal (the collector keeps the message in quarantine and
+/// answers it with a receipt too). A message already synced stays synced: the refusal only
+/// says why. Returns whether a message of this outbox was refused.
+pub fn mark_refused(
+    conn: &Connection,
+    message_id: &str,
+    note: &RefusalNote,
+    held_under: Option<&str>,
+) -> Result<bool, StoreError> {
+    let n = conn
+        .execute(
+            "UPDATE outbox SET refused_at = ?2, refused_by = ?3, refused_code = ?4,
+                    refused_reason = ?5,
+                    refused_config = CASE WHEN state = 'synced' THEN NULL ELSE ?6 END
+             WHERE message_id = ?1",
+            params![
+                message_id,
+                note.at,
+                note.by,
+                note.code,
+                note.reason,
+                held_under
+            ],
+        )
+        .map_err(ctx("recording a collector's refusal"))?;
+    Ok(n > 0)
 }
 
 /// Marks message `seq` acknowledged by the broker (its receipt still to come).
@@ -177,16 +233,63 @@ pub fn mark_synced(
             }
         }
     }
+    // A receipt for a message a collector had refused (a probe, or a resend after the
+    // configuration changed): the collector's side changed, every held message goes again.
+    let was_held: bool = conn
+        .query_row(
+            "SELECT refused_config IS NOT NULL FROM outbox WHERE message_id = ?1",
+            [message_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(ctx("reading an outbox message's refusal"))?
+        .unwrap_or(false);
     let n = conn
         .execute(
             &format!(
-                "UPDATE outbox SET state = 'synced', synced_at = {NOW}, last_error = NULL
+                "UPDATE outbox SET state = 'synced', synced_at = {NOW}, last_error = NULL,
+                        refused_config = NULL
                  WHERE message_id = ?1 AND state != 'synced'"
             ),
             [message_id],
         )
         .map_err(ctx("marking an outbox message synced"))?;
+    if was_held && n > 0 {
+        conn.execute(
+            "UPDATE outbox SET refused_config = NULL, refused_at = NULL, refused_by = NULL,
+                    refused_code = NULL, refused_reason = NULL
+             WHERE refused_config IS NOT NULL OR (message_id = ?1)",
+            [message_id],
+        )
+        .map_err(ctx("releasing the messages a collector had refused"))?;
+    }
     Ok(n > 0)
+}
+
+/// Messages still owed under the sync configuration of digest `config`: not synced, and
+/// not held by a refusal under that configuration.
+pub fn owed(conn: &Connection, config: &str) -> Result<u64, StoreError> {
+    conn.query_row(
+        "SELECT count(*) FROM outbox WHERE state != 'synced'
+           AND (refused_config IS NULL OR refused_config != ?1)",
+        [config],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n.max(0) as u64)
+    .map_err(ctx("counting the outbox"))
+}
+
+/// Releases every message held by a refusal (they go at the next sync); how many. For a
+/// station engineer who knows the collector's side was put right (the station enrolled)
+/// and will not wait for the hourly probe.
+pub fn release_refused(conn: &Connection) -> Result<usize, StoreError> {
+    conn.execute(
+        "UPDATE outbox SET refused_config = NULL, refused_at = NULL, refused_by = NULL,
+                refused_code = NULL, refused_reason = NULL
+         WHERE refused_config IS NOT NULL AND state != 'synced'",
+        [],
+    )
+    .map_err(ctx("releasing refused outbox messages"))
 }
 
 /// Records an attempt (and its error) for message `seq`.
@@ -259,6 +362,13 @@ pub struct OutboxStatus {
     pub broker: Option<BrokerState>,
     /// Receipts held per collector (client id or share group), by name.
     pub receipts: std::collections::BTreeMap<String, u64>,
+    /// Messages a collector refused and that are held (not sent again, but for an hourly
+    /// probe) until the sync configuration changes; included in `pending` and `sent`.
+    pub refused: u64,
+    /// Synced messages a collector keeps in quarantine (its receipt came with a refusal).
+    pub quarantined: u64,
+    /// The latest refusal still standing (held or quarantined), with its reason.
+    pub last_refusal: Option<RefusalNote>,
 }
 
 pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
@@ -274,6 +384,22 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
             .collect::<Result<std::collections::BTreeMap<_, _>, _>>()
         })
         .map_err(ctx("reading the collectors' receipts"))?;
+    let last_refusal = conn
+        .query_row(
+            "SELECT refused_by, refused_code, refused_reason, refused_at FROM outbox
+             WHERE refused_at IS NOT NULL ORDER BY refused_at DESC, seq DESC LIMIT 1",
+            [],
+            |r| {
+                Ok(RefusalNote {
+                    by: r.get(0)?,
+                    code: r.get(1)?,
+                    reason: r.get(2)?,
+                    at: r.get(3)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(ctx("reading the collectors' refusals"))?;
     conn.query_row(
         "SELECT
             (SELECT count(*) FROM outbox WHERE state = 'pending'),
@@ -282,7 +408,9 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
             (SELECT coalesce(sum(length(payload)), 0) FROM outbox WHERE state != 'synced'),
             (SELECT min(created_at) FROM outbox WHERE state = 'pending'),
             (SELECT max(synced_at) FROM outbox WHERE state = 'synced'),
-            (SELECT last_error FROM outbox WHERE last_error IS NOT NULL ORDER BY seq DESC LIMIT 1)",
+            (SELECT last_error FROM outbox WHERE last_error IS NOT NULL ORDER BY seq DESC LIMIT 1),
+            (SELECT count(*) FROM outbox WHERE state != 'synced' AND refused_config IS NOT NULL),
+            (SELECT count(*) FROM outbox WHERE state = 'synced' AND refused_at IS NOT NULL)",
         [],
         |r| {
             Ok(OutboxStatus {
@@ -295,6 +423,9 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
                 last_error: r.get(6)?,
                 broker,
                 receipts,
+                refused: r.get::<_, i64>(7)?.max(0) as u64,
+                quarantined: r.get::<_, i64>(8)?.max(0) as u64,
+                last_refusal,
             })
         },
     )

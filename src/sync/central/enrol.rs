@@ -154,14 +154,16 @@ impl Central {
         Ok(out)
     }
 
-    /// Per station of `study` that sent anything: records stored sealed and plain, and
-    /// messages quarantined under its topics (a station part that is no valid station id
-    /// counts under [`INVALID_NAME`]).
+    /// Per station of `study` that sent anything: messages stored sealed and plain, the
+    /// sessions they show, and messages quarantined under its topics that are still open
+    /// (a station part that is no valid station id counts under [`INVALID_NAME`]).
     pub fn station_counts(&mut self, study: &str) -> Result<Vec<StationCounts>, String> {
         let mut tx = self.begin()?;
         let mut counts: std::collections::BTreeMap<String, StationCounts> = Default::default();
         for r in tx.rows(
-            "SELECT station, sealed, COUNT(*) FROM collect_records WHERE study = ?1
+            "SELECT station, sealed, COUNT(*),
+                    SUM(CASE WHEN kind = 'session' AND applied = 1 THEN 1 ELSE 0 END)
+             FROM collect_records WHERE study = ?1
              GROUP BY station, sealed",
             &[Val::text(study)],
         )? {
@@ -169,6 +171,7 @@ impl Central {
             let station = r.next().and_then(Val::into_text).unwrap_or_default();
             let sealed = r.next().and_then(|v| v.int()).unwrap_or(0) != 0;
             let n = r.next().and_then(|v| v.int()).unwrap_or(0);
+            let shown = r.next().and_then(|v| v.int()).unwrap_or(0);
             let c = counts
                 .entry(station.clone())
                 .or_insert_with(|| StationCounts::none(station));
@@ -177,16 +180,12 @@ impl Central {
             } else {
                 c.plain += n;
             }
+            c.sessions += shown;
         }
         let prefix = format!("empathic/v1/{study}/");
-        for r in tx.rows(
-            "SELECT topic, COUNT(*) FROM collect_quarantine GROUP BY topic",
-            &[],
-        )? {
-            let mut r = r.into_iter();
-            let topic = r.next().and_then(Val::into_text).unwrap_or_default();
-            let n = r.next().and_then(|v| v.int()).unwrap_or(0);
-            let Some(station) = topic
+        for q in open_quarantine(tx.as_mut(), &prefix)? {
+            let Some(station) = q
+                .topic
                 .strip_prefix(&prefix)
                 .and_then(|rest| rest.split('/').next())
             else {
@@ -198,13 +197,50 @@ impl Central {
             } else {
                 INVALID_NAME
             };
-            counts
+            let c = counts
                 .entry(station.to_string())
-                .or_insert_with(|| StationCounts::none(station.to_string()))
-                .quarantined += n;
+                .or_insert_with(|| StationCounts::none(station.to_string()));
+            c.quarantined += q.messages;
+            if q.refused_latest > c.refused_latest {
+                c.refused_latest = q.refused_latest;
+            }
         }
         Ok(counts.into_values().collect())
     }
+}
+
+/// Open quarantine of one topic: distinct messages (a chunk refused at the gate counts
+/// under the message it names; a row without any id on its own), and when a record chunk
+/// was last refused at the gate.
+struct OpenQuarantine {
+    topic: String,
+    messages: i64,
+    refused_latest: Option<String>,
+}
+
+/// The quarantine under `prefix` still open: rows whose refused message was not stored
+/// since (a station enrolled late, its resend taken) are closed.
+fn open_quarantine(tx: &mut dyn CentralTx, prefix: &str) -> Result<Vec<OpenQuarantine>, String> {
+    Ok(tx
+        .rows(
+            "SELECT topic, COUNT(DISTINCT coalesce(message_id, refused_id, 'row' || id)),
+                    max(CASE WHEN refused_id IS NOT NULL THEN received_at END)
+             FROM collect_quarantine q
+             WHERE substr(topic, 1, length(?1)) = ?1
+               AND NOT EXISTS (SELECT 1 FROM collect_records r WHERE r.message_id = q.refused_id)
+             GROUP BY topic",
+            &[Val::text(prefix)],
+        )?
+        .into_iter()
+        .map(|r| {
+            let mut r = r.into_iter();
+            OpenQuarantine {
+                topic: r.next().and_then(Val::into_text).unwrap_or_default(),
+                messages: r.next().and_then(|v| v.int()).unwrap_or(0),
+                refused_latest: r.next().and_then(Val::into_text),
+            }
+        })
+        .collect())
 }
 
 /// A public signing key in its canonical text form (`None` stays `None`).
@@ -220,7 +256,9 @@ impl StationCounts {
             station,
             sealed: 0,
             plain: 0,
+            sessions: 0,
             quarantined: 0,
+            refused_latest: None,
         }
     }
 }

@@ -26,6 +26,18 @@ impl Envelope {
     pub(super) fn receipt_topic(&self) -> String {
         format!("empathic/v1/{}/{}/receipt", self.study, self.station)
     }
+
+    /// The refusal this envelope's message gets for `refused`.
+    pub(super) fn refusal(&self, refused: &Refused, settled: bool) -> Refusal {
+        Refusal {
+            topic: format!("empathic/v1/{}/{}/refusal", self.study, self.station),
+            message_id: self.id.clone(),
+            sha256: self.sha.clone(),
+            code: refused.code,
+            reason: refused.reason.clone(),
+            settled,
+        }
+    }
 }
 
 pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, String> {

@@ -47,7 +47,7 @@ impl Central {
         let now = crate::clock::utc_now();
         let h = match health::check(topic, payload, &now) {
             Ok(h) => h,
-            Err(reason) => return self.quarantine(topic, payload, reason, None),
+            Err(reason) => return self.quarantine(topic, payload, reason, None, None),
         };
         let mut tx = self.begin()?;
         let admitted = match (&h.signer, &h.sig) {
@@ -65,15 +65,17 @@ impl Central {
                             ))
                         }
                     }
-                    Err(reason) => Err(reason),
+                    Err(refused) => Err(refused.reason),
                 }
             }
-            (None, None) => plain_admitted(&mut *tx, gate, &h.study, &h.station)?,
+            (None, None) => {
+                plain_admitted(&mut *tx, gate, &h.study, &h.station)?.map_err(|r| r.reason)
+            }
             _ => Err("a health message with `signer` or `sig` but not both".into()),
         };
         if let Err(reason) = admitted {
             drop(tx);
-            return self.quarantine(topic, payload, reason, None);
+            return self.quarantine(topic, payload, reason, None, None);
         }
         keep(&mut *tx, &h, payload, &now)?;
         bound_strangers(&mut *tx, &h.study, &h.station)?;
@@ -93,12 +95,12 @@ impl Central {
     ) -> Result<Stored, String> {
         let st = match status::check(topic, payload) {
             Ok(s) => s,
-            Err(reason) => return self.quarantine(topic, payload, reason, None),
+            Err(reason) => return self.quarantine(topic, payload, reason, None, None),
         };
         if let Err(e) = crate::session::manifest::check_id("station", &st.station)
             .and_then(|()| crate::session::manifest::check_id("study", &st.study))
         {
-            return self.quarantine(topic, payload, format!("status topic: {e}"), None);
+            return self.quarantine(topic, payload, format!("status topic: {e}"), None, None);
         }
         let mut tx = self.begin()?;
         let admitted = match &st.signed {
@@ -116,7 +118,7 @@ impl Central {
                             ))
                         }
                     }
-                    Err(reason) => Err(reason),
+                    Err(refused) => Err(refused.reason),
                 }
             }
             None => plain_admitted(&mut *tx, gate, &st.study, &st.station)?.map_err(|_| {
@@ -128,7 +130,7 @@ impl Central {
         };
         if let Err(reason) = admitted {
             drop(tx);
-            return self.quarantine(topic, payload, reason, None);
+            return self.quarantine(topic, payload, reason, None, None);
         }
         let connection = st.signed.as_ref().map(|s| s.connection.as_str());
         tx.exec(

@@ -33,6 +33,7 @@ mod alerts;
 mod enrol;
 mod envelope;
 mod health;
+mod quarantine;
 mod rules;
 mod withdraw;
 use envelope::*;
@@ -43,9 +44,8 @@ pub use alerts::Withdrawal;
 pub use enrol::INVALID_NAME;
 pub use health::{StationHealth, STRANGERS_KEPT, STRANGER_EXPIRY_DAYS};
 pub use postgres::redacted;
+pub use quarantine::Quarantined;
 pub use withdraw::Withdrawn;
-
-use sha2::{Digest, Sha256};
 
 use super::keys;
 use super::{ENVELOPE_VERSION, SEALED_ENVELOPE_VERSION};
@@ -92,10 +92,12 @@ pub enum Stored {
         sha256: String,
     },
     /// Put in quarantine; `receipt` (topic, message id, sha256) when the whole message was
-    /// received and sending it again cannot help (answered so the station stops resending).
+    /// received and sending it again cannot help (answered so the station stops resending);
+    /// `refusal` what the station is told of it, when it is told (see [`Refusal`]).
     Quarantined {
         reason: String,
         receipt: Option<(String, String, String)>,
+        refusal: Option<Refusal>,
     },
     /// A station's health message, kept (`health`).
     Health {
@@ -107,7 +109,50 @@ pub enum Stored {
     },
 }
 
+/// A refusal the collector owes a station (on `empathic/v1/{study}/{station}/refusal`, as a
+/// signed [`crate::sync::Refusal`]): the message it refused and why. `settled`: the whole
+/// message was read and is kept in quarantine (its receipt goes too: sending it again
+/// cannot help); otherwise the chunk was refused at the gate or could not be opened, which
+/// a change of configuration cures (the station enrolled, a key put right), and the station
+/// holds the message until then.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub topic: String,
+    pub message_id: String,
+    pub sha256: String,
+    /// What kind of refusal (see [`Refused`]'s codes).
+    pub code: &'static str,
+    pub reason: String,
+    pub settled: bool,
+}
+
+/// Why a chunk or message is refused: a short code the station can act on, and the text
+/// for people. Codes: `not_enrolled`, `wrong_station`, `revoked`, `bad_signature`,
+/// `plain_refused`, `cannot_open` (a sealed message this collector cannot open: no study
+/// key, or sealed to another one), `content` (read, and unusable: final).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub code: &'static str,
+    pub reason: String,
+}
+
+impl Refused {
+    fn new(code: &'static str, reason: String) -> Self {
+        Refused { code, reason }
+    }
+}
+
 impl Stored {
+    /// The refusal the station is to get, if any.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Stored::Quarantined {
+                refusal: Some(r), ..
+            } => Some(r),
+            _ => None,
+        }
+    }
+
     /// Where the receipt goes, the message it names and that message's sha256 (which the
     /// station checks against what it sent), if the station is to get one.
     pub fn receipt(&self) -> Option<(&str, &str, &str)> {
@@ -162,13 +207,19 @@ pub struct Enrolment {
     pub revoked_at: Option<String>,
 }
 
-/// Per station: records stored sealed and plain, and messages quarantined.
+/// Per station: messages stored sealed and plain (sessions, tombstones and purges, older
+/// versions of a session included), the sessions they show, and messages quarantined that
+/// are still open (not stored since, not dropped).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StationCounts {
     pub station: String,
     pub sealed: i64,
     pub plain: i64,
+    pub sessions: i64,
     pub quarantined: i64,
+    /// When a record chunk of it was last refused at the gate (a revoked station that keeps
+    /// sending shows here).
+    pub refused_latest: Option<String>,
 }
 
 /// Tables the study page's view of a PostgreSQL database leaves out: the per-window and
@@ -267,19 +318,26 @@ impl Central {
 
     /// Puts a message in quarantine (its own transaction) and says so as [`Stored`]:
     /// `receipt` (topic, message id, sha256) when the whole message was read and sending it
-    /// again cannot help.
+    /// again cannot help; `refusal` what the station is told (a refusal at the gate keeps
+    /// the message id it names as `refused_id`, so `collect quarantine` lists it per message
+    /// and its problem clears once that message is stored after all).
     fn quarantine(
         &mut self,
         topic: &str,
         payload: &[u8],
         reason: String,
         receipt: Option<(String, String, String)>,
+        refusal: Option<Refusal>,
     ) -> Result<Stored, String> {
         let message_id = receipt.as_ref().map(|(_, id, _)| id.as_str());
+        let refused_id = refusal
+            .as_ref()
+            .filter(|_| message_id.is_none())
+            .map(|r| r.message_id.as_str());
         let mut tx = self.begin()?;
         tx.exec(
-            "INSERT INTO collect_quarantine (topic, reason, payload, message_id, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO collect_quarantine (topic, reason, payload, message_id, received_at, refused_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             &[
                 Val::text(topic),
                 Val::text(&reason),
@@ -288,6 +346,7 @@ impl Central {
                 )),
                 Val::Text(message_id.map(str::to_string)),
                 Val::text(&crate::clock::utc_now()),
+                Val::Text(refused_id.map(str::to_string)),
             ],
         )?;
         if message_id.is_none() {
@@ -307,7 +366,11 @@ impl Central {
         }
         tx.commit()?;
         tracing::warn!(topic = %health_message::printable(topic, 200), %reason, "collect: message quarantined");
-        Ok(Stored::Quarantined { reason, receipt })
+        Ok(Stored::Quarantined {
+            reason,
+            receipt,
+            refusal,
+        })
     }
 
     /// [`Central::store_publish_with`] through [`Gate::plain`] (plain sync, any station).
@@ -328,13 +391,14 @@ impl Central {
     ) -> Result<Stored, String> {
         let env = match parse_envelope(topic, payload) {
             Ok(e) => e,
-            Err(reason) => return self.quarantine(topic, payload, reason, None),
+            Err(reason) => return self.quarantine(topic, payload, reason, None, None),
         };
         // The gate reads the enrolments in the transaction that stores the chunk.
         let mut tx = self.begin()?;
-        if let Err(reason) = admit(tx.as_mut(), &env, gate)? {
+        if let Err(refused) = admit(tx.as_mut(), &env, gate)? {
             drop(tx);
-            return self.quarantine(topic, payload, reason, None);
+            let refusal = env.refusal(&refused, false);
+            return self.quarantine(topic, payload, refused.reason, None, Some(refusal));
         }
         let handled = tx.rows(
             "SELECT 1 FROM collect_records WHERE message_id = ?1
@@ -380,9 +444,13 @@ impl Central {
         )?;
         let whole = match open_payload(&env, wire, gate) {
             Ok(w) => w,
-            Err(reason) => {
+            Err((refused, cured_by_config)) => {
                 tx.commit()?;
-                return self.quarantine(topic, payload, reason, None);
+                // A message this collector cannot open is held at the station until a key
+                // is put right; a corrupt one (its digest wrong) is not answered: a clean
+                // resend can help.
+                let refusal = cured_by_config.then(|| env.refusal(&refused, false));
+                return self.quarantine(topic, payload, refused.reason, None, refusal);
             }
         };
         let outcome = match check_seq(tx.as_mut(), &env)? {
@@ -396,7 +464,8 @@ impl Central {
         if let Err(reason) = outcome {
             drop(tx);
             let receipt = Some((env.receipt_topic(), env.id.clone(), env.sha.clone()));
-            return self.quarantine(topic, whole.as_bytes(), reason, receipt);
+            let refusal = env.refusal(&Refused::new("content", reason.clone()), true);
+            return self.quarantine(topic, whole.as_bytes(), reason, receipt, Some(refusal));
         }
         tx.commit()?;
         if env.kind == "purge" {
@@ -429,12 +498,12 @@ impl Central {
     }
 }
 
-/// Whether `gate` lets chunk `env` in (`Ok(Err(reason))`: quarantine it).
+/// Whether `gate` lets chunk `env` in (`Ok(Err(refused))`: quarantine it).
 fn admit(
     tx: &mut dyn CentralTx,
     env: &Envelope,
     gate: &Gate,
-) -> Result<Result<(), String>, String> {
+) -> Result<Result<(), Refused>, String> {
     let Some((signer, sig)) = &env.signed else {
         return plain_admitted(tx, gate, &env.study, &env.station);
     };
@@ -443,7 +512,10 @@ fn admit(
         Err(reason) => return Ok(Err(reason)),
     };
     let Some(seq) = env.seq else {
-        return Ok(Err("a sealed envelope without `seq`".into()));
+        return Ok(Err(Refused::new(
+            "bad_signature",
+            "a sealed envelope without `seq`".into(),
+        )));
     };
     let signed = keys::signed_chunk(
         &env.study,
@@ -464,8 +536,9 @@ fn admit(
     Ok(if verifies {
         Ok(())
     } else {
-        Err(format!(
-            "the signature by station {owner}'s key does not verify over this envelope"
+        Err(Refused::new(
+            "bad_signature",
+            format!("the signature by station {owner}'s key does not verify over this envelope"),
         ))
     })
 }
@@ -477,7 +550,7 @@ fn plain_admitted(
     gate: &Gate,
     study: &str,
     station: &str,
-) -> Result<Result<(), String>, String> {
+) -> Result<Result<(), Refused>, String> {
     if gate.accept_plain {
         return Ok(Ok(()));
     }
@@ -487,9 +560,9 @@ fn plain_admitted(
         &[Val::text(study), Val::text(station)],
     )?;
     Ok(if allowed.is_empty() {
-        Err(format!(
+        Err(Refused::new("plain_refused", format!(
             "unsigned (plain) message from station {station}: this collector takes only sealed messages from it (`collect enrol {station} --allow-plain` admits plain ones during a changeover)"
-        ))
+        )))
     } else {
         Ok(())
     })
@@ -502,58 +575,88 @@ fn signer_enrolled(
     study: &str,
     station: &str,
     signer: &str,
-) -> Result<Result<String, String>, String> {
+) -> Result<Result<String, Refused>, String> {
     let enrolled = tx.rows(
         "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
         &[Val::text(study), Val::text(signer)],
     )?;
     let Some(row) = enrolled.into_iter().next() else {
-        return Ok(Err(format!(
-            "signed by {signer}, a key no station of study {study} is enrolled with"
+        return Ok(Err(Refused::new(
+            "not_enrolled",
+            format!("signed by {signer}, a key no station of study {study} is enrolled with (staff: `empathic collect enrol {station} --key {signer}`)"),
         )));
     };
     let mut row = row.into_iter();
     let owner = row.next().and_then(Val::into_text).unwrap_or_default();
     let revoked = row.next().and_then(Val::into_text);
     if owner != station {
-        return Ok(Err(format!(
-            "signed by station {owner}'s key but names station {station}"
+        return Ok(Err(Refused::new(
+            "wrong_station",
+            format!("signed by station {owner}'s key but names station {station}"),
         )));
     }
     if let Some(at) = revoked {
-        return Ok(Err(format!(
-            "signed by station {owner}'s key revoked at {at}"
+        return Ok(Err(Refused::new(
+            "revoked",
+            format!("signed by station {owner}'s key revoked at {at}"),
         )));
     }
     Ok(Ok(owner))
 }
 
 /// The payload of a whole message: plain as received, or sealed opened with the study's
-/// key; checked against the envelope's sha256 (the plaintext's) either way.
-fn open_payload(env: &Envelope, wire: String, gate: &Gate) -> Result<String, String> {
+/// key; checked against the envelope's sha256 (the plaintext's) either way. An error says
+/// whether a change of configuration cures it (no study key here, or the message sealed
+/// to another study key) or not (a corrupt message: a clean resend may).
+fn open_payload(env: &Envelope, wire: String, gate: &Gate) -> Result<String, (Refused, bool)> {
     let whole = if env.signed.is_some() {
         let Some(key) = &gate.study_key else {
-            return Err(format!(
-                "message {}: sealed, and this collector has no study key to open it (collect --study-key FILE)",
-                env.id
+            return Err((
+                Refused::new(
+                    "cannot_open",
+                    format!(
+                        "message {}: sealed, and this collector has no study key to open it (collect --study-key FILE)",
+                        env.id
+                    ),
+                ),
+                true,
             ));
         };
-        let bytes = key
-            .open(&wire)
-            .map_err(|e| format!("message {}: {e}", env.id))?;
-        String::from_utf8(bytes)
-            .map_err(|_| format!("message {}: the opened payload is not UTF-8", env.id))?
+        let bytes = key.open(&wire).map_err(|e| {
+            (
+                Refused::new(
+                    "cannot_open",
+                    format!(
+                        "message {}: {e} (sealed to another study key than this collector's: check the station's [sync] study_key)",
+                        env.id
+                    ),
+                ),
+                true,
+            )
+        })?;
+        String::from_utf8(bytes).map_err(|_| {
+            (
+                Refused::new(
+                    "corrupt",
+                    format!("message {}: the opened payload is not UTF-8", env.id),
+                ),
+                false,
+            )
+        })?
     } else {
         wire
     };
-    let digest: String = Sha256::digest(whole.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = keys::sha256_hex(whole.as_bytes());
     if digest != env.sha {
-        return Err(format!(
-            "message {}: reassembled sha256 {digest}, announced {}",
-            env.id, env.sha
+        return Err((
+            Refused::new(
+                "corrupt",
+                format!(
+                    "message {}: reassembled sha256 {digest}, announced {}",
+                    env.id, env.sha
+                ),
+            ),
+            false,
         ));
     }
     Ok(whole)

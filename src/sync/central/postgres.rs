@@ -69,6 +69,8 @@ CREATE TABLE IF NOT EXISTS collect_quarantine (
     message_id  TEXT
 );
 CREATE INDEX IF NOT EXISTS collect_quarantine_message ON collect_quarantine (message_id);
+ALTER TABLE collect_quarantine ADD COLUMN IF NOT EXISTS refused_id TEXT;
+CREATE INDEX IF NOT EXISTS collect_quarantine_refused ON collect_quarantine (refused_id);
 ";
 
 /// A PostgreSQL error with the server's message (the error's own text is only "db error").
