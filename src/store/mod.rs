@@ -206,22 +206,28 @@ impl Store {
         Ok(recovered)
     }
 
-    /// Records a participant's consent as study staff took it (creating the participant).
+    /// Records a participant's consent as study staff took it (creating the participant),
+    /// with its `consent` message for the study's central database, in one transaction.
     /// `consent`: `given` or `withdrawn`.
     pub fn set_consent(&self, id: &str, consent: &str, raw_media: bool) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                &format!(
-                    "INSERT INTO participants (id, consent, consent_at, raw_media_consent, first_seen_at)
-                     VALUES (?1, ?2, {now}, ?3, {now})
-                     ON CONFLICT (id) DO UPDATE SET consent = ?2, consent_at = {now},
-                         raw_media_consent = ?3",
-                    now = sql::NOW
-                ),
-                rusqlite::params![id, consent, i64::from(raw_media)],
-            )
-            .map(|_| ())
-            .map_err(sql("recording a participant's consent"))
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(sql("beginning to record a participant's consent"))?;
+        tx.execute(
+            &format!(
+                "INSERT INTO participants (id, consent, consent_at, raw_media_consent, first_seen_at)
+                 VALUES (?1, ?2, {now}, ?3, {now})
+                 ON CONFLICT (id) DO UPDATE SET consent = ?2, consent_at = {now},
+                     raw_media_consent = ?3",
+                now = sql::NOW
+            ),
+            rusqlite::params![id, consent, i64::from(raw_media)],
+        )
+        .map_err(sql("recording a participant's consent"))?;
+        sql::outbox::announce_consent(&tx, id)?;
+        tx.commit()
+            .map_err(sql("committing a participant's consent"))
     }
 
     /// Leaves no deleted byte in the database's files: rebuilds the file from its live
@@ -308,6 +314,52 @@ mod tests {
             .unwrap();
         }
         conn
+    }
+
+    /// Version 11 rebuilds the outbox (its CHECK widened for consent messages): every row,
+    /// its state and sealed bytes stay, and numbering goes on past the highest number ever
+    /// given (a purged message's number is not given again).
+    #[test]
+    fn version_10_outbox_is_rebuilt_keeping_rows_and_numbering() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v10.db");
+        let conn = file_at_version(&path, 10);
+        conn.execute_batch(
+            "INSERT INTO outbox (message_id, kind, subject, payload, sha256, created_at, state, sealed_to, sealed)
+               VALUES ('m1', 'session', 's1', '{}', 'h1', 'x', 'synced', 'k', 'sealed-bytes'),
+                      ('m2', 'tombstone', 's1', '{}', 'h2', 'x', 'pending', NULL, NULL),
+                      ('m3', 'purge', 'P1', '{}', 'h3', 'x', 'pending', NULL, NULL);
+             DELETE FROM outbox WHERE message_id = 'm3';",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 11);
+        let rows: Vec<(i64, String, String, Option<String>)> = store
+            .connection()
+            .prepare("SELECT seq, message_id, state, sealed FROM outbox ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (1, "m1".into(), "synced".into(), Some("sealed-bytes".into())),
+                (2, "m2".into(), "pending".into(), None)
+            ]
+        );
+        store.set_consent("P1", "given", false).unwrap();
+        let (seq, kind): (i64, String) = store
+            .connection()
+            .query_row(
+                "SELECT seq, kind FROM outbox ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((seq, kind.as_str()), (4, "consent"));
     }
 
     #[test]

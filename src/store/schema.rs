@@ -21,23 +21,57 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (9, "sealed sync: each message's payload as sealed", V9),
     (10, "who transcribed each utterance", V10),
-    (11, "what a collector refused, and why", V11),
+    (
+        11,
+        "consent messages; what a collector refused, and why",
+        V11,
+    ),
 ];
 
-/// Version 11: a collector's signed refusal of an outbox message (`sync::Refusal`): who
-/// refused it (`refused_by`), when, the reason's code and text. A refusal that a change of
-/// configuration can cure (the station not enrolled, revoked, a key the collector cannot
+/// Version 11: a participant's consent as its own outbox message (`kind` `consent`, the
+/// participant its subject), so a change reaches the study's central database without
+/// waiting for a session; and a collector's signed refusal of a message (`sync::Refusal`):
+/// who refused it (`refused_by`), when, the reason's code and text. A refusal that a change
+/// of configuration can cure (the station not enrolled, revoked, a key the collector cannot
 /// use) holds the message while the station's sync configuration is the one it was refused
 /// under (`refused_config`, a digest of it): it is not sent again until that changes, but
 /// for one probe an hour. A final refusal (the collector read the message and keeps it in
 /// quarantine) leaves `refused_config` NULL: its receipt settles it, and the reason stays
-/// for `sync status`.
+/// for `sync status`. SQLite cannot widen a CHECK in place: the table is rebuilt, rows,
+/// numbering (`sqlite_sequence`) and index kept.
 const V11: &str = r#"
-ALTER TABLE outbox ADD COLUMN refused_at TEXT;
-ALTER TABLE outbox ADD COLUMN refused_by TEXT;
-ALTER TABLE outbox ADD COLUMN refused_code TEXT;
-ALTER TABLE outbox ADD COLUMN refused_reason TEXT;
-ALTER TABLE outbox ADD COLUMN refused_config TEXT;
+CREATE TABLE outbox_v11 (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id TEXT NOT NULL UNIQUE,
+    kind       TEXT NOT NULL CHECK (kind IN ('session', 'tombstone', 'purge', 'consent')),
+    subject    TEXT NOT NULL,
+    payload    TEXT NOT NULL,
+    sha256     TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    state      TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'synced')),
+    sent_at    TEXT,
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    synced_at  TEXT,
+    last_error TEXT,
+    sealed_to  TEXT,
+    sealed     TEXT,
+    refused_at     TEXT,
+    refused_by     TEXT,
+    refused_code   TEXT,
+    refused_reason TEXT,
+    refused_config TEXT
+);
+INSERT INTO outbox_v11 (seq, message_id, kind, subject, payload, sha256, created_at, state,
+                        sent_at, attempts, synced_at, last_error, sealed_to, sealed)
+    SELECT seq, message_id, kind, subject, payload, sha256, created_at, state,
+           sent_at, attempts, synced_at, last_error, sealed_to, sealed
+    FROM outbox ORDER BY seq;
+UPDATE sqlite_sequence
+   SET seq = max(seq, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0))
+ WHERE name = 'outbox_v11';
+DROP TABLE outbox;
+ALTER TABLE outbox_v11 RENAME TO outbox;
+CREATE INDEX outbox_pending ON outbox (state, seq);
 "#;
 
 /// Version 10: who transcribed an utterance (`source`: `dialogue_app`, the default and every

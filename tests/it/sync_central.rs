@@ -1043,3 +1043,98 @@ fn a_record_carries_every_column_of_the_station_schema_but_the_station_local_one
         assert_eq!(carried, schema, "table {}", t.name);
     }
 }
+
+/// Issue 44 item 2: a consent change is its own record, on the study page within one sync,
+/// in a central SQLite file and in PostgreSQL: a participant consented before any session
+/// is listed as `given`; a later withdrawal of consent (not yet a purge) shows `withdrawn`
+/// although their session's record still carries `given`.
+#[test]
+fn consent_changes_reach_the_study_page_within_one_sync_in_either_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let pg = Postgres::start();
+    let pg_url = pg.database("consent");
+    let central = tmp.path().join("central.db");
+    let collectors = vec![
+        start_collector_as(path_str(&central), broker.port, "k-sqlite"),
+        start_collector_as(&pg_url, broker.port, "k-postgres"),
+    ];
+    wait_subscribed(
+        broker.port,
+        &[path_str(&central), pg_url.as_str()],
+        Duration::from_secs(20),
+    );
+    let db = tmp.path().join("station-1.db");
+    let consent = |who: &str, how: &str| {
+        let o = empathic(&["participant", "consent", who, how, "--db", path_str(&db)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    let page_consent = |target: &str, who: &str| -> Option<String> {
+        let o = empathic(&[
+            "study",
+            "report",
+            "--central",
+            target,
+            "--study",
+            "test-study",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["participants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["participant"] == who)
+            .map(|p| p["consent"].as_str().unwrap().to_string())
+    };
+    // The demo's participant has a session; P-NEW has only consented.
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let participant: String = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT participant_id FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    consent(&participant, "--given");
+    consent("P-NEW", "--given");
+    sync_ok(&db, broker.port, "station-1");
+    for target in [path_str(&central), pg_url.as_str()] {
+        wait_until("the consent records stored", || {
+            page_consent(target, "P-NEW").as_deref() == Some("given")
+        });
+        assert_eq!(page_consent(target, &participant).as_deref(), Some("given"));
+    }
+    // Consent withdrawn on the station: one sync, and both pages say so.
+    consent(&participant, "--withdrawn");
+    sync_ok(&db, broker.port, "station-1");
+    for target in [path_str(&central), pg_url.as_str()] {
+        wait_until("the withdrawal of consent stored", || {
+            page_consent(target, &participant).as_deref() == Some("withdrawn")
+        });
+        assert_eq!(page_consent(target, "P-NEW").as_deref(), Some("given"));
+    }
+    // A purge on the station withdraws the consent records too: nothing of P-NEW stays
+    // but the audit line.
+    let o = empathic(&["participant", "purge", "P-NEW", "--db", path_str(&db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sync_ok(&db, broker.port, "station-1");
+    for target in [path_str(&central), pg_url.as_str()] {
+        wait_until("the purge stored", || {
+            page_consent(target, "P-NEW").as_deref() == Some("withdrawn")
+        });
+    }
+    let lite = rusqlite::Connection::open(&central).unwrap();
+    let left: i64 = lite
+        .query_row(
+            "SELECT count(*) FROM collect_records WHERE participant = 'P-NEW' AND kind <> 'purge'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0);
+    for c in collectors {
+        stop(c);
+    }
+}

@@ -270,8 +270,9 @@ impl StudyFacts {
         let health = central.station_health(study)?;
         let withdrawals = central.withdrawals(study)?;
         let senders = central.session_stations(study)?;
+        let consents = central.consents(study)?;
         let view = central.with_page_view(view, |store| {
-            read_view(store, plan, &withdrawals, &senders, now)
+            read_view(store, plan, &withdrawals, &consents, &senders, now)
         })?;
         let mut names: BTreeSet<String> = enrolled.clone();
         names.extend(health.iter().map(|h| h.station.clone()));
@@ -339,6 +340,7 @@ fn read_view(
     store: &Store,
     plan: &StudyConfig,
     withdrawals: &[crate::sync::central::Withdrawal],
+    consents: &BTreeMap<String, String>,
     senders: &BTreeMap<String, String>,
     now: &str,
 ) -> Result<ViewFacts, String> {
@@ -377,6 +379,19 @@ fn read_view(
                 ratings: 0,
                 survey_time_points: Vec::new(),
             });
+        }
+    }
+    // Consent as the stations' consent messages say (newer than any session record's copy;
+    // a participant consented but not yet recorded is listed too).
+    for (id, consent) in consents {
+        match rows.iter_mut().find(|r| &r.id == id) {
+            Some(r) => r.consent = consent.clone(),
+            None => rows.push(crate::store::ParticipantRow {
+                id: id.clone(),
+                consent: consent.clone(),
+                ratings: 0,
+                survey_time_points: Vec::new(),
+            }),
         }
     }
     let mut participants = Vec::new();

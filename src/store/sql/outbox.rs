@@ -61,6 +61,30 @@ fn enqueue(
     Ok(())
 }
 
+/// The version of consent messages' payload (`empathic-consent`).
+pub const CONSENT_VERSION: u32 = 1;
+
+/// Enqueues participant `id`'s consent as it now stands (a `consent` message: format
+/// `empathic-consent` v1, `{participant_id, consent, consent_at, raw_media_consent}`;
+/// nothing else of the participant).
+pub fn announce_consent(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    let (consent, at, raw): (String, Option<String>, i64) = tx
+        .query_row(
+            "SELECT consent, consent_at, raw_media_consent FROM participants WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .map_err(ctx("reading a participant's consent"))?;
+    enqueue(
+        tx,
+        "consent",
+        id,
+        &serde_json::json!({"format": "empathic-consent", "version": CONSENT_VERSION,
+                            "participant_id": id, "consent": consent, "consent_at": at,
+                            "raw_media_consent": raw != 0}),
+    )
+}
+
 /// Writes `value` as JSON under `key` in `sync_settings`.
 pub(super) fn put_setting(
     conn: &Connection,
@@ -399,6 +423,22 @@ pub fn purge_participant(
         )
         .map_err(ctx("removing the participant's records from the outbox"))?;
     }
+    // Their consent messages: the purge message withdraws whatever of them was sent.
+    tx.execute(
+        "DELETE FROM outbox_receipts WHERE message_id IN
+           (SELECT message_id FROM outbox WHERE kind = 'consent' AND subject = ?1)",
+        [id],
+    )
+    .map_err(ctx(
+        "removing the participant's consent receipts from the outbox",
+    ))?;
+    tx.execute(
+        "DELETE FROM outbox WHERE kind = 'consent' AND subject = ?1",
+        [id],
+    )
+    .map_err(ctx(
+        "removing the participant's consent messages from the outbox",
+    ))?;
     tx.execute(
         "DELETE FROM survey_responses WHERE participant_id = ?1",
         [id],

@@ -84,8 +84,10 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
     if chunks == 0 || chunk >= chunks || chunks > 100_000 {
         return Err(format!("chunk {chunk} of {chunks}"));
     }
-    if !matches!(kind.as_str(), "session" | "tombstone" | "purge") {
-        return Err(format!("kind `{kind}` is not session, tombstone or purge"));
+    if !matches!(kind.as_str(), "session" | "tombstone" | "purge" | "consent") {
+        return Err(format!(
+            "kind `{kind}` is not session, tombstone, purge or consent"
+        ));
     }
     // The one id rule, here too: a subject (a session or participant id) becomes folder
     // names in `export windows`, a station's name reaches pages and terminals.

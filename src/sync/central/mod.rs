@@ -458,6 +458,7 @@ impl Central {
             Ok(()) => match env.kind.as_str() {
                 "session" => store_session(tx.as_mut(), &env, &whole),
                 "tombstone" => store_tombstone(tx.as_mut(), &env, &whole),
+                "consent" => store_consent(tx.as_mut(), &env, &whole),
                 _ => store_purge(tx.as_mut(), &env, &whole),
             }?,
         };

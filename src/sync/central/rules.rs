@@ -298,10 +298,15 @@ pub(super) fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str)
     }
     tx.exec(
         "DELETE FROM collect_records WHERE study = ?1 AND station = ?2 AND participant = ?3
-           AND kind = 'session' AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq < ?4)",
+           AND kind IN ('session', 'consent')
+           AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq < ?4)",
         &subject_params(env),
     )?;
     tx.remove_participant(&env.subject)?;
+    tx.exec(
+        "DELETE FROM collect_chunks WHERE station = ?1 AND subject = ?2",
+        &[Val::text(&env.station), Val::text(&env.subject)],
+    )?;
     // Whatever else holds their sessions: chunks of records whose last chunk never came,
     // and quarantined messages about them.
     let purged: Vec<String> = serde_json::from_str::<serde_json::Value>(payload)
@@ -354,6 +359,81 @@ pub(super) fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str)
             participant: Some(env.subject.clone()),
             voided: false,
             applied: false,
+        },
+    )?;
+    Ok(Ok(()))
+}
+
+/// A participant's consent as their station now holds it (`empathic-consent` v1): the
+/// latest by `seq` per station and participant is applied (shown on the study page), older
+/// ones voided; one older than a purge of the participant is not kept.
+pub(super) fn store_consent(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {
+    let v: serde_json::Value = match serde_json::from_str(payload) {
+        Ok(v) => v,
+        Err(e) => return Ok(Err(format!("a consent message that is not JSON: {e}"))),
+    };
+    if v["format"] != "empathic-consent" || v["version"] != 1 {
+        return Ok(Err(format!(
+            "a consent message of format {} version {} (this collector reads empathic-consent version 1)",
+            v["format"], v["version"]
+        )));
+    }
+    if v["participant_id"].as_str() != Some(env.subject.as_str()) {
+        return Ok(Err(format!(
+            "the consent message is of participant {}, the envelope names {}",
+            v["participant_id"], env.subject
+        )));
+    }
+    if !matches!(v["consent"].as_str(), Some("given" | "withdrawn")) {
+        return Ok(Err(format!(
+            "consent {} is neither given nor withdrawn",
+            v["consent"]
+        )));
+    }
+    if let Some(at) = v["consent_at"].as_str() {
+        if let Err(e) = crate::sync::health::check_stamp("consent_at", at) {
+            return Ok(Err(e));
+        }
+    }
+    let purged = tx.rows(
+        "SELECT 1 FROM collect_purges WHERE study = ?1 AND (station = ?2 OR station = '*')
+           AND participant_id = ?3 AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
+        &subject_params(env),
+    )?;
+    if !purged.is_empty() {
+        insert_record(
+            tx,
+            env,
+            "",
+            Flags {
+                participant: Some(env.subject.clone()),
+                voided: true,
+                applied: false,
+            },
+        )?;
+        return Ok(Ok(()));
+    }
+    let newer = tx.rows(
+        "SELECT 1 FROM collect_records WHERE study = ?1 AND station = ?2 AND subject = ?3
+           AND kind = 'consent' AND CAST(?4 AS BIGINT) IS NOT NULL AND seq > ?4",
+        &subject_params(env),
+    )?;
+    let voided = !newer.is_empty();
+    if !voided {
+        tx.exec(
+            "UPDATE collect_records SET voided = 1, applied = 0
+             WHERE study = ?1 AND station = ?2 AND subject = ?3 AND kind = 'consent'",
+            &subject_params(env)[..3],
+        )?;
+    }
+    insert_record(
+        tx,
+        env,
+        payload,
+        Flags {
+            participant: Some(env.subject.clone()),
+            voided,
+            applied: !voided,
         },
     )?;
     Ok(Ok(()))

@@ -70,6 +70,34 @@ impl Central {
         Ok(out)
     }
 
+    /// Every participant's consent in `study` as their stations' latest consent messages
+    /// say (`consent` records; with several stations, the latest `consent_at` wins).
+    pub fn consents(
+        &mut self,
+        study: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let mut tx = self.begin()?;
+        let mut latest: std::collections::BTreeMap<String, (String, String)> = Default::default();
+        for r in tx.rows(
+            "SELECT subject, payload FROM collect_records
+             WHERE study = ?1 AND kind = 'consent' AND applied = 1",
+            &[Val::text(study)],
+        )? {
+            let mut r = r.into_iter();
+            let subject = r.next().and_then(Val::into_text).unwrap_or_default();
+            let payload = r.next().and_then(Val::into_text).unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_str(&payload).unwrap_or_default();
+            let (Some(consent), at) = (v["consent"].as_str(), v["consent_at"].as_str()) else {
+                continue;
+            };
+            let at = at.unwrap_or("").to_string();
+            if latest.get(&subject).is_none_or(|(_, held)| *held <= at) {
+                latest.insert(subject, (consent.to_string(), at));
+            }
+        }
+        Ok(latest.into_iter().map(|(p, (c, _))| (p, c)).collect())
+    }
+
     /// Withdraws `participant` from `study` (see the module's contract).
     pub fn withdraw(&mut self, study: &str, participant: &str) -> Result<Withdrawn, String> {
         let sqlite = matches!(self, Central::Sqlite(_));
@@ -117,6 +145,11 @@ impl Central {
             &[s.clone(), p.clone()],
         )?;
         let (mut chunks, mut quarantined) = (0, 0);
+        // Chunks of their consent and purge messages (subject: the participant).
+        chunks += tx.exec(
+            "DELETE FROM collect_chunks WHERE subject = ?1",
+            std::slice::from_ref(&p),
+        )?;
         for id in &sessions {
             records += tx.exec(
                 "DELETE FROM collect_records WHERE study = ?1 AND subject = ?2",
