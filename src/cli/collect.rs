@@ -121,6 +121,22 @@ enum CollectCommand {
         #[command(flatten)]
         json: super::options::JsonOption,
     },
+    /// Fill a new or second central database (SQLite file or PostgreSQL) with everything
+    /// another one holds: enrolments, withdrawals and every record, through the same rules
+    /// (what it holds already is kept; nothing is stored twice; run it again at will).
+    Copy {
+        /// The central database to read (a SQLite file or `postgres://...`).
+        #[arg(long)]
+        from: String,
+        /// The central database to fill (created when it is a missing file).
+        #[arg(long)]
+        into: String,
+        /// Only this study (default: every study the source holds).
+        #[arg(long)]
+        study: Option<String>,
+        #[command(flatten)]
+        json: super::options::JsonOption,
+    },
     /// What this collector refused, per message with its reason (`list`), and forgetting
     /// one (`drop`).
     Quarantine {
@@ -207,6 +223,12 @@ impl Args {
                 Ok(ExitCode::SUCCESS)
             }
             Some(CollectCommand::Quarantine { action }) => quarantine(action),
+            Some(CollectCommand::Copy {
+                from,
+                into,
+                study,
+                json,
+            }) => copy(&from, &into, study.as_deref(), json.json),
             Some(CollectCommand::Stations {
                 central,
                 config,
@@ -551,4 +573,77 @@ fn quarantine(action: QuarantineAction) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `collect copy --from A --into B`.
+fn copy(from: &str, into: &str, study: Option<&str>, json: bool) -> Result<ExitCode, Failure> {
+    use crate::sync::central::{is_postgres, redacted, Central};
+    let same = if is_postgres(from) || is_postgres(into) {
+        from == into
+    } else {
+        let canon = |p: &str| std::fs::canonicalize(p).ok();
+        from == into || canon(from).is_some_and(|f| Some(f) == canon(into))
+    };
+    if same {
+        return Err((
+            ExitKind::BadInput,
+            "--from and --into name the same central database".into(),
+        ));
+    }
+    if !is_postgres(from) && !crate::store::central::is_central_file(Path::new(from)) {
+        return Err((
+            ExitKind::BadInput,
+            format!("--from {from}: no central database there (a file `empathic collect` wrote, or postgres://...)"),
+        ));
+    }
+    let mut source = Central::open(from).map_err(|e| (ExitKind::BadInput, e))?;
+    if let Some(s) = study {
+        let held = source.studies().map_err(|e| (ExitKind::Runtime, e))?;
+        if !held.iter().any(|h| h == s) {
+            return Err((
+                ExitKind::BadInput,
+                format!(
+                    "study `{s}` is not in {}: it holds {}",
+                    redacted(from),
+                    held.iter()
+                        .map(|h| format!("`{h}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    let mut target = Central::open(into).map_err(|e| (ExitKind::BadInput, e))?;
+    let bar = super::progress_bar("records");
+    let copied = target
+        .copy_from(&mut source, study, |done, all| {
+            bar.set_length(all);
+            bar.set_position(done);
+        })
+        .map_err(|e| {
+            (
+                ExitKind::Runtime,
+                format!(
+                    "copying {} into {}: {e} (what was copied stays; run it again to go on)",
+                    redacted(from),
+                    redacted(into)
+                ),
+            )
+        })?;
+    bar.finish_and_clear();
+    if json {
+        print_json(&copied)?;
+    } else {
+        outln!(
+            "copied {} into {}: {} record(s) stored, {} already held, {} refused (see `collect quarantine list`); {} enrolment(s), {} withdrawal(s)",
+            redacted(from),
+            redacted(into),
+            copied.records,
+            copied.already_held,
+            copied.refused,
+            copied.enrolments,
+            copied.withdrawals
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

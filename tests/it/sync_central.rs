@@ -1138,3 +1138,179 @@ fn consent_changes_reach_the_study_page_within_one_sync_in_either_database() {
         stop(c);
     }
 }
+
+/// Issue 44 item 6: a new or second central database gets the history. A central SQLite
+/// file that collected two stations (a replaced session, consent records, a station purge
+/// and a central withdrawal among them) is copied into a PostgreSQL database and into a new
+/// SQLite file: the same records, the same session shown per id with the same rows, the
+/// withdrawals held; copied again, nothing is stored twice.
+#[test]
+fn a_new_central_database_is_filled_with_the_history_without_duplicates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_broker(tmp.path(), free_port());
+    let pg = Postgres::start();
+    let pg_url = pg.database("second");
+    let central = tmp.path().join("central.db");
+    let c = start_collector_as(path_str(&central), broker.port, "h-sqlite");
+    wait_subscribed(broker.port, &[path_str(&central)], Duration::from_secs(20));
+    let words =
+        config_without_vision_models_and(tmp.path(), "words.toml", "[sync]\ntranscripts = true\n");
+    let db1 = tmp.path().join("station-1.db");
+    let db2 = tmp.path().join("station-2.db");
+    assert!(replay_cli(&demo_session(), &db1, Some(&words))
+        .status
+        .success());
+    let later = later_demo_session(&tmp.path().join("later"));
+    assert!(replay_cli(&later, &db1, Some(&words)).status.success());
+    // demo-0001 replaced (a tombstone and a newer record).
+    assert!(empathic(&[
+        "replay",
+        path_str(&demo_session()),
+        "--db",
+        path_str(&db1),
+        "--config",
+        path_str(&words),
+        "--replace"
+    ])
+    .status
+    .success());
+    let other = other_station_session(tmp.path());
+    assert!(replay_cli(&other, &db2, Some(&words)).status.success());
+    for (who, how) in [("P-KEEP", "--given"), ("P-GONE", "--given")] {
+        let o = empathic(&["participant", "consent", who, how, "--db", path_str(&db1)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = empathic(&["participant", "purge", "P-GONE", "--db", path_str(&db1)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sync_ok(&db1, broker.port, "station-1");
+    sync_ok(&db2, broker.port, "station-2");
+    let all = ["demo-0001", "demo-0002", "other-0001"];
+    wait_until("three sessions centrally", || {
+        let lite = empathic::store::Store::open(&central).unwrap();
+        sessions_in(lite.connection_for_tests()) == all
+    });
+    stop(c);
+    // Staff withdraw station-2's participant centrally.
+    let o = empathic(&[
+        "participant",
+        "purge",
+        "P-OTHER",
+        "--db",
+        path_str(&central),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let kept = ["demo-0001", "demo-0002"];
+
+    let records = |target: &str| -> Vec<String> {
+        let q = "SELECT message_id || ' ' || kind || ' ' || subject || ' ' || voided || ' ' || applied || ' ' || sha256 FROM collect_records ORDER BY message_id";
+        if target.starts_with("postgres") {
+            let mut c = ::postgres::Client::connect(target, ::postgres::NoTls).unwrap();
+            c.query(q, &[]).unwrap().iter().map(|r| r.get(0)).collect()
+        } else {
+            crate::common::store::column(&rusqlite::Connection::open(target).unwrap(), q)
+        }
+    };
+    let want = records(path_str(&central));
+    assert!(
+        want.iter().any(|r| r.contains(" consent P-KEEP ")),
+        "{want:?}"
+    );
+    assert!(
+        want.iter().any(|r| r.contains(" tombstone demo-0001 ")),
+        "{want:?}"
+    );
+    let second = tmp.path().join("second.db");
+    let lite = empathic::store::Store::open(&central).unwrap();
+    for target in [pg_url.as_str(), path_str(&second)] {
+        let o = empathic(&[
+            "collect",
+            "copy",
+            "--from",
+            path_str(&central),
+            "--into",
+            target,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(
+            v["records"].as_u64(),
+            Some(want.len() as u64),
+            "{target}: {v}"
+        );
+        assert_eq!(
+            (v["refused"].as_u64(), v["withdrawals"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(records(target), want, "{target}");
+        let view = if target.starts_with("postgres") {
+            pg_view(target)
+        } else {
+            empathic::store::Store::open(Path::new(target)).unwrap()
+        };
+        assert_eq!(sessions_in(view.connection_for_tests()), kept, "{target}");
+        for id in kept {
+            same_rows(
+                &record_rows(view.connection_for_tests(), id, true),
+                &record_rows(lite.connection_for_tests(), id, true),
+                &format!("{id} in {target}"),
+            );
+        }
+        // Again: nothing stored twice.
+        let o = empathic(&[
+            "collect",
+            "copy",
+            "--from",
+            path_str(&central),
+            "--into",
+            target,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(
+            (v["records"].as_u64(), v["already_held"].as_u64()),
+            (Some(0), Some(want.len() as u64)),
+            "{target}: {v}"
+        );
+        assert_eq!(records(target), want, "{target}");
+        // The withdrawal holds there too: the audit line, no record of theirs.
+        let o = empathic(&[
+            "study",
+            "report",
+            "--central",
+            target,
+            "--study",
+            "test-study",
+            "--json",
+        ]);
+        let page: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let p = page["participants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["participant"] == "P-OTHER")
+            .cloned()
+            .unwrap();
+        assert_eq!(p["consent"], "withdrawn", "{target}: {p}");
+    }
+    // The same database, or no database to read: refused.
+    let o = empathic(&[
+        "collect",
+        "copy",
+        "--from",
+        path_str(&central),
+        "--into",
+        path_str(&central),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = empathic(&[
+        "collect",
+        "copy",
+        "--from",
+        path_str(&tmp.path().join("none.db")),
+        "--into",
+        path_str(&second),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}

@@ -30,6 +30,7 @@
 mod postgres;
 
 mod alerts;
+mod copy;
 mod enrol;
 mod envelope;
 mod health;
@@ -41,6 +42,7 @@ use rules::*;
 
 use crate::sync::health as health_message;
 pub use alerts::Withdrawal;
+pub use copy::Copied;
 pub use enrol::INVALID_NAME;
 pub use health::{StationHealth, STRANGERS_KEPT, STRANGER_EXPIRY_DAYS};
 pub use postgres::redacted;

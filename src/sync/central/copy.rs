@@ -1,0 +1,254 @@
+//! History for a new or second central database (`collect copy --from A --into B`): what
+//! one central database holds, replayed into another through the same rules.
+//!
+//! Contract: enrolments (and their revocations) are copied first, then central withdrawals
+//! (`collect_purges` lines of station `*`: the participant is withdrawn in the target too,
+//! with [`Central::withdraw`]), then every record the source holds, station by station in
+//! `seq` order, each in its own transaction through the rule of its kind (`store_session`,
+//! `store_tombstone`, `store_purge`, `store_consent`): the target ends with the same
+//! records, the same one applied per subject, and what it held of its own is kept. A record
+//! the target already holds (same `message_id`) is skipped, so a copy run twice, or into a
+//! database that also received the messages live, stores nothing twice. A record the
+//! source kept without its payload (one of a withdrawn participant, dropped) is copied as
+//! such. The source is only read.
+
+use super::*;
+
+/// What a copy did.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
+pub struct Copied {
+    /// Records stored in the target, and those it already held.
+    pub records: u64,
+    pub already_held: u64,
+    /// Records the target's rules refused (quarantined there, with the reason).
+    pub refused: u64,
+    pub enrolments: u64,
+    pub withdrawals: u64,
+}
+
+/// One source record's identity, read before its payload.
+struct Row {
+    id: String,
+    study: String,
+    station: String,
+    kind: String,
+    subject: String,
+    sha: String,
+    seq: Option<i64>,
+    sealed: bool,
+}
+
+impl Central {
+    /// Copies what `source` holds of `study` (every study when `None`) into this database;
+    /// `progress` is called with (records done, records in all) after each.
+    pub fn copy_from(
+        &mut self,
+        source: &mut Central,
+        study: Option<&str>,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<Copied, String> {
+        let mut out = Copied::default();
+        let of_study = |s: &str| study.is_none_or(|want| want == s);
+        // Enrolments: a station the source lets in is let in here (and a revocation holds).
+        let mut src = source.begin()?;
+        let enrolments = src.rows(
+            "SELECT study, station, key, allow_plain, enrolled_at, revoked_at
+             FROM collect_stations ORDER BY enrolled_at",
+            &[],
+        )?;
+        let withdrawals = src.rows(
+            "SELECT study, participant_id FROM collect_purges WHERE station = '*' ORDER BY purged_at",
+            &[],
+        )?;
+        let mut rows: Vec<Row> = Vec::new();
+        for r in src.rows(
+            "SELECT message_id, study, station, kind, subject, sha256, seq, sealed
+             FROM collect_records ORDER BY study, station, seq, received_at",
+            &[],
+        )? {
+            let mut r = r.into_iter();
+            let mut text = || r.next().and_then(Val::into_text).unwrap_or_default();
+            let (id, study, station, kind, subject, sha) =
+                (text(), text(), text(), text(), text(), text());
+            let seq = r.next().and_then(|v| v.int());
+            let sealed = r.next().and_then(|v| v.int()).unwrap_or(0) != 0;
+            rows.push(Row {
+                id,
+                study,
+                station,
+                kind,
+                subject,
+                sha,
+                seq,
+                sealed,
+            });
+        }
+        drop(src);
+        rows.retain(|r| of_study(&r.study));
+
+        for e in enrolments {
+            let mut e = e.into_iter();
+            let mut text = || e.next().and_then(Val::into_text);
+            let (Some(st), Some(station), Some(key)) = (text(), text(), text()) else {
+                continue;
+            };
+            if !of_study(&st) {
+                continue;
+            }
+            let allow_plain = e.next().and_then(|v| v.int()).unwrap_or(0);
+            let enrolled_at = e.next().and_then(Val::into_text).unwrap_or_default();
+            let revoked_at = e.next().and_then(Val::into_text);
+            let mut tx = self.begin()?;
+            out.enrolments += tx.exec(
+                "INSERT INTO collect_stations (study, station, key, allow_plain, enrolled_at, revoked_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+                &[
+                    Val::text(&st),
+                    Val::text(&station),
+                    Val::text(&key),
+                    Val::Int(Some(allow_plain)),
+                    Val::text(&enrolled_at),
+                    Val::Text(revoked_at.clone()),
+                ],
+            )?;
+            if let Some(at) = revoked_at {
+                tx.exec(
+                    "UPDATE collect_stations SET revoked_at = ?4
+                     WHERE study = ?1 AND station = ?2 AND key = ?3 AND revoked_at IS NULL",
+                    &[
+                        Val::text(&st),
+                        Val::text(&station),
+                        Val::text(&key),
+                        Val::text(&at),
+                    ],
+                )?;
+            }
+            tx.commit()?;
+        }
+
+        for w in withdrawals {
+            let mut w = w.into_iter();
+            let (Some(st), Some(participant)) = (
+                w.next().and_then(Val::into_text),
+                w.next().and_then(Val::into_text),
+            ) else {
+                continue;
+            };
+            if !of_study(&st) {
+                continue;
+            }
+            let mut tx = self.begin()?;
+            let held = tx.rows(
+                "SELECT 1 FROM collect_purges WHERE study = ?1 AND station = '*' AND participant_id = ?2",
+                &[Val::text(&st), Val::text(&participant)],
+            )?;
+            drop(tx);
+            if held.is_empty() {
+                let done = self.withdraw(&st, &participant)?;
+                if !done.left_in.is_empty() {
+                    return Err(format!(
+                        "withdrawing participant {participant} in the target left data in {}",
+                        done.left_in.join(", ")
+                    ));
+                }
+                out.withdrawals += 1;
+            }
+        }
+
+        let all = rows.len() as u64;
+        for (done, row) in rows.into_iter().enumerate() {
+            self.copy_record(source, row, &mut out)?;
+            progress(done as u64 + 1, all);
+        }
+        Ok(out)
+    }
+
+    /// One record of `source` into this database, through its kind's rule.
+    fn copy_record(
+        &mut self,
+        source: &mut Central,
+        row: Row,
+        out: &mut Copied,
+    ) -> Result<(), String> {
+        let mut tx = self.begin()?;
+        let held = tx.rows(
+            "SELECT 1 FROM collect_records WHERE message_id = ?1
+             UNION ALL SELECT 1 FROM collect_quarantine WHERE message_id = ?1",
+            &[Val::text(&row.id)],
+        )?;
+        if !held.is_empty() {
+            out.already_held += 1;
+            return Ok(());
+        }
+        let mut src = source.begin()?;
+        let found = src.rows(
+            "SELECT payload, participant, voided FROM collect_records WHERE message_id = ?1",
+            &[Val::text(&row.id)],
+        )?;
+        drop(src);
+        let Some(found) = found.into_iter().next() else {
+            // Gone from the source meanwhile (a purge there): nothing to copy.
+            return Ok(());
+        };
+        let mut found = found.into_iter();
+        let payload = found.next().and_then(Val::into_text).unwrap_or_default();
+        let participant = found.next().and_then(Val::into_text);
+        let voided = found.next().and_then(|v| v.int()).unwrap_or(0) != 0;
+        let env = Envelope {
+            id: row.id.clone(),
+            kind: row.kind.clone(),
+            study: row.study,
+            station: row.station,
+            subject: row.subject,
+            sha: row.sha,
+            data: String::new(),
+            chunk: 0,
+            chunks: 1,
+            seq: row.seq,
+            // Only whether it came sealed matters to the rules (the record's `sealed`).
+            signed: row.sealed.then(|| (String::new(), String::new())),
+        };
+        let outcome = if payload.is_empty() {
+            // Kept without its payload at the source (a withdrawn participant's record).
+            insert_record(
+                tx.as_mut(),
+                &env,
+                "",
+                Flags {
+                    participant,
+                    voided,
+                    applied: false,
+                },
+            )?;
+            Ok(())
+        } else {
+            match env.kind.as_str() {
+                "session" => store_session(tx.as_mut(), &env, &payload)?,
+                "tombstone" => store_tombstone(tx.as_mut(), &env, &payload)?,
+                "purge" => store_purge(tx.as_mut(), &env, &payload)?,
+                "consent" => store_consent(tx.as_mut(), &env, &payload)?,
+                other => Err(format!("a record of unknown kind `{other}`")),
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                tx.commit()?;
+                out.records += 1;
+            }
+            Err(reason) => {
+                drop(tx);
+                let topic = format!("empathic/v1/{}/{}/{}", env.study, env.station, env.kind);
+                let receipt = Some((String::new(), env.id.clone(), env.sha.clone()));
+                self.quarantine(
+                    &topic,
+                    payload.as_bytes(),
+                    format!("copied from another central database: {reason}"),
+                    receipt,
+                    None,
+                )?;
+                out.refused += 1;
+            }
+        }
+        Ok(())
+    }
+}
