@@ -157,22 +157,8 @@ impl RecordingArgs {
 
 pub fn run(config_path: Option<&Path>) -> Result<ExitCode, Failure> {
     let config = load_config(config_path)?;
-    // A broker address that cannot be parsed is refused at start (issue 44: the service
-    // started and its sync thread died, silently for the study).
-    if !config.sync.broker.is_empty() {
-        crate::sync::parse_broker(&config.sync.broker).map_err(|e| {
-            (
-                ExitKind::BadInput,
-                format!(
-                    "[sync] broker `{}`{}: {e}; the service does not start (fix it, or leave it empty to keep everything on the station)",
-                    config.sync.broker,
-                    config_path
-                        .map(|p| format!(" in {}", p.display()))
-                        .unwrap_or_default()
-                ),
-            )
-        })?;
-    }
+    // A `[sync] broker` that cannot be parsed was refused by the config's validation
+    // (issue 44: the service once started and its sync thread died, silently).
     let stop = stop_flag().map_err(|e| {
         (
             ExitKind::Runtime,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// `--db`: the session database a command reads or writes.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DbOption {
-    /// The session database: a SQLite file, or a central postgres:// URL for reading commands (default: the config's `[store] db_path`, empathic.db).
+    /// The session database: a SQLite file, or a central database's postgres:// URL (read by `sessions`, `report`, `evaluate`, `export`; purged by `participant purge`) (default: the config's `[store] db_path`, empathic.db).
     #[arg(long)]
     pub db: Option<PathBuf>,
 }

@@ -25,8 +25,9 @@ enum Command {
         /// Consent given.
         #[arg(long, conflicts_with = "withdrawn")]
         given: bool,
-        /// Consent withdrawn (a running session of theirs stops at once). One of `--given`
-        /// and `--withdrawn` is required: a bare `consent P` once recorded a withdrawal.
+        /// Consent withdrawn (a running session of theirs stops at once; their data stays
+        /// until `participant purge`). One of `--given` and `--withdrawn` is required: a
+        /// bare `consent P` once recorded a withdrawal.
         #[arg(long)]
         withdrawn: bool,
         /// Raw video and audio may leave the station (only with --given).

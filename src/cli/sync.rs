@@ -321,10 +321,17 @@ pub fn purge(
     if study.is_some() {
         return Err((
             ExitKind::BadInput,
-            format!(
-                "--study is for a central database; {} is a station's",
-                target.display()
-            ),
+            if target.exists() {
+                format!(
+                    "--study is for a central database; {} is a station's",
+                    target.display()
+                )
+            } else {
+                format!(
+                    "--study is for a central database; there is no database at {}",
+                    target.display()
+                )
+            },
         ));
     }
     stop_live_session_of(id, &config)?;

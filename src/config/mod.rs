@@ -14,6 +14,35 @@ use crate::exit::{Classify, ExitKind};
 mod sections;
 pub use sections::*;
 
+/// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerAddress {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+}
+
+/// Parses `mqtt://HOST:PORT` or `mqtts://HOST:PORT` (`Err` says what is expected): the
+/// config refuses a `[sync] broker` that is not one, and `sync` reads it with this.
+pub fn broker_address(url: &str) -> Result<BrokerAddress, String> {
+    let wrong =
+        || format!("broker address `{url}`: expected mqtt://HOST:PORT or mqtts://HOST:PORT");
+    let (rest, tls) = match url.strip_prefix("mqtts://") {
+        Some(r) => (r, true),
+        None => (url.strip_prefix("mqtt://").ok_or_else(wrong)?, false),
+    };
+    let (host, port) = rest.rsplit_once(':').ok_or_else(wrong)?;
+    let port = port.parse().map_err(|_| wrong())?;
+    if host.is_empty() {
+        return Err(wrong());
+    }
+    Ok(BrokerAddress {
+        host: host.to_string(),
+        port,
+        tls,
+    })
+}
+
 /// Errors from reading or validating a configuration file. All of them are bad input.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -112,6 +141,9 @@ impl Config {
         };
         crate::session::manifest::check_id("station.id", &self.station.id)
             .map_err(|m| invalid("station.id", m))?;
+        if !self.sync.broker.is_empty() {
+            broker_address(&self.sync.broker).map_err(|e| invalid("sync.broker", e))?;
+        }
         if let Some(c) = self.sync.collectors.iter().find(|c| c.trim().is_empty()) {
             return Err(invalid(
                 "sync.collectors",

@@ -143,13 +143,7 @@ pub struct Refusal {
 /// Most characters of a refusal's reason a station keeps and shows.
 pub const MAX_REFUSAL_CHARS: usize = 512;
 
-/// A broker address: `mqtt://HOST:PORT` (plain) or `mqtts://HOST:PORT` (TLS).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BrokerAddress {
-    pub host: String,
-    pub port: u16,
-    pub tls: bool,
-}
+pub use crate::config::BrokerAddress;
 
 /// How a client proves itself to the broker and checks the broker: TLS (rustls, the CA
 /// file the broker's certificate must chain to, optionally a client certificate and key,
@@ -256,26 +250,7 @@ pub enum SyncError {
 
 /// Parses `mqtt://HOST:PORT` or `mqtts://HOST:PORT`.
 pub fn parse_broker(url: &str) -> Result<BrokerAddress, SyncError> {
-    let (rest, tls) = match url.strip_prefix("mqtts://") {
-        Some(r) => (r, true),
-        None => (
-            url.strip_prefix("mqtt://")
-                .ok_or_else(|| SyncError::Address(url.into()))?,
-            false,
-        ),
-    };
-    let (host, port) = rest
-        .rsplit_once(':')
-        .ok_or_else(|| SyncError::Address(url.into()))?;
-    let port = port.parse().map_err(|_| SyncError::Address(url.into()))?;
-    if host.is_empty() {
-        return Err(SyncError::Address(url.into()));
-    }
-    Ok(BrokerAddress {
-        host: host.to_string(),
-        port,
-        tls,
-    })
+    crate::config::broker_address(url).map_err(|_| SyncError::Address(url.into()))
 }
 
 /// The envelopes `m` goes out as under `opts`: sealed (the sealed payload kept in the

@@ -334,8 +334,8 @@ fn consent_must_be_said_explicitly() {
     assert!(stdout(&o).contains("consent withdrawn"), "{}", stdout(&o));
 }
 
-/// Issue 44: `run` started with an unparsable broker URL and its sync thread died. Refused
-/// at start, exit 2, naming the setting and the file.
+/// Issue 44: `run` started with an unparsable broker URL and its sync thread died. The
+/// config refuses it (every command, `run` first), exit 2, naming the setting and the file.
 #[test]
 fn the_service_refuses_a_broker_address_it_cannot_parse() {
     let dir = tempfile::tempdir().unwrap();
@@ -352,7 +352,7 @@ fn the_service_refuses_a_broker_address_it_cannot_parse() {
     let o = empathic(&["run", "--config", path_str(&config)]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("[sync] broker `mqtt//broker.example:1883`")
+        stderr(&o).contains("`sync.broker` broker address `mqtt//broker.example:1883`")
             && stderr(&o).contains(path_str(&config)),
         "{}",
         stderr(&o)
@@ -362,8 +362,9 @@ fn the_service_refuses_a_broker_address_it_cannot_parse() {
     let o = empathic(&["doctor", "--config", path_str(&config)]);
     let said = format!("{}{}", stdout(&o), stderr(&o));
     assert!(
-        said.lines().any(|l| l.starts_with("MISSING sync")
-            && l.contains("[sync] broker `mqtt//broker.example:1883`")),
+        said.lines().any(|l| l.starts_with("MISSING config")
+            && l.contains("`sync.broker` broker address `mqtt//broker.example:1883`")),
         "{said}"
     );
+    assert_eq!(o.status.code(), Some(1), "{said}");
 }

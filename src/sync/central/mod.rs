@@ -586,7 +586,7 @@ fn signer_enrolled(
     let Some(row) = enrolled.into_iter().next() else {
         return Ok(Err(Refused::new(
             "not_enrolled",
-            format!("signed by {signer}, a key no station of study {study} is enrolled with (staff: `empathic collect enrol {station} --key {signer}`)"),
+            format!("signed by {signer}, a key no station of study {study} is enrolled with (staff: `empathic collect enrol {station} {signer}`)"),
         )));
     };
     let mut row = row.into_iter();
