@@ -1546,9 +1546,10 @@ fn the_service_publishes_each_ended_session_to_the_study() {
     let _ = player.kill();
     let _ = player.wait();
     assert_eq!(station.wait_session_end(&id), "complete");
-    // The service's publisher sends it; the collector's receipt marks it synced.
+    // The service's publisher sends it (after P-LIVE's consent message, issue 44); the
+    // collector's receipts mark both synced.
     station.wait_status("not synced", 60, |s| {
-        s["sync"]["synced"].as_u64() == Some(1) && s["sync"]["pending"].as_u64() == Some(0)
+        s["sync"]["synced"].as_u64() == Some(2) && s["sync"]["pending"].as_u64() == Some(0)
     });
     // The station's health reached the study too: sent again when the session ended,
     // signed, with no participant data in it.
@@ -1955,8 +1956,9 @@ fn collectors_keep_the_study_page_fresh_with_a_missing_camera_and_an_offline_sta
     let _ = player.kill();
     let _ = player.wait();
     assert_eq!(off.wait_session_end(&id), "complete");
+    // P-LIVE's consent message and the session's record.
     off.wait_status("not synced", 90, |s| {
-        s["sync"]["synced"].as_u64() == Some(1) && s["sync"]["pending"].as_u64() == Some(0)
+        s["sync"]["synced"].as_u64() == Some(2) && s["sync"]["pending"].as_u64() == Some(0)
     });
     off.signal("-TERM");
     assert!(off.wait_exit().success(), "{}", off.log_text());

@@ -43,7 +43,7 @@ pub const BACKLOG_HOURS: f64 = 24.0;
 pub const STALE_HEALTH_HOURS: f64 = 1.0;
 /// A station whose health says its interval is offline once no health came for this many
 /// intervals plus [`OFFLINE_GRACE_SECS`] (a failed publish is tried again every 30 s, and a
-/// broker outage of a few minutes is no station's fault).
+/// broker outage of a few minutes is no station's fault), whatever its status word says.
 pub const OFFLINE_INTERVALS: f64 = 2.0;
 pub const OFFLINE_GRACE_SECS: f64 = 300.0;
 

@@ -44,28 +44,18 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             todo: todo.to_string(),
         })
     };
-    // Offline is judged by the service's health: a station that says its interval is
-    // offline once no health came for longer than that allows, whatever its status word (a
-    // last will also fires on a network blip); an older one by its status word.
+    // Offline: the service's connection ended (its status word, `offline` by its last
+    // will or its stop; a batch `empathic sync` says nothing, issue 44), or its health
+    // stopped for longer than the interval it states allows (a service alive to the
+    // broker but hung, or cut off without the broker noticing yet).
     let interval = s.health.as_ref().and_then(|m| m["interval_s"].as_f64());
     let sent = s.health.as_ref().and_then(|m| m["sent_at"].as_str());
-    match (interval, sent, &s.status, &s.health) {
-        (Some(every), Some(sent), _, _) => {
-            let quiet_s = hours_between(sent, now) * 3600.0;
-            if quiet_s > OFFLINE_INTERVALS * every + OFFLINE_GRACE_SECS {
-                add(
-                    "offline",
-                    3,
-                    format!(
-                        "offline: no health since {} (it sends one every {:.0} min)",
-                        short(sent),
-                        every / 60.0
-                    ),
-                    "check the station's power and network; its outbox keeps what it records meanwhile and sends it when it is back",
-                );
-            }
-        }
-        (_, _, Some(st), _) if st == "offline" => add(
+    let overdue = interval.zip(sent).and_then(|(every, sent)| {
+        let quiet_s = hours_between(sent, now) * 3600.0;
+        (quiet_s > OFFLINE_INTERVALS * every + OFFLINE_GRACE_SECS).then_some((every, sent))
+    });
+    match (&s.status, &s.health, overdue) {
+        (Some(st), _, _) if st == "offline" => add(
             "offline",
             3,
             format!(
@@ -74,7 +64,17 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             ),
             "check the station's power and network; its outbox keeps what it records meanwhile and sends it when it is back",
         ),
-        (_, _, None, None) => add(
+        (_, _, Some((every, sent))) => add(
+            "offline",
+            3,
+            format!(
+                "offline: no health since {} (it sends one every {:.0} min)",
+                short(sent),
+                every / 60.0
+            ),
+            "check the station's service (`systemctl status empathic`), power and network; its outbox keeps what it records meanwhile",
+        ),
+        (None, None, _) => add(
             "never_heard",
             3,
             "never heard from: no status, no health message".into(),
@@ -308,5 +308,66 @@ mod tests {
         let p = &of_participant(&participant(0.0, 3, "given", 3), &plan)[0];
         assert_eq!((p.severity, p.participant.as_deref()), (2, Some("P1")));
         assert!(p.what.contains("last 3 sessions"), "{}", p.what);
+    }
+
+    fn station(status: Option<&str>, health: Option<serde_json::Value>) -> StationFacts {
+        StationFacts {
+            station: "st".into(),
+            enrolled: true,
+            revoked_at: None,
+            status: status.map(str::to_string),
+            status_since: Some("2026-11-27T10:00:00.000Z".into()),
+            health,
+            sessions: 1,
+            messages: 3,
+            quarantined: 0,
+            refused_latest: None,
+            problems: Vec::new(),
+        }
+    }
+
+    fn station_kinds(s: &StationFacts, now: &str) -> Vec<&'static str> {
+        of_station(s, now).iter().map(|p| p.kind).collect()
+    }
+
+    /// Issue 44: offline means the service's connection ended, or its health stopped for
+    /// longer than the interval it states allows; never a quiet hour of a station that
+    /// sends health every 15 minutes and has not missed one.
+    #[test]
+    fn offline_is_judged_by_the_stated_health_interval_and_the_service_word() {
+        let health = |sent: &str| {
+            serde_json::json!({"sent_at": sent, "interval_s": 900,
+                               "camera": {"present": true}, "microphone": {"present": true}})
+        };
+        let now = "2026-11-27T12:00:00.000Z";
+        // Health 20 min ago, every 15 min: allowed (2 x 15 min + 5 min).
+        let fresh = station(Some("online"), Some(health("2026-11-27T11:40:00.000Z")));
+        assert!(
+            station_kinds(&fresh, now).is_empty(),
+            "{:?}",
+            station_kinds(&fresh, now)
+        );
+        // 40 min without one while the broker says online: offline.
+        let quiet = station(Some("online"), Some(health("2026-11-27T11:20:00.000Z")));
+        assert_eq!(station_kinds(&quiet, now), ["offline"]);
+        // No status word at all (stations that only ever ran a batch `sync`), fresh health:
+        // nothing; the service's own `offline` word: offline at once.
+        let batch = station(None, Some(health("2026-11-27T11:50:00.000Z")));
+        assert!(station_kinds(&batch, now).is_empty());
+        let stopped = station(Some("offline"), Some(health("2026-11-27T11:50:00.000Z")));
+        assert_eq!(station_kinds(&stopped, now), ["offline"]);
+    }
+
+    #[test]
+    fn a_revoked_station_is_quiet_unless_it_keeps_sending() {
+        let mut s = station(Some("offline"), None);
+        s.revoked_at = Some("2026-11-27T09:00:00.000Z".into());
+        s.refused_latest = Some("2026-11-27T08:00:00.000Z".into());
+        assert!(station_kinds(&s, "2026-11-27T12:00:00.000Z").is_empty());
+        s.refused_latest = Some("2026-11-27T11:00:00.000Z".into());
+        assert_eq!(
+            station_kinds(&s, "2026-11-27T12:00:00.000Z"),
+            ["revoked_sending"]
+        );
     }
 }
