@@ -418,7 +418,7 @@ fn central_purge(id: &str, target: &str, study: Option<&str>) -> Result<ExitCode
         ));
     }
     outln!(
-        "withdrew participant {id} from study {study} in {name}: {} session(s), {} record(s), {} chunk(s) and {} quarantined message(s) removed; the audit line stays, and records of theirs that arrive later are dropped",
+        "withdrew participant {id} from study {study} in {name}: {} session(s), {} record(s), {} chunk(s) and {} quarantine row(s) removed; the audit line stays, and records of theirs that arrive later are dropped",
         w.sessions.len(),
         w.records,
         w.chunks,

@@ -74,7 +74,9 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
             ),
             "check the station's service (`systemctl status empathic`), power and network; its outbox keeps what it records meanwhile",
         ),
-        (None, None, _) => add(
+        // A station that only ever ran a batch `empathic sync` sends records, no status
+        // and no health: heard, and nothing to say.
+        (None, None, _) if s.messages == 0 => add(
             "never_heard",
             3,
             "never heard from: no status, no health message".into(),

@@ -27,6 +27,19 @@ impl Envelope {
         format!("empathic/v1/{}/{}/receipt", self.study, self.station)
     }
 
+    /// What quarantine keeps of a chunk refused before its message was read: the envelope
+    /// without its data (sealed or not, a participant's words have no business there), so
+    /// a withdrawal finds it by the subject it names.
+    pub(super) fn summary(&self) -> String {
+        serde_json::json!({
+            "message_id": self.id, "kind": self.kind, "study": self.study,
+            "station": self.station, "subject": self.subject, "seq": self.seq,
+            "chunk": self.chunk, "chunks": self.chunks, "sha256": self.sha,
+            "signed": self.signed.is_some(), "data_bytes": self.data.len(),
+        })
+        .to_string()
+    }
+
     /// The refusal this envelope's message gets for `refused`.
     pub(super) fn refusal(&self, refused: &Refused, settled: bool) -> Refusal {
         Refusal {

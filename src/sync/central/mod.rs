@@ -400,7 +400,14 @@ impl Central {
         if let Err(refused) = admit(tx.as_mut(), &env, gate)? {
             drop(tx);
             let refusal = env.refusal(&refused, false);
-            return self.quarantine(topic, payload, refused.reason, None, Some(refusal));
+            let summary = env.summary();
+            return self.quarantine(
+                topic,
+                summary.as_bytes(),
+                refused.reason,
+                None,
+                Some(refusal),
+            );
         }
         let handled = tx.rows(
             "SELECT 1 FROM collect_records WHERE message_id = ?1
@@ -452,7 +459,8 @@ impl Central {
                 // is put right; a corrupt one (its digest wrong) is not answered: a clean
                 // resend can help.
                 let refusal = cured_by_config.then(|| env.refusal(&refused, false));
-                return self.quarantine(topic, payload, refused.reason, None, refusal);
+                let summary = env.summary();
+                return self.quarantine(topic, summary.as_bytes(), refused.reason, None, refusal);
             }
         };
         let outcome = match check_seq(tx.as_mut(), &env)? {

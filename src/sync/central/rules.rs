@@ -296,6 +296,21 @@ pub(super) fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str)
             }
         }
     }
+    // Chunks of their messages refused at the gate (`refused_id`) go with the records.
+    let refused = tx.rows(
+        "SELECT message_id FROM collect_records WHERE study = ?1 AND station = ?2 AND participant = ?3
+           AND kind IN ('session', 'consent')
+           AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq < ?4)",
+        &subject_params(env),
+    )?;
+    for r in refused {
+        if let Some(id) = r.into_iter().next().and_then(Val::into_text) {
+            tx.exec(
+                "DELETE FROM collect_quarantine WHERE refused_id = ?1",
+                &[Val::text(&id)],
+            )?;
+        }
+    }
     tx.exec(
         "DELETE FROM collect_records WHERE study = ?1 AND station = ?2 AND participant = ?3
            AND kind IN ('session', 'consent')

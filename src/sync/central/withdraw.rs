@@ -140,6 +140,30 @@ impl Central {
                 sessions.push(id);
             }
         }
+        // Their messages' ids, before the records go: chunks of them refused at the gate
+        // (kept under `refused_id`, their payload cut before any id) go with them.
+        let mut ids: Vec<String> = Vec::new();
+        for r in tx.rows(
+            "SELECT message_id, subject FROM collect_records WHERE study = ?1",
+            std::slice::from_ref(&s),
+        )? {
+            let mut r = r.into_iter();
+            let (id, subject) = (
+                r.next().and_then(Val::into_text).unwrap_or_default(),
+                r.next().and_then(Val::into_text).unwrap_or_default(),
+            );
+            if subject == participant || sessions.contains(&subject) {
+                ids.push(id);
+            }
+        }
+        for r in tx.rows(
+            "SELECT message_id FROM collect_records WHERE study = ?1 AND participant = ?2",
+            &[s.clone(), p.clone()],
+        )? {
+            if let Some(id) = r.into_iter().next().and_then(Val::into_text) {
+                ids.push(id);
+            }
+        }
         let mut records = tx.exec(
             "DELETE FROM collect_records WHERE study = ?1 AND participant = ?2",
             &[s.clone(), p.clone()],
@@ -168,6 +192,14 @@ impl Central {
             &format!("DELETE FROM collect_quarantine WHERE {matches}"),
             &params,
         )?;
+        ids.sort();
+        ids.dedup();
+        for id in &ids {
+            quarantined += tx.exec(
+                "DELETE FROM collect_quarantine WHERE refused_id = ?1 OR message_id = ?1",
+                &[Val::text(id)],
+            )?;
+        }
         tx.remove_participant(participant)?;
         tx.exec(
             "INSERT INTO collect_purges (study, station, participant_id, records, seq, purged_at)
