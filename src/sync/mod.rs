@@ -622,8 +622,8 @@ fn connection_round(
 
 /// A collector's refusal received: checked (signed by a collector this station trusts,
 /// under sealed sync; naming a message of this outbox as it was sent) and kept on the
-/// message, held under `digest` unless settled. Logged at `warn` when its reason differs
-/// from the last one told (`told`), so a hundred refused messages make one line.
+/// message, held under `digest` unless settled. Logged at `warn` when its collector or code
+/// differs from the last one told (`told`), so a hundred refused messages make one line.
 fn take_refusal(
     conn: &Outbox<'_>,
     opts: &SyncOptions,
@@ -661,7 +661,8 @@ fn take_refusal(
         at: conn.now()?,
     };
     conn.mark_refused(&r.message_id, &note, (!r.settled).then_some(digest))?;
-    let said = format!("{} {}", note.code, note.reason);
+    // One line per collector and kind of refusal: reasons name their message.
+    let said = format!("{} {}", note.by, note.code);
     if told.as_deref() != Some(said.as_str()) {
         if r.settled {
             tracing::warn!(message = %r.message_id, collector = %note.by, code = %note.code, "sync: the collector keeps this message in quarantine: {}", note.reason);
