@@ -101,6 +101,11 @@ impl Outbox<'_> {
         delivery::owed(self.0.connection(), config)
     }
 
+    /// Messages held by a collector's refusal (one count: the health loop asks each second).
+    pub fn held(&self) -> Result<u64, StoreError> {
+        delivery::held(self.0.connection())
+    }
+
     /// Releases every message held by a collector's refusal, to go at the next sync.
     pub fn release_refused(&self) -> Result<usize, StoreError> {
         delivery::release_refused(self.0.connection())

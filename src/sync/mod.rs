@@ -310,11 +310,12 @@ pub fn publish(
     let mut jitter_state = u64::from(std::process::id()) | 1;
     let mut attempts = 0u64;
     let broker = opts.broker();
+    let digest = opts.config_digest();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(outcome);
         }
-        if until_synced && settled(conn, opts)? {
+        if until_synced && settled(conn, &digest)? {
             break Ok(outcome);
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
@@ -413,10 +414,10 @@ pub fn describe(e: &rumqttc::ConnectionError) -> String {
     }
 }
 
-/// Nothing left to send and no receipt awaited under `opts` (a message a collector refused
-/// under this configuration is held and awaits nothing).
-fn settled(conn: &Outbox<'_>, opts: &SyncOptions) -> Result<bool, StoreError> {
-    Ok(conn.owed(&opts.config_digest())? == 0)
+/// Nothing left to send and no receipt awaited under the configuration of digest `digest`
+/// (a message a collector refused under it is held and awaits nothing).
+fn settled(conn: &Outbox<'_>, digest: &str) -> Result<bool, StoreError> {
+    Ok(conn.owed(digest)? == 0)
 }
 
 fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) {
@@ -541,7 +542,9 @@ fn connection_round(
                     queue.extend(chunks.into_iter().map(|c| (t.clone(), c)));
                     current = Some((m, done_at));
                 }
-                None if until_synced && acked >= expected && settled(conn, opts)? => return Ok(()),
+                None if until_synced && acked >= expected && settled(conn, &digest)? => {
+                    return Ok(())
+                }
                 None => {}
             }
         }

@@ -88,6 +88,23 @@ pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
         .unwrap()
 }
 
+/// A sealed `empathic collect --central TARGET` (a file or a `postgres://` URL) of
+/// `test-study` as `client_id`, opening with `keys/study.key` and signing with
+/// `keys/collector.key` under `keys`.
+pub fn start_sealed_collector(target: &str, port: u16, keys: &Path, client_id: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["collect", "--central", target])
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--study", "test-study", "--client-id", client_id])
+        .args(["--study-key", path_str(&keys.join("study.key"))])
+        .args(["--signing-key", path_str(&keys.join("collector.key"))])
+        .env("EMPATHIC_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// `empathic sync` arguments for `db` as `station` of `test-study` on the loopback broker.
 pub fn sync_args(db: &Path, port: u16, station: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [

@@ -1221,7 +1221,7 @@ fn a_new_central_database_is_filled_with_the_history_without_duplicates() {
     );
     let second = tmp.path().join("second.db");
     let lite = empathic::store::Store::open(&central).unwrap();
-    for target in [pg_url.as_str(), path_str(&second)] {
+    let copy_into = |target: &str| -> serde_json::Value {
         let o = empathic(&[
             "collect",
             "copy",
@@ -1232,7 +1232,10 @@ fn a_new_central_database_is_filled_with_the_history_without_duplicates() {
             "--json",
         ]);
         assert!(o.status.success(), "{target}: {}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        serde_json::from_str(&stdout(&o)).unwrap()
+    };
+    for target in [pg_url.as_str(), path_str(&second)] {
+        let v = copy_into(target);
         assert_eq!(
             v["records"].as_u64(),
             Some(want.len() as u64),
@@ -1257,17 +1260,7 @@ fn a_new_central_database_is_filled_with_the_history_without_duplicates() {
             );
         }
         // Again: nothing stored twice.
-        let o = empathic(&[
-            "collect",
-            "copy",
-            "--from",
-            path_str(&central),
-            "--into",
-            target,
-            "--json",
-        ]);
-        assert!(o.status.success(), "{target}: {}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let v = copy_into(target);
         assert_eq!(
             (v["records"].as_u64(), v["already_held"].as_u64()),
             (Some(0), Some(want.len() as u64)),

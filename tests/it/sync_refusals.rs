@@ -7,10 +7,10 @@
 //! stored after all, and a revoked station that keeps sending is a problem.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::common::broker::{free_port, start_broker};
+use crate::common::broker::{free_port, start_broker, start_sealed_collector};
 use crate::common::central::{quarantined, wait_subscribed};
 use crate::common::postgres::Postgres;
 use crate::common::{
@@ -21,17 +21,7 @@ use crate::common::{
 const STUDY: &str = "test-study";
 
 fn collector(target: &str, port: u16, keys: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args(["collect", "--central", target])
-        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
-        .args(["--study", STUDY, "--client-id", "refusing-collector"])
-        .args(["--study-key", path_str(&keys.join("study.key"))])
-        .args(["--signing-key", path_str(&keys.join("collector.key"))])
-        .env("EMPATHIC_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+    start_sealed_collector(target, port, keys, "refusing-collector")
 }
 
 fn station_config(dir: &Path, name: &str, key: &Path, study_key: &str, collector: &str) -> PathBuf {

@@ -4,14 +4,14 @@
 //! station is revoked.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
 
-use crate::common::broker::{free_port, start_broker};
+use crate::common::broker::{free_port, start_broker, start_sealed_collector};
 use crate::common::central::{quarantined, record_rows, sessions_in, wait_subscribed, wait_until};
 use crate::common::store::column;
 use crate::common::{
@@ -27,17 +27,7 @@ const STUDY: &str = "test-study";
 use crate::common::key_init as key;
 
 fn collector(central: &Path, port: u16, keys: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args(["collect", "--db", path_str(central)])
-        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
-        .args(["--study", STUDY, "--client-id", "sealed-collector"])
-        .args(["--study-key", path_str(&keys.join("study.key"))])
-        .args(["--signing-key", path_str(&keys.join("collector.key"))])
-        .env("EMPATHIC_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+    start_sealed_collector(path_str(central), port, keys, "sealed-collector")
 }
 
 use crate::common::terminate as stop;
@@ -686,17 +676,7 @@ fn sealed_sync_into_postgresql_enrols_opens_and_refuses_alike() {
         STUDY,
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let c = Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args(["collect", "--central", &url])
-        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
-        .args(["--study", STUDY, "--client-id", "sealed-pg"])
-        .args(["--study-key", path_str(&keys.join("study.key"))])
-        .args(["--signing-key", path_str(&keys.join("collector.key"))])
-        .env("EMPATHIC_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let c = start_sealed_collector(&url, port, &keys, "sealed-pg");
     wait_subscribed(port, &[url.as_str()], Duration::from_secs(20));
     let probes = quarantined(&url);
     let cfg = station_config(

@@ -71,7 +71,7 @@ fn watched(service: &Service<'_>) -> Watched {
             .map_or(0, |r| r.failures.list().len()),
         sync_refused: {
             let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
-            store.outbox().status().map_or(0, |o| o.refused)
+            store.outbox().held().unwrap_or(0)
         },
     }
 }

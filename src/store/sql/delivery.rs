@@ -256,14 +256,29 @@ pub fn mark_synced(
         .map_err(ctx("marking an outbox message synced"))?;
     if was_held && n > 0 {
         conn.execute(
-            "UPDATE outbox SET refused_config = NULL, refused_at = NULL, refused_by = NULL,
-                    refused_code = NULL, refused_reason = NULL
-             WHERE refused_config IS NOT NULL OR (message_id = ?1)",
+            &format!("UPDATE outbox SET {REFUSAL_CLEARED} WHERE message_id = ?1"),
             [message_id],
         )
-        .map_err(ctx("releasing the messages a collector had refused"))?;
+        .map_err(ctx("clearing a refusal the collector took back"))?;
+        release_refused(conn)?;
     }
     Ok(n > 0)
+}
+
+/// What forgets a refusal: the message goes again, and nothing says it was refused.
+const REFUSAL_CLEARED: &str = "refused_config = NULL, refused_at = NULL, refused_by = NULL,
+    refused_code = NULL, refused_reason = NULL";
+
+/// Messages held by a collector's refusal (under any configuration): what the service's
+/// health reports, asked every second, so one count and nothing else.
+pub fn held(conn: &Connection) -> Result<u64, StoreError> {
+    conn.query_row(
+        "SELECT count(*) FROM outbox WHERE state != 'synced' AND refused_config IS NOT NULL",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n.max(0) as u64)
+    .map_err(ctx("counting the held outbox messages"))
 }
 
 /// Messages still owed under the sync configuration of digest `config`: not synced, and
@@ -284,9 +299,10 @@ pub fn owed(conn: &Connection, config: &str) -> Result<u64, StoreError> {
 /// and will not wait for the hourly probe.
 pub fn release_refused(conn: &Connection) -> Result<usize, StoreError> {
     conn.execute(
-        "UPDATE outbox SET refused_config = NULL, refused_at = NULL, refused_by = NULL,
-                refused_code = NULL, refused_reason = NULL
-         WHERE refused_config IS NOT NULL AND state != 'synced'",
+        &format!(
+            "UPDATE outbox SET {REFUSAL_CLEARED}
+             WHERE refused_config IS NOT NULL AND state != 'synced'"
+        ),
         [],
     )
     .map_err(ctx("releasing refused outbox messages"))

@@ -171,12 +171,7 @@ impl Central {
         out: &mut Copied,
     ) -> Result<(), String> {
         let mut tx = self.begin()?;
-        let held = tx.rows(
-            "SELECT 1 FROM collect_records WHERE message_id = ?1
-             UNION ALL SELECT 1 FROM collect_quarantine WHERE message_id = ?1",
-            &[Val::text(&row.id)],
-        )?;
-        if !held.is_empty() {
+        if handled(tx.as_mut(), &row.id)? {
             out.already_held += 1;
             return Ok(());
         }

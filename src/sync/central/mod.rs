@@ -409,12 +409,7 @@ impl Central {
                 Some(refusal),
             );
         }
-        let handled = tx.rows(
-            "SELECT 1 FROM collect_records WHERE message_id = ?1
-             UNION ALL SELECT 1 FROM collect_quarantine WHERE message_id = ?1",
-            &[Val::text(&env.id)],
-        )?;
-        if !handled.is_empty() {
+        if handled(tx.as_mut(), &env.id)? {
             return Ok(Stored::Duplicate {
                 receipt_topic: env.receipt_topic(),
                 message_id: env.id,

@@ -142,6 +142,38 @@ pub(super) fn bound_chunks(
     }
 }
 
+/// Whether `participant` was withdrawn after message `env` was written: a purge from its
+/// station with a later `seq` (or none to compare), or a central withdrawal (station `*`).
+fn withdrawn_after(
+    tx: &mut dyn CentralTx,
+    env: &Envelope,
+    participant: &str,
+) -> Result<bool, String> {
+    Ok(!tx
+        .rows(
+            "SELECT 1 FROM collect_purges WHERE study = ?1 AND (station = ?2 OR station = '*')
+               AND participant_id = ?3 AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
+            &[
+                Val::text(&env.study),
+                Val::text(&env.station),
+                Val::text(participant),
+                Val::Int(env.seq),
+            ],
+        )?
+        .is_empty())
+}
+
+/// Whether message `id` was handled already (stored, or read whole and quarantined).
+pub(super) fn handled(tx: &mut dyn CentralTx, id: &str) -> Result<bool, String> {
+    Ok(!tx
+        .rows(
+            "SELECT 1 FROM collect_records WHERE message_id = ?1
+             UNION ALL SELECT 1 FROM collect_quarantine WHERE message_id = ?1",
+            &[Val::text(id)],
+        )?
+        .is_empty())
+}
+
 pub(super) fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {
     let head = match replica::header(payload) {
         Ok(h) if h.session_id == env.subject => h,
@@ -157,17 +189,11 @@ pub(super) fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
         return Ok(Err(e));
     }
     // A withdrawal already received (newer than this record): the data is not kept.
-    let purged = tx.rows(
-        "SELECT 1 FROM collect_purges WHERE study = ?1 AND (station = ?2 OR station = '*')
-           AND participant_id = ?3 AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
-        &[
-            Val::text(&env.study),
-            Val::text(&env.station),
-            Val::Text(head.participant_id.clone()),
-            Val::Int(env.seq),
-        ],
-    )?;
-    if head.participant_id.is_some() && !purged.is_empty() {
+    let purged = match &head.participant_id {
+        Some(p) => withdrawn_after(tx, env, p)?,
+        None => false,
+    };
+    if purged {
         tracing::info!(message = %env.id, "collect: a record of a withdrawn participant dropped");
         insert_record(
             tx,
@@ -410,12 +436,7 @@ pub(super) fn store_consent(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
             return Ok(Err(e));
         }
     }
-    let purged = tx.rows(
-        "SELECT 1 FROM collect_purges WHERE study = ?1 AND (station = ?2 OR station = '*')
-           AND participant_id = ?3 AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq > ?4)",
-        &subject_params(env),
-    )?;
-    if !purged.is_empty() {
+    if withdrawn_after(tx, env, &env.subject)? {
         insert_record(
             tx,
             env,
