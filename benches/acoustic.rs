@@ -4,7 +4,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use empathic::features::acoustic::{LldExtractor, LldSet};
+use empathic::core::LldSet;
+use empathic::features::acoustic::LldExtractor;
 
 fn speech() -> Vec<f32> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/demo/session/audio.wav");

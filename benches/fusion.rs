@@ -13,12 +13,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use empathic::features::ModalitySpec;
+use empathic::core::ModalitySpec;
+use empathic::core::Phase;
+use empathic::core::{FrameRecord, ModalityLayout, StoryInPlay, Stream, Window};
 use empathic::fusion::onnx_model::{OnnxPredictor, RawWindow};
 use empathic::fusion::zero_shot::TextZeroShot;
 use empathic::fusion::{Configured, FusionStage};
-use empathic::session::Phase;
-use empathic::windows::{FrameRecord, ModalityLayout, StoryInPlay, Stream, Window};
 
 fn layout() -> ModalityLayout {
     let mut l = ModalityLayout::new();

@@ -8,10 +8,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use empathic::features::ModalitySpec;
+use empathic::core::ModalitySpec;
+use empathic::core::QualitySources;
+use empathic::core::{FrameRecord, ModalityLayout, Stream};
 use empathic::store::rows::WindowRow;
-use empathic::windows::quality::QualitySources;
-use empathic::windows::{FrameRecord, ModalityLayout, Stream, WindowAssembler};
+use empathic::windows::WindowAssembler;
 
 fn layout(dims: &[(&'static str, Stream, usize)]) -> ModalityLayout {
     let mut layout = ModalityLayout::new();

@@ -24,6 +24,7 @@ pub mod capture;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod core;
 #[cfg(feature = "sensing")]
 pub mod doctor;
 pub mod exit;

@@ -187,10 +187,10 @@ pub struct RecommendationInputs {
     /// Every story they were ever shown: never recommended again.
     pub exclude: Vec<String>,
     /// The text-zero-shot map: fitted to their earlier rated stories when there are enough.
-    pub scorer: crate::features::recommend::Scorer,
+    pub scorer: crate::fusion::recommend::Scorer,
 }
 
-/// Reads what [`crate::features::recommend::recommend`] needs for `participant`: `text` when
+/// Reads what [`crate::fusion::recommend::recommend`] needs for `participant`: `text` when
 /// given, else what they shared in `session` (default: their latest session); the stories
 /// they were shown; their calibration over every complete session.
 pub fn recommendation_inputs(
@@ -201,7 +201,7 @@ pub fn recommendation_inputs(
     session: Option<&str>,
     speaker: &str,
 ) -> Result<RecommendationInputs, StoryError> {
-    use crate::features::recommend::Scorer;
+    use crate::fusion::recommend::Scorer;
     use crate::fusion::zero_shot::{BankRelative, TextZeroShot, ABSOLUTE_MAP};
     let (text, session) = match (text, session) {
         (Some(t), _) if !t.trim().is_empty() => (t.to_string(), None),

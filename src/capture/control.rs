@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::session::{EventKind, Phase};
+use crate::session::EventKind;
+
+use crate::core::Phase;
 use crate::Nanos;
 
 /// A request, parsed.
@@ -54,7 +56,7 @@ pub enum Request {
     Recommend {
         k: usize,
         text: Option<String>,
-        policy: crate::features::recommend::Policy,
+        policy: crate::core::Policy,
     },
     Event {
         kind: EventKind,
@@ -172,13 +174,13 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
                 #[serde(default)]
                 text: Option<String>,
                 #[serde(default = "similarity")]
-                policy: crate::features::recommend::Policy,
+                policy: crate::core::Policy,
             }
             fn three() -> usize {
                 3
             }
-            fn similarity() -> crate::features::recommend::Policy {
-                crate::features::recommend::Policy::Similarity
+            fn similarity() -> crate::core::Policy {
+                crate::core::Policy::Similarity
             }
             map.remove("type");
             let f: Fields = serde_json::from_value(value).map_err(|e| format!("recommend: {e}"))?;
@@ -291,7 +293,7 @@ impl SessionRules {
                 source,
                 ..
             } => {
-                if *source == crate::session::TranscriptSource::Asr {
+                if *source == crate::core::TranscriptSource::Asr {
                     return Err("utterance `source` `asr` names the station's own recogniser; a dialogue app's utterances carry no `source`".into());
                 }
                 if start_ms > end_ms {

@@ -19,6 +19,7 @@ pub mod control;
 pub mod events;
 #[cfg(feature = "sensing")]
 pub mod microphone;
+pub mod record;
 pub mod resample;
 pub mod timeline;
 #[cfg(feature = "sensing")]

@@ -113,12 +113,12 @@ pub fn evaluate(
     use crate::fusion::evaluate::{evaluate as metrics, Estimate, Rated, FEW_RATED};
     let config = load_config(config)?;
     if let Some(p) = phase {
-        if !crate::session::Phase::ALL.iter().any(|x| x.as_str() == p) {
+        if !crate::core::Phase::ALL.iter().any(|x| x.as_str() == p) {
             return Err((
                 ExitKind::BadInput,
                 format!(
                     "unknown phase `{p}` (one of {})",
-                    crate::session::Phase::ALL.map(|x| x.as_str()).join(", ")
+                    crate::core::Phase::ALL.map(|x| x.as_str()).join(", ")
                 ),
             ));
         }
@@ -128,7 +128,7 @@ pub fn evaluate(
     let phases: Vec<Option<&str>> = match phase {
         Some(p) => vec![Some(p)],
         None => std::iter::once(None)
-            .chain(crate::session::Phase::ALL.iter().map(|p| Some(p.as_str())))
+            .chain(crate::core::Phase::ALL.iter().map(|p| Some(p.as_str())))
             .collect(),
     };
     let mut report: Vec<Evaluation> = Vec::new();
@@ -281,7 +281,7 @@ pub fn evaluate(
     report.sort_by(|a, b| {
         let order = |p: &Option<String>| {
             p.as_deref().map_or(0, |p| {
-                1 + crate::session::Phase::ALL
+                1 + crate::core::Phase::ALL
                     .iter()
                     .position(|x| x.as_str() == p)
                     .unwrap_or(99)

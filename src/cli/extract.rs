@@ -8,7 +8,7 @@ use super::extract_audio::extract_audio_csv;
 use super::extract_face::{extract_face_csv, FaceExtractOptions};
 use super::options::ConfigOption;
 use super::{fail, load_config, progress_bar, Failure, ModelFiles};
-use crate::features::acoustic::LldSet;
+use crate::core::LldSet;
 use crate::features::face::pose::IntrinsicsArgs;
 
 /// Extract features from a media file.

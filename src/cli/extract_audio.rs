@@ -14,8 +14,9 @@ use indicatif::ProgressBar;
 
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::{AudioSource, CaptureError};
+use crate::core::LldSet;
 use crate::exit::{Classify, ExitKind};
-use crate::features::acoustic::{LldExtractor, LldSet};
+use crate::features::acoustic::LldExtractor;
 use crate::features::AudioRow;
 
 /// Errors of an extraction.

@@ -326,7 +326,7 @@ pub fn repair(dir: &Path) -> Result<ExitCode, Failure> {
     } else {
         dir.to_path_buf()
     };
-    let results = crate::session::record::repair_interrupted(&root);
+    let results = crate::capture::record::repair_interrupted(&root);
     if results.is_empty() {
         outln!(
             "{}: nothing to repair (no recording left unfinished)",

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use super::options::ConfigOption;
 use super::{exit_code, fail, load_config, Failure};
+use crate::doctor::models::verify_all;
 use crate::exit::ExitKind;
-use crate::models::verify::verify_all;
 
 /// Model files.
 #[derive(clap::Args)]

@@ -67,7 +67,7 @@ enum Command {
         /// text-zero-shot predictor's score under their calibration), explore (spread over
         /// predicted levels).
         #[arg(long, value_enum, default_value = "similarity")]
-        policy: crate::features::recommend::Policy,
+        policy: crate::core::Policy,
         /// How many stories.
         #[arg(short, default_value_t = 3)]
         k: usize,
@@ -215,7 +215,7 @@ fn stories_recommend(
     participant: &str,
     text: Option<&str>,
     session: Option<&str>,
-    policy: crate::features::recommend::Policy,
+    policy: crate::core::Policy,
     k: usize,
     read: ReadOptions,
 ) -> Result<ExitCode, Failure> {
@@ -244,7 +244,7 @@ fn stories_recommend(
         .embed(&[inputs.text.as_str()])
         .map_err(fail)?
         .remove(0);
-    let chosen = crate::features::recommend::recommend(
+    let chosen = crate::fusion::recommend::recommend(
         &bank.index,
         &query,
         &inputs.exclude,

@@ -342,7 +342,7 @@ pub fn purge(
             format!("no participant `{id}` in {}", store.path().display()),
         ));
     };
-    let recordings = crate::session::record::delete_recordings_of(&config.recording.dir, id)
+    let recordings = crate::capture::record::delete_recordings_of(&config.recording.dir, id)
         .map_err(|e| {
             (
                 ExitKind::Runtime,

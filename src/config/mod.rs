@@ -356,7 +356,7 @@ impl Config {
                     "fusion.predictors",
                     format!(
                         "an empty predictor name (known: {}, a fusion model of models/MODELS.toml, or the path of one, *.onnx)",
-                        crate::fusion::BUILTIN.join(", ")
+                        crate::core::BUILTIN_PREDICTORS.join(", ")
                     ),
                 ));
             }

@@ -62,10 +62,10 @@ pub enum TextFrom {
 }
 
 impl TextFrom {
-    pub fn source(self) -> crate::session::TranscriptSource {
+    pub fn source(self) -> crate::core::TranscriptSource {
         match self {
-            TextFrom::Station => crate::session::TranscriptSource::Asr,
-            TextFrom::DialogueApp => crate::session::TranscriptSource::DialogueApp,
+            TextFrom::Station => crate::core::TranscriptSource::Asr,
+            TextFrom::DialogueApp => crate::core::TranscriptSource::DialogueApp,
         }
     }
 }
@@ -341,7 +341,7 @@ pub struct FusionConfig {
     /// (`*.onnx`).
     pub predictors: Vec<String>,
     /// The phases whose windows are predicted (a window's phase is the one at its midpoint).
-    pub phases: Vec<crate::session::Phase>,
+    pub phases: Vec<crate::core::Phase>,
     /// While the participant shares their story and before any story is shown, the stories
     /// in play are the top `retrieve_k` of the bank for what they have said so far (0: none).
     pub retrieve_k: usize,
@@ -352,8 +352,8 @@ impl Default for FusionConfig {
         Self {
             predictors: vec!["text-zero-shot".into()],
             phases: vec![
-                crate::session::Phase::StoryShare,
-                crate::session::Phase::Reflection,
+                crate::core::Phase::StoryShare,
+                crate::core::Phase::Reflection,
             ],
             retrieve_k: 3,
         }
@@ -420,7 +420,7 @@ pub struct AudioConfig {
     pub block_ms: u32,
     /// openSMILE-compatible LLD set stored per frame: `compare` (ComParE-2016, 65) or
     /// `egemaps` (eGeMAPSv02, 25).
-    pub lld_set: crate::features::acoustic::LldSet,
+    pub lld_set: crate::core::LldSet,
 }
 
 impl Default for AudioConfig {
@@ -429,7 +429,7 @@ impl Default for AudioConfig {
             device: "default".into(),
             sample_rate_hz: 16_000,
             block_ms: 20,
-            lld_set: crate::features::acoustic::LldSet::Compare,
+            lld_set: crate::core::LldSet::Compare,
         }
     }
 }

@@ -18,8 +18,9 @@ use ort::session::Session;
 use ort::value::TensorRef;
 
 use super::face::crop::{crop_to_tensor, mat_of, Border};
-use super::{FrameContext, FrameStage, ModalitySpec, StageError};
+use super::{FrameContext, FrameStage, StageError};
 use crate::capture::VideoFrame;
+use crate::core::ModalitySpec;
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
 

@@ -17,7 +17,6 @@ pub mod acoustic;
 pub mod appearance;
 #[cfg(feature = "sensing")]
 pub mod face;
-pub mod recommend;
 pub mod retrieval;
 pub mod signal;
 #[cfg(feature = "sensing")]
@@ -28,6 +27,7 @@ pub mod text;
 use crate::capture::AudioBlock;
 #[cfg(feature = "sensing")]
 use crate::capture::VideoFrame;
+use crate::core::ModalitySpec;
 use crate::exit::{Classify, ExitKind};
 use crate::Nanos;
 
@@ -49,66 +49,6 @@ pub fn pearson(a: &[f32], b: &[f32]) -> f64 {
         sab / d
     } else {
         0.0
-    }
-}
-
-/// What computes a modality's vectors: a deterministic algorithm of this crate, or a learned
-/// model run through ONNX Runtime (whose outputs differ in the last bits between CPU classes,
-/// as its kernels do). Every spec says which, so nothing that compares stored values across
-/// machines can forget a model modality.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Computed {
-    /// Rust arithmetic only: bit-identical on every x86-64 CPU.
-    ByAlgorithm,
-    /// At least one learned model's output (directly or through later arithmetic).
-    ByModel,
-}
-
-/// A modality's name (as stored), the names of its vector's columns, what produces it and
-/// the version of its column layout (bumped whenever a column's meaning changes).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModalitySpec {
-    pub name: &'static str,
-    pub columns: Vec<String>,
-    /// The stage, or the model id, that computes the vectors.
-    pub producer: String,
-    pub layout_version: u32,
-    /// Whether a learned model computes the vectors (not stored: it follows from the producer).
-    pub computed: Computed,
-}
-
-impl ModalitySpec {
-    /// A modality computed by this crate's own arithmetic.
-    pub fn by_algorithm(
-        name: &'static str,
-        columns: Vec<String>,
-        producer: impl Into<String>,
-        layout_version: u32,
-    ) -> Self {
-        Self {
-            name,
-            columns,
-            producer: producer.into(),
-            layout_version,
-            computed: Computed::ByAlgorithm,
-        }
-    }
-
-    /// A modality computed (at least in part) by a learned model.
-    pub fn by_model(
-        name: &'static str,
-        columns: Vec<String>,
-        producer: impl Into<String>,
-        layout_version: u32,
-    ) -> Self {
-        Self {
-            computed: Computed::ByModel,
-            ..Self::by_algorithm(name, columns, producer, layout_version)
-        }
-    }
-
-    pub fn dims(&self) -> usize {
-        self.columns.len()
     }
 }
 

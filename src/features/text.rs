@@ -11,10 +11,11 @@ use ort::session::Session;
 use ort::value::Tensor;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::features::ModalitySpec;
+use crate::core::ModalitySpec;
+use crate::core::TranscriptSource;
 use crate::models::manifest::ModelEntry;
 use crate::models::{onnx, ModelError};
-use crate::session::{Event, EventKind, TranscriptSource};
+use crate::session::{Event, EventKind};
 use crate::Nanos;
 
 /// Tokens per text at most (the model's `max_seq_length`).
@@ -220,7 +221,7 @@ pub struct TextStage {
     spec: ModalitySpec,
     retrieval: Option<Retrieval>,
     /// The phases entered so far, in time order.
-    phases: Vec<(Nanos, crate::session::Phase)>,
+    phases: Vec<(Nanos, crate::core::Phase)>,
     /// The session declares no phases: all it says is shared.
     unphased: bool,
 }
@@ -237,7 +238,7 @@ struct Retrieval {
 /// A retrieval made at a time: the top-k stories for what had been shared by then.
 pub type RetrievalSet = (Nanos, Vec<StoryInPlay>);
 
-pub use crate::windows::StoryInPlay;
+pub use crate::core::StoryInPlay;
 
 /// An embedded utterance: `[start_ns, end_ns)` and its vector.
 pub type EmbeddedUtterance = (Nanos, Nanos, std::sync::Arc<Vec<f32>>);
@@ -294,7 +295,7 @@ impl TextStage {
     /// phases known, or anywhere in a session without phases.
     fn sharing_at(&self, t_ns: Nanos) -> bool {
         match self.phases.iter().rev().find(|(at, _)| *at <= t_ns) {
-            Some((_, phase)) => *phase == crate::session::Phase::StoryShare,
+            Some((_, phase)) => *phase == crate::core::Phase::StoryShare,
             None => self.unphased && self.phases.is_empty(),
         }
     }

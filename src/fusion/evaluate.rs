@@ -29,22 +29,7 @@ pub const MIN_PARTICIPANTS_FOR_INTERVAL: usize = 5;
 /// Pearson r of 0.63 is not distinguishable from zero at the 5 % level.
 pub const FEW_RATED: usize = 10;
 
-/// One stored window prediction toward a story the participant rated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RatedWindow {
-    pub predictor: String,
-    pub participant: String,
-    pub session_id: String,
-    pub story_id: String,
-    /// As stored (after the calibration in force for that session).
-    pub score: f64,
-    pub raw_cosine: Option<f64>,
-    pub rating: f64,
-    /// The predictor was trained on synthetic data (not an empathy model).
-    pub synthetic: bool,
-    /// `predictions.calibration`: `population`, or `participant:N` (fitted to N ratings).
-    pub calibration: String,
-}
+use crate::core::RatedWindow;
 
 /// Session-level predictions per predictor: the mean stored score over each (session,
 /// story)'s windows, and the same through the predictor's population map (`map_of`; None

@@ -18,12 +18,13 @@ pub mod calibration;
 pub mod evaluate;
 #[cfg(feature = "sensing")]
 pub mod onnx_model;
+pub mod recommend;
 pub mod zero_shot;
 
 use std::collections::BTreeMap;
 
-use crate::session::Phase;
-use crate::windows::{ModalityId, ModalityLayout, Window};
+use crate::core::Phase;
+use crate::core::{ModalityId, ModalityLayout, Window};
 
 /// Errors of a predictor.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +169,7 @@ pub trait Predictor: Send {
 
 /// Ids of the predictors built into this build (config names them; anything else is the
 /// path of a fusion model, `*.onnx`).
-pub const BUILTIN: &[&str] = &[zero_shot::TextZeroShot::ID];
+pub const BUILTIN: &[&str] = crate::core::BUILTIN_PREDICTORS;
 
 /// The built-in predictor `id`: the one place config validation, set-up and evaluation
 /// learn which predictors exist.
@@ -429,6 +430,13 @@ impl FusionStage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_builtin_predictor_a_configuration_may_name_exists() {
+        for id in crate::core::BUILTIN_PREDICTORS {
+            assert!(super::builtin(id).is_some(), "{id}");
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -445,8 +453,8 @@ mod tests {
         assert_eq!(m.score(2.0), 5.0);
     }
 
-    use crate::features::ModalitySpec;
-    use crate::windows::{FrameRecord, StoryInPlay, Stream};
+    use crate::core::ModalitySpec;
+    use crate::core::{FrameRecord, StoryInPlay, Stream};
     use std::sync::Arc;
 
     fn layout() -> ModalityLayout {

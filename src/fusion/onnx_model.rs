@@ -23,8 +23,8 @@ use ort::session::Session;
 use ort::value::TensorRef;
 
 use super::{FusionError, PopulationMap, Predictor, Representation, WindowInput};
+use crate::core::ModalityLayout;
 use crate::models::{onnx, ModelError};
-use crate::windows::ModalityLayout;
 
 /// The contract version this build runs.
 pub const CONTRACT_VERSION: &str = "1";

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use super::{FusionError, PopulationMap, Predictor, Representation, WindowInput};
-use crate::windows::ModalityLayout;
+use crate::core::ModalityLayout;
 
 /// The modality it reads.
 pub const TEXT: &str = "text";

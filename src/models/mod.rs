@@ -3,14 +3,13 @@
 //! Contract: every shipped model is listed in `models/MODELS.toml` ([`manifest`]) with its
 //! sha256, source package and version, licence, inputs and outputs, and reference outputs.
 //! [`onnx`] owns the one ONNX Runtime environment of the process and opens sessions with
-//! errors that name the file. [`verify`] is `empathic models verify`: checksum, load, shapes
-//! and a known-answer test for each model. Nothing here downloads anything.
+//! errors that name the file. `empathic models verify` (checksum, load, shapes and a
+//! known-answer test for each model) is `doctor::models`: it opens each model through the
+//! stage that runs it. Nothing here downloads anything.
 
 pub mod manifest;
 #[cfg(feature = "sensing")]
 pub mod onnx;
-#[cfg(feature = "sensing")]
-pub mod verify;
 
 use std::path::PathBuf;
 

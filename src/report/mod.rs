@@ -16,9 +16,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::capture::timeline::{AudioTimelineStats, VideoTimelineStats};
+use crate::core::Phase;
 use crate::features::signal::{AudioSignalTotals, VideoSignalTotals};
 use crate::session::events::PhaseSpan;
-use crate::session::Phase;
 use crate::Nanos;
 
 /// Time spent in one phase.

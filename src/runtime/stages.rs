@@ -6,6 +6,7 @@
 //! modality is one `add` here plus its stage; every later part finds it by name or id.
 
 use crate::config::Config;
+use crate::core::{ModalityId, ModalityLayout, Stream};
 use crate::features::acoustic::LldExtractor;
 use crate::features::appearance::AppearanceEncoder;
 use crate::features::face::pose::IntrinsicsArgs;
@@ -20,7 +21,6 @@ use crate::fusion::onnx_model::OnnxPredictor;
 use crate::fusion::{Configured, FusionStage};
 use crate::models::manifest::{Manifest, ModelKind};
 use crate::session::CameraIntrinsics;
-use crate::windows::{ModalityId, ModalityLayout, Stream};
 
 use super::RunError;
 
@@ -56,7 +56,7 @@ pub struct Stages {
 fn add(
     layout: &mut ModalityLayout,
     stream: Stream,
-    spec: &crate::features::ModalitySpec,
+    spec: &crate::core::ModalitySpec,
 ) -> Result<ModalityId, RunError> {
     layout
         .add(stream, spec.clone())

@@ -11,9 +11,10 @@
 //! session.
 
 use crate::config::{AsrSource, Config};
+use crate::core::TranscriptSource;
 use crate::features::speech::stream::{rules_of, SpeechStream};
 use crate::features::speech::{vad, Recogniser, SpeechModels};
-use crate::session::{Event, EventKind, TranscriptSource};
+use crate::session::{Event, EventKind};
 
 use super::stages::Stages;
 

@@ -11,39 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::SessionError;
+use crate::core::{Phase, TranscriptSource};
 use crate::Nanos;
-
-/// The five phases of an EmpathicStories++ session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    WarmUp,
-    StoryShare,
-    StoryReceive,
-    Reflection,
-    CoolDown,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 5] = [
-        Phase::WarmUp,
-        Phase::StoryShare,
-        Phase::StoryReceive,
-        Phase::Reflection,
-        Phase::CoolDown,
-    ];
-
-    /// The name used in files and in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::WarmUp => "warm_up",
-            Phase::StoryShare => "story_share",
-            Phase::StoryReceive => "story_receive",
-            Phase::Reflection => "reflection",
-            Phase::CoolDown => "cool_down",
-        }
-    }
-}
 
 /// When a survey was answered in the longitudinal study.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,31 +30,6 @@ impl TimePoint {
             TimePoint::MidStudy => "mid_study",
             TimePoint::PostStudy => "post_study",
         }
-    }
-}
-
-/// Who transcribed an utterance.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TranscriptSource {
-    /// The dialogue app (its own or a cloud recogniser, or a human): the default.
-    #[default]
-    DialogueApp,
-    /// The station's own recogniser (`features::speech`).
-    Asr,
-}
-
-impl TranscriptSource {
-    /// The name used in files and in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TranscriptSource::DialogueApp => "dialogue_app",
-            TranscriptSource::Asr => "asr",
-        }
-    }
-
-    fn is_dialogue_app(&self) -> bool {
-        *self == TranscriptSource::DialogueApp
     }
 }
 

@@ -10,11 +10,10 @@
 
 pub mod events;
 pub mod manifest;
-pub mod record;
 
 use std::path::{Path, PathBuf};
 
-pub use events::{Event, EventKind, Phase, PhaseSpan, TimePoint, TranscriptSource};
+pub use events::{Event, EventKind, PhaseSpan, TimePoint};
 pub use manifest::{CameraIntrinsics, SessionManifest, FORMAT_VERSION};
 
 use crate::exit::{Classify, ExitKind};

@@ -214,18 +214,7 @@ impl Store {
             .conn
             .unchecked_transaction()
             .map_err(sql("beginning to record a participant's consent"))?;
-        tx.execute(
-            &format!(
-                "INSERT INTO participants (id, consent, consent_at, raw_media_consent, first_seen_at)
-                 VALUES (?1, ?2, {now}, ?3, {now})
-                 ON CONFLICT (id) DO UPDATE SET consent = ?2, consent_at = {now},
-                     raw_media_consent = ?3",
-                now = sql::NOW
-            ),
-            rusqlite::params![id, consent, i64::from(raw_media)],
-        )
-        .map_err(sql("recording a participant's consent"))?;
-        sql::outbox::announce_consent(&tx, id)?;
+        sql::participants::record_consent(&tx, id, consent, raw_media)?;
         tx.commit()
             .map_err(sql("committing a participant's consent"))
     }

@@ -151,7 +151,7 @@ impl Store {
             .connection()
             .unchecked_transaction()
             .map_err(sql::ctx("beginning the purge"))?;
-        let sessions = outbox::purge_participant(&tx, id)?;
+        let sessions = sql::participants::purge_participant(&tx, id)?;
         if sessions.is_some() {
             tx.commit().map_err(sql::ctx("committing the purge"))?;
         }

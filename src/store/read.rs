@@ -193,7 +193,7 @@ impl Store {
         &self,
         predictor: Option<&str>,
         phase: Option<&str>,
-    ) -> Result<(Vec<crate::fusion::evaluate::RatedWindow>, u64), StoreError> {
+    ) -> Result<(Vec<crate::core::RatedWindow>, u64), StoreError> {
         let filter = "FROM predictions p
              JOIN sessions ses ON ses.id = p.session_id AND ses.status = 'complete'
              LEFT JOIN windows w ON w.session_id = p.session_id AND w.window_index = p.window_index
@@ -222,7 +222,7 @@ impl Store {
             ))
             .and_then(|mut st| {
                 st.query_map(params![predictor, phase], |r| {
-                    Ok(crate::fusion::evaluate::RatedWindow {
+                    Ok(crate::core::RatedWindow {
                         predictor: r.get(0)?,
                         participant: r.get(1)?,
                         session_id: r.get(2)?,

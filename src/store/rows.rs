@@ -7,9 +7,9 @@
 
 use serde::Serialize;
 
-use crate::session::Phase;
-use crate::windows::quality::QualitySources;
-use crate::windows::{ModalityLayout, Window, WindowQuality};
+use crate::core::Phase;
+use crate::core::QualitySources;
+use crate::core::{ModalityLayout, Window, WindowQuality};
 use crate::Nanos;
 
 /// Where a session's media came from.
@@ -44,7 +44,7 @@ pub struct SessionStart {
     pub replace: bool,
     /// Whose utterances feed the text modality (the dialogue app's or the station's
     /// recogniser's); both may be stored.
-    pub text_source: crate::session::TranscriptSource,
+    pub text_source: crate::core::TranscriptSource,
 }
 
 /// How a session ended.
@@ -163,8 +163,8 @@ pub fn blob_to_vec(b: &[u8]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::ModalitySpec;
-    use crate::windows::{FrameRecord, Stream};
+    use crate::core::ModalitySpec;
+    use crate::core::{FrameRecord, Stream};
     use std::sync::Arc;
 
     #[test]

@@ -23,8 +23,8 @@ use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionSource, SessionSt
 use super::sql::sessions::{self, EventCursor, Failure};
 use super::sql::{frames, predictions};
 use super::{connect, ConnectOptions, Owner, StoreError};
+use crate::core::FrameRecord;
 use crate::session::Event;
-use crate::windows::FrameRecord;
 
 /// Capacity of the writer's command queue.
 const QUEUE_CAPACITY: usize = 1024;
@@ -195,7 +195,7 @@ struct ActiveSession {
     deferred_surveys: Vec<Event>,
     participant_id: Option<String>,
     modality_names: Vec<&'static str>,
-    layout: crate::windows::ModalityLayout,
+    layout: crate::core::ModalityLayout,
     events: EventCursor,
 }
 

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use super::{FrameRecord, ModalityId};
+use crate::core::{FrameRecord, ModalityId};
 use crate::features::text::TextTrack;
 use crate::features::{AudioRow, PoolFn};
 use crate::Nanos;
@@ -176,9 +176,9 @@ impl FrameAligner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ModalitySpec;
+    use crate::core::{ModalityLayout, Stream};
     use crate::features::signal::pool_signal_rows;
-    use crate::features::ModalitySpec;
-    use crate::windows::{ModalityLayout, Stream};
 
     fn layout() -> (ModalityId, ModalityId) {
         let mut l = ModalityLayout::new();

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{FrameRecord, Window};
+use crate::core::{FrameRecord, Window};
 
 pub struct WindowAssembler {
     length: usize,
@@ -123,11 +123,11 @@ mod tests {
 
     #[test]
     fn presence_and_mean_skip_absent_frames() {
-        let mut layout = crate::windows::ModalityLayout::new();
+        let mut layout = crate::core::ModalityLayout::new();
         let m = layout
             .add(
-                crate::windows::Stream::Video,
-                crate::features::ModalitySpec::by_algorithm("x", vec!["x".into()], "test", 1),
+                crate::core::Stream::Video,
+                crate::core::ModalitySpec::by_algorithm("x", vec!["x".into()], "test", 1),
             )
             .unwrap();
         let mut asm = WindowAssembler::new(4, 4, 1.0);

@@ -6,7 +6,8 @@ use std::path::Path;
 use crate::common::csv::read_csv;
 use crate::common::*;
 use empathic::cli::extract_audio::extract_audio_csv;
-use empathic::features::acoustic::{column_names, LldExtractor, LldSet};
+use empathic::core::LldSet;
+use empathic::features::acoustic::{column_names, LldExtractor};
 use proptest::prelude::*;
 
 /// Per column, the share of rows with |err| <= 1e-4 + 1e-3 |ref| (the reference's last 4

@@ -1,6 +1,8 @@
-//! The layout rules of ARCHITECTURE.md, checked on the source: no import circle between
-//! modules, nothing outside the store reaches its SQL or its connection, and progress bars
-//! are drawn only by the commands. A rule broken here is a structure change to discuss, not
+//! The layout rules of ARCHITECTURE.md, checked on the source: the top-level modules import
+//! only what their layer allows ([`ALLOWED`]), the store's modules only the siblings their
+//! table allows ([`STORE_ALLOWED`]), no import circle at any depth, nothing outside the
+//! store reaches its SQL or its connection, and progress bars are drawn only by the
+//! commands. A rule broken here is a structure change to discuss, not
 //! a test to loosen.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,35 +59,135 @@ fn code(file: &Path) -> String {
         .join("\n")
 }
 
-/// The module paths a piece of code names after `prefix` (`crate::a::b::C` gives
-/// `["a", "b", "C"]`).
-fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<Vec<&'a str>> {
-    let mut out = Vec::new();
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The paths a `use` tree names, braces expanded (`a::{b, c::{d, self}}` gives `a::b`,
+/// `a::c::d`, `a::c`); renames dropped.
+fn expand_use(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap_or("").trim();
+        return vec![path.to_string()];
+    };
+    let prefix = tree[..open].trim().trim_end_matches("::");
+    // Not a use tree after all (the words `use ` in a string, say).
+    let Some(close) = tree.rfind('}').filter(|&c| c > open) else {
+        return Vec::new();
+    };
+    let inner = &tree[open + 1..close];
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|i| !i.trim().is_empty())
+        .flat_map(expand_use)
+        .map(|p| match (prefix.is_empty(), p.as_str()) {
+            (true, _) => p,
+            (false, "self") => prefix.to_string(),
+            (false, _) => format!("{prefix}::{p}"),
+        })
+        .collect()
+}
+
+/// Every path a file's code names that may be a module of this crate: each `use` tree
+/// expanded, and each path written inline that starts `crate::`, `super::`, `self::` or
+/// with a child module's name. Relative paths are made absolute from `me`.
+fn named_paths(
+    code: &str,
+    me: &[String],
+    is_module: &dyn Fn(&[String]) -> bool,
+) -> Vec<Vec<String>> {
+    let mut raw: Vec<String> = Vec::new();
+    // `use` statements.
     let mut rest = code;
-    while let Some(i) = rest.find(prefix) {
-        let before = rest[..i].chars().last();
-        rest = &rest[i + prefix.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+    while let Some(i) = rest.find("use ") {
+        let starts = rest[..i]
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_whitespace() || c == ')' || c == '{' || c == ';');
+        rest = &rest[i + 4..];
+        if !starts {
             continue;
         }
-        let end = rest
-            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-            .unwrap_or(rest.len());
-        out.push(rest[..end].split("::").filter(|s| !s.is_empty()).collect());
+        let end = rest.find(';').unwrap_or(rest.len());
+        raw.extend(expand_use(&rest[..end]));
+        rest = &rest[end..];
+    }
+    // Inline paths.
+    let bytes = code;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i..].chars().next().unwrap();
+        let before_ok = i == 0 || {
+            let b = bytes[..i].chars().last().unwrap();
+            !is_ident(b) && b != ':'
+        };
+        if before_ok && is_ident(c) {
+            let end = bytes[i..]
+                .find(|c: char| !(is_ident(c) || c == ':'))
+                .map_or(bytes.len(), |e| i + e);
+            let word = &bytes[i..end];
+            if word.contains("::") {
+                raw.push(word.trim_end_matches(':').to_string());
+            }
+            i = end.max(i + c.len_utf8());
+        } else {
+            i += c.len_utf8();
+        }
+    }
+    let mut out = Vec::new();
+    for path in raw {
+        let mut segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+        let mut base: Vec<String> = match segs.first() {
+            Some(&"crate") => {
+                segs.remove(0);
+                Vec::new()
+            }
+            Some(&"self") => {
+                segs.remove(0);
+                me.to_vec()
+            }
+            Some(&"super") => {
+                let mut b = me.to_vec();
+                while segs.first() == Some(&"super") {
+                    segs.remove(0);
+                    b.pop();
+                }
+                b
+            }
+            Some(first) => {
+                let mut child = me.to_vec();
+                child.push(first.to_string());
+                if !is_module(&child) {
+                    continue;
+                }
+                me.to_vec()
+            }
+            None => continue,
+        };
+        base.extend(segs.iter().map(|s| s.to_string()));
+        out.push(base);
     }
     out
 }
 
-/// Modules at this depth are the graph's nodes (`features::face`, `store::outbox`,
-/// `config`): a file and the folder it heads are one node.
-const DEPTH: usize = 2;
-
-fn node(path: &[String]) -> String {
-    path[..path.len().min(DEPTH)].join("::")
-}
-
-#[test]
-fn no_import_circle_between_modules() {
+/// The crate's module edges between source files: `(from, to)` module paths, `to` the
+/// longest prefix of a named path that is a module.
+fn module_edges() -> BTreeSet<(Vec<String>, Vec<String>)> {
     let src = root().join("src");
     let files: Vec<PathBuf> = sources(&src)
         .into_iter()
@@ -93,59 +195,266 @@ fn no_import_circle_between_modules() {
         .collect();
     let modules: BTreeSet<String> = files.iter().map(|f| module_of(f).join("::")).collect();
     let is_module = |p: &[String]| modules.contains(&p.join("::"));
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut edges = BTreeSet::new();
     for f in &files {
         let me = module_of(f);
-        let from = node(&me);
-        let code = code(f);
-        let mut targets: Vec<Vec<String>> = Vec::new();
-        for p in paths_after(&code, "crate::") {
-            targets.push(p.iter().map(|s| s.to_string()).collect());
-        }
-        // `super::x` from a file names its parent module's `x` (from a `mod.rs`, the
-        // parent of its folder).
-        let is_mod_rs = f.ends_with("mod.rs");
-        let parent: Vec<String> = if is_mod_rs {
-            me[..me.len().saturating_sub(1)].to_vec()
-        } else {
-            me[..me.len() - 1].to_vec()
-        };
-        for p in paths_after(&code, "super::") {
-            let mut t = parent.clone();
-            t.extend(p.iter().map(|s| s.to_string()));
-            targets.push(t);
-        }
-        for t in targets {
-            // The longest prefix that is a module of this crate.
-            let Some(n) = (1..=t.len()).rev().find(|&n| is_module(&t[..n])) else {
-                continue;
-            };
-            let to = node(&t[..n]);
-            if to != from {
-                edges.entry(from.clone()).or_default().insert(to);
+        for t in named_paths(&code(f), &me, &is_module) {
+            if let Some(n) = (1..=t.len()).rev().find(|&n| is_module(&t[..n])) {
+                if t[..n] != me[..] {
+                    edges.insert((me.clone(), t[..n].to_vec()));
+                }
             }
         }
     }
-    let circles = strongly_connected(&edges);
+    edges
+}
+
+/// `a` is `b` or inside it.
+fn within(a: &[String], b: &[String]) -> bool {
+    a.len() >= b.len() && a[..b.len()] == *b
+}
+
+/// Which top-level modules each may import (depth 1). The layers, bottom up: `core`,
+/// `exit`, `clock`, `files` (shared vocabulary, no other crate module); the session format
+/// and the model files; the configuration; capture < features < windows < fusion (the
+/// sensing pipeline); the store; sync and the story bank; the report; the runtime and the
+/// installation check; the commands. The store, sync and report import nothing of the
+/// sensing pipeline but `report`'s drawing helpers, so the collector build needs only
+/// the native-code modules gated. A new edge is a design change: add it here with why.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("core", &[]),
+    ("exit", &[]),
+    ("clock", &[]),
+    ("files", &["exit"]),
+    ("session", &["core", "clock", "exit"]),
+    ("models", &["exit"]),
+    ("config", &["core", "exit", "models", "session"]),
+    ("capture", &["core", "clock", "exit", "session"]),
+    (
+        "features",
+        &["core", "exit", "capture", "config", "models", "session"],
+    ),
+    ("windows", &["core", "features"]),
+    ("fusion", &["core", "exit", "features", "models"]),
+    ("store", &["core", "exit", "config", "session"]),
+    (
+        "sync",
+        &["core", "clock", "exit", "config", "session", "store"],
+    ),
+    (
+        "stories",
+        &["core", "exit", "features", "fusion", "models", "store"],
+    ),
+    (
+        "report",
+        &[
+            "core", "clock", "exit", "files", "config", "session", "capture", "features", "fusion",
+            "store", "sync",
+        ],
+    ),
+    (
+        "doctor",
+        &[
+            "core", "clock", "exit", "config", "session", "models", "capture", "features",
+            "fusion", "sync",
+        ],
+    ),
+    (
+        "runtime",
+        &[
+            "core", "clock", "exit", "files", "config", "session", "models", "capture", "features",
+            "windows", "fusion", "store", "sync", "stories", "report",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "core", "clock", "exit", "files", "config", "session", "models", "capture", "features",
+            "fusion", "store", "sync", "stories", "report", "runtime", "doctor",
+        ],
+    ),
+];
+
+/// Which of the store's modules may use which siblings (at every depth inside the store;
+/// a module always uses its ancestors' items, the store's handle and error, and a parent
+/// its children). The SQL of one table family per file; the participant's lifecycle uses
+/// the sessions and the outbox, which use neither it nor each other.
+const STORE_ALLOWED: &[(&str, &[&str])] = &[
+    ("store::central", &["store::replica", "store::sql::study"]),
+    ("store::connect", &["store::schema", "store::sql"]),
+    ("store::outbox", &["store::sql"]),
+    (
+        "store::replica",
+        &["store::sql::outbox", "store::sql::sessions"],
+    ),
+    ("store::sql", &["store::rows"]),
+    ("store::sql::delivery", &["store::sql::outbox"]),
+    ("store::sql::export", &["store::rows"]),
+    ("store::sql::frames", &["store::rows"]),
+    (
+        "store::sql::participants",
+        &["store::sql::outbox", "store::sql::sessions"],
+    ),
+    ("store::sql::predictions", &["store::rows"]),
+    (
+        "store::sql::sessions",
+        &[
+            "store::rows",
+            "store::sql::frames",
+            "store::sql::outbox",
+            "store::sql::predictions",
+        ],
+    ),
+    ("store::sql::stories", &["store::rows"]),
+    (
+        "store::writer",
+        &[
+            "store::connect",
+            "store::rows",
+            "store::sql",
+            "store::sql::outbox",
+            "store::sql::sessions",
+        ],
+    ),
+    ("store::read", &["store::rows", "store::sql"]),
+];
+
+fn allowed_of(table: &[(&str, &[&str])], from: &str) -> Option<BTreeSet<String>> {
+    table
+        .iter()
+        .find(|(m, _)| *m == from)
+        .map(|(_, to)| to.iter().map(|s| s.to_string()).collect())
+}
+
+#[test]
+fn top_level_modules_import_only_what_their_layer_allows() {
+    let mut broken = Vec::new();
+    for (from, to) in module_edges() {
+        let (a, b) = (&from[0], &to[0]);
+        if a == b {
+            continue;
+        }
+        match allowed_of(ALLOWED, a) {
+            None => broken.push(format!("`{a}` is not in the layer table")),
+            Some(ok) if !ok.contains(b) => broken.push(format!(
+                "{} uses {} (`{a}` may use: {})",
+                from.join("::"),
+                to.join("::"),
+                ok.iter().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Some(_) => {}
+        }
+    }
+    broken.sort();
+    broken.dedup();
     assert!(
-        circles.is_empty(),
-        "import circles between modules (each names who imports whom):\n{}",
-        circles
-            .iter()
-            .map(|c| c
-                .iter()
-                .map(|m| format!(
-                    "  {m} -> {:?}",
-                    edges[m]
-                        .iter()
-                        .filter(|t| c.contains(t))
-                        .collect::<Vec<_>>()
-                ))
-                .collect::<Vec<_>>()
-                .join("\n"))
-            .collect::<Vec<_>>()
-            .join("\n\n")
+        broken.is_empty(),
+        "edges outside the layers:\n{}",
+        broken.join("\n")
     );
+    // The table itself has no circle.
+    let table: BTreeMap<String, BTreeSet<String>> = ALLOWED
+        .iter()
+        .map(|(m, to)| (m.to_string(), to.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    assert!(strongly_connected(&table).is_empty());
+}
+
+#[test]
+fn the_store_modules_use_only_the_siblings_their_table_allows() {
+    let store = vec!["store".to_string()];
+    let mut broken = Vec::new();
+    for (from, to) in module_edges() {
+        if !within(&from, &store)
+            || !within(&to, &store)
+            || within(&from, &to)
+            || within(&to, &from)
+        {
+            continue;
+        }
+        // The sibling (at the first depth where the two differ) that `to` is in, seen
+        // from `from`'s module at every depth: listed for `from` or for an ancestor of it.
+        let ok = (2..=from.len()).any(|n| {
+            allowed_of(STORE_ALLOWED, &from[..n].join("::")).is_some_and(|ok| {
+                ok.iter()
+                    .any(|t| within(&to, &t.split("::").map(String::from).collect::<Vec<_>>()))
+            })
+        });
+        if !ok {
+            broken.push(format!("{} uses {}", from.join("::"), to.join("::")));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "edges inside the store not in its table:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_edge_finder_sees_use_trees_and_relative_paths() {
+    assert_eq!(
+        expand_use("crate::a::{b, c::{d, self}, e as f}"),
+        [
+            "crate::a::b",
+            "crate::a::c::d",
+            "crate::a::c",
+            "crate::a::e"
+        ]
+    );
+    let edges = module_edges();
+    let has = |a: &str, b: &str| {
+        edges.contains(&(
+            a.split("::").map(String::from).collect(),
+            b.split("::").map(String::from).collect(),
+        ))
+    };
+    // `use super::{ctx, outbox, sessions, NOW};` in store/sql/participants.rs.
+    assert!(has("store::sql::participants", "store::sql::outbox"));
+    assert!(has("store::sql::participants", "store::sql::sessions"));
+}
+
+#[test]
+fn no_import_circle_at_any_depth() {
+    let edges = module_edges();
+    let deepest = edges
+        .iter()
+        .map(|(a, b)| a.len().max(b.len()))
+        .max()
+        .unwrap_or(1);
+    for depth in 1..=deepest {
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (from, to) in &edges {
+            // A parent naming its own children is declaring them, not depending on them.
+            if within(to, from) {
+                continue;
+            }
+            let (a, b) = (&from[..from.len().min(depth)], &to[..to.len().min(depth)]);
+            if a != b && !within(b, a) {
+                graph.entry(a.join("::")).or_default().insert(b.join("::"));
+            }
+        }
+        let circles = strongly_connected(&graph);
+        assert!(
+            circles.is_empty(),
+            "import circles at depth {depth} (each names who imports whom):\n{}",
+            circles
+                .iter()
+                .map(|c| c
+                    .iter()
+                    .map(|m| format!(
+                        "  {m} -> {:?}",
+                        graph[m]
+                            .iter()
+                            .filter(|t| c.contains(t))
+                            .collect::<Vec<_>>()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        );
+    }
 }
 
 /// Tarjan's strongly connected components of more than one node.

@@ -35,7 +35,7 @@ fn model_modalities() -> &'static [String] {
         stages
             .layout
             .iter()
-            .filter(|(_, m)| m.spec.computed == empathic::features::Computed::ByModel)
+            .filter(|(_, m)| m.spec.computed == empathic::core::Computed::ByModel)
             .map(|(_, m)| m.spec.name.to_string())
             .collect()
     })

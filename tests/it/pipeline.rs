@@ -12,6 +12,7 @@ use empathic::capture::events::RecordedEvents;
 use empathic::capture::video_file::FileVideoSource;
 use empathic::clock::{ManualClock, Pacer, Speed};
 use empathic::config::Config;
+use empathic::core::Window;
 use empathic::runtime::pipeline::{self, Outcome, PipelineOptions, Sinks, Sources, WindowConsumer};
 use empathic::runtime::queues::Overflow;
 use empathic::runtime::stages::Stages;
@@ -19,7 +20,6 @@ use empathic::runtime::{RunError, WriterThread};
 use empathic::session::RecordedSession;
 use empathic::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use empathic::store::Store;
-use empathic::windows::Window;
 use rusqlite::Connection;
 
 /// Records what it is given: (first frame index, frames, phase) per window.

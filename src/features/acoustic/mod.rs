@@ -37,8 +37,6 @@ pub use pool::{pool_compare_rows, pool_egemaps_rows};
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-
 use self::egemaps::{harmonic_levels, semitones, AcfHnr, EgemapsSpectral, Formants};
 use self::jitter::PitchJitter;
 use self::pitch::{ShsPitch, Viterbi};
@@ -46,45 +44,22 @@ use self::spectral::{
     mfcc, rms, zcr, Auditory, MagnitudeSpectrum, MelFilterbank, SpectralDescriptors, WindowKind,
     MEL_BANDS,
 };
-use super::{AudioRow, AudioStage, ModalitySpec, PoolFn, StageError};
+use super::{AudioRow, AudioStage, PoolFn, StageError};
 use crate::capture::AudioBlock;
+use crate::core::{LldSet, ModalitySpec};
 use crate::Nanos;
 
 /// Number of ComParE-2016 LLDs (the widest set).
-pub const DIMS: usize = 65;
+pub const DIMS: usize = crate::core::COMPARE_LLDS;
 
-/// Which openSMILE LLD set to compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LldSet {
-    /// ComParE-2016: 65 LLDs (the paper's audio features).
-    #[default]
-    Compare,
-    /// eGeMAPSv02: 25 LLDs (loudness, alpha ratio, Hammarberg index, slopes, formants...).
-    Egemaps,
-}
-
+/// What the LLD set means here: its columns (the set itself is [`LldSet`], in
+/// [`crate::core`], so the configuration names it without the extractor).
 impl LldSet {
-    pub fn dims(self) -> usize {
-        match self {
-            LldSet::Compare => DIMS,
-            LldSet::Egemaps => 25,
-        }
-    }
-
     /// openSMILE's column names, in its order.
     pub fn columns(self) -> Vec<String> {
         match self {
             LldSet::Compare => column_names(),
             LldSet::Egemaps => EGEMAPS_COLUMNS.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
-    /// The modality name the stage stores its vectors under.
-    pub fn modality(self) -> &'static str {
-        match self {
-            LldSet::Compare => "acoustic_compare",
-            LldSet::Egemaps => "acoustic_egemaps",
         }
     }
 

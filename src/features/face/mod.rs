@@ -36,8 +36,9 @@ use self::crop::{appearance_signature, mat_of, Roi, SIGNATURE_SIDE};
 use self::landmarks::{eyelids, ibug68, iris_ring, Blend, EYE_CORNERS};
 use self::models::{BlendshapeModel, Detection, FaceDetector, FaceMeshModel, IrisModel, Mesh};
 use self::pose::{euler_xyz, refine_pnp, similarity, Intrinsics, IntrinsicsArgs, Pose, Similarity};
-use super::{pearson, FrameContext, FrameStage, ModalitySpec, StageError};
+use super::{pearson, FrameContext, FrameStage, StageError};
 use crate::capture::{BgrImage, VideoFrame};
+use crate::core::ModalitySpec;
 use crate::models::manifest::Manifest;
 use crate::models::ModelError;
 

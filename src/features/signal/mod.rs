@@ -20,30 +20,17 @@ mod video;
 #[cfg(feature = "sensing")]
 pub use video::VideoSignalStage;
 
-use super::{AudioRow, AudioStage, ModalitySpec, PoolFn, StageError};
+use super::{AudioRow, AudioStage, PoolFn, StageError};
 
 use crate::capture::{samples_to_ns, AudioBlock};
 use crate::config::QualityConfig;
+use crate::core::ModalitySpec;
 use crate::Nanos;
 
 /// Lowest level reported, for digital silence.
 pub const SILENCE_DBFS: f32 = -120.0;
 /// Audio row length.
 pub const ROW_MS: u32 = 10;
-
-/// Column positions of the `video_signal` vector (window quality reads them by these).
-pub mod video_columns {
-    pub const BRIGHTNESS: usize = 0;
-    pub const CONTRAST: usize = 1;
-    pub const SHARPNESS: usize = 2;
-}
-
-/// Column positions of the `audio_signal` vector.
-pub mod audio_columns {
-    pub const LEVEL_DBFS: usize = 0;
-    pub const CLIPPED_FRACTION: usize = 1;
-    pub const VOICE_ACTIVITY: usize = 2;
-}
 
 /// Session totals of the video signal stage.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -320,6 +307,16 @@ impl EnergyTurns {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_audio_columns_sit_where_window_quality_reads_them() {
+        use crate::core::quality::audio_columns::*;
+        let stage = super::AudioSignalStage::new(&crate::config::QualityConfig::default(), 16_000);
+        let columns = &super::AudioStage::spec(&stage).columns;
+        assert_eq!(columns[LEVEL_DBFS], "level_dbfs");
+        assert_eq!(columns[CLIPPED_FRACTION], "clipped_fraction");
+        assert_eq!(columns[VOICE_ACTIVITY], "voice_activity");
+    }
+
     use super::*;
 
     fn block(t_ns: Nanos, samples: Vec<f32>) -> AudioBlock {

@@ -5,8 +5,9 @@ use opencv::prelude::*;
 
 use super::VideoSignalTotals;
 use crate::capture::{BgrImage, VideoFrame};
+use crate::core::ModalitySpec;
 use crate::features::face::crop;
-use crate::features::{FrameContext, FrameStage, ModalitySpec, StageError};
+use crate::features::{FrameContext, FrameStage, StageError};
 
 /// Per-frame brightness, contrast and sharpness.
 pub struct VideoSignalStage {
@@ -269,6 +270,16 @@ mod tests {
             (sharpness - want.2).abs() <= 1e-9 * want.2,
             "{sharpness} {want:?}"
         );
+    }
+
+    #[test]
+    fn the_video_columns_sit_where_window_quality_reads_them() {
+        use crate::core::quality::video_columns::*;
+        let stage = VideoSignalStage::new();
+        let columns = &stage.spec().columns;
+        assert_eq!(columns[BRIGHTNESS], "brightness");
+        assert_eq!(columns[CONTRAST], "contrast");
+        assert_eq!(columns[SHARPNESS], "sharpness");
     }
 
     #[test]

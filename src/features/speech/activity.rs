@@ -12,7 +12,8 @@ use std::path::Path;
 use super::stream::Placement;
 use super::vad::{SileroVad, CHUNK, RATE_HZ};
 use crate::capture::AudioBlock;
-use crate::features::{AudioRow, AudioStage, ModalitySpec, PoolFn, StageError};
+use crate::core::ModalitySpec;
+use crate::features::{AudioRow, AudioStage, PoolFn, StageError};
 use crate::models::ModelError;
 
 /// The modality's name.

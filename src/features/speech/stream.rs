@@ -9,7 +9,7 @@
 //!
 //! The recogniser hears what the live recorder keeps, so a replay of a live recording hears
 //! the same samples as the live run did ([`Placement`]): a block is placed on the stream by
-//! its stamp (a gap is filled with zeros, an overlap is skipped, as `session::record` writes
+//! its stamp (a gap is filled with zeros, an overlap is skipped, as `capture::record` writes
 //! `audio.wav`) and each sample is rounded to 16 bits. The samples of the open utterance (at most
 //! `max_speech_ms`) and the padding before it are all that is held.
 

@@ -21,6 +21,7 @@ use crate::store::{SessionDetail, Store, StoreError};
 
 mod frames;
 mod participant;
+mod section;
 mod session;
 mod signals;
 mod summary;

@@ -1,11 +1,12 @@
 //! The session page: a summary at a glance, then the timeline, predicted empathy, facial
 //! behaviour, voice, data quality, transcript and an appendix, one function per section
-//! over what the page's head read once ([`Section`]). The sections of the participant's
+//! over what the page's head read once (`section::Section`). The sections of the participant's
 //! face and voice (per-frame signals drawn over time) are in `signals.rs`.
 
 use super::*;
 
 use super::frames::*;
+use super::section::Section;
 use super::signals::{face_section, voice_section};
 use super::summary::*;
 
@@ -149,32 +150,6 @@ fn story_markers(d: &SessionDetail) -> Vec<Marker> {
             ),
         })
         .collect()
-}
-
-/// What every section of the session page reads: the stored session and what the page's
-/// head derived from it once.
-#[derive(Clone, Copy)]
-pub(super) struct Section<'a> {
-    pub(super) store: &'a Store,
-    pub(super) id: &'a str,
-    pub(super) d: &'a SessionDetail,
-    pub(super) duration: f64,
-    pub(super) phase_bands: &'a [(f64, f64, String, plotters::style::RGBColor)],
-    pub(super) frame_source: &'a FrameSource<'a>,
-    pub(super) utterances: &'a [crate::store::UtteranceRow],
-    pub(super) quality: Option<&'a crate::report::QualityReport>,
-    pub(super) opts: &'a PageOptions,
-    pub(super) modalities: &'a [ExportModality],
-}
-
-impl Section<'_> {
-    /// The phases shaded behind a time plot.
-    pub(super) fn behind(&self) -> Backdrop<'_> {
-        Backdrop {
-            phases: self.phase_bands,
-            markers: &[],
-        }
-    }
 }
 
 /// The session page's Timeline section.

@@ -5,7 +5,7 @@
 use super::*;
 
 use super::frames::*;
-use super::session::Section;
+use super::section::Section;
 use super::summary::*;
 
 /// The session page's Facial behaviour section.

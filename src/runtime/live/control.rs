@@ -22,7 +22,7 @@ use super::session::start_session;
 /// from the energy rule, with `decided_ms` and `handed_ms`; `quality` for darkness,
 /// clipping, disk and drops, and the standing problems first.
 const STREAM_VERSION: u32 = 2;
-use super::{current_status, spawn, Service};
+use super::{current_status, spawn, Service, BUSY};
 
 /// Control connections served at once.
 pub(super) const MAX_CLIENTS: usize = 16;
@@ -123,11 +123,6 @@ pub(super) fn error_reply(reason: &str) -> String {
         serde_json::json!({"ok": false, "error": reason}).to_string()
     }
 }
-
-/// How a refusal by the service's state rather than the request begins (a session already
-/// running, `recommend` busy): its answer carries `"busy": true`, the same request may pass
-/// later, and `ctl` exits 1 for it, not 2 (bad input).
-pub(super) const BUSY: &str = "busy: ";
 
 /// What a connection sent next.
 pub(super) enum Incoming {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::capture::camera::{decode_jpeg, Grab};
 use crate::capture::events::{EventBatch, EventSource};
 use crate::capture::microphone::MicStream;
+use crate::capture::record::Recording;
 use crate::capture::resample::StreamResampler;
 use crate::capture::{
     samples_to_ns, AudioBlock, AudioInfo, AudioSource, CaptureError, VideoFrame, VideoInfo,
@@ -16,7 +17,6 @@ use crate::capture::{
 };
 use crate::clock::Clock;
 use crate::runtime::queues::{PolicyReceiver, PolicySender};
-use crate::session::record::Recording;
 use crate::session::Event;
 use crate::Nanos;
 

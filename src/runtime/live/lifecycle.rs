@@ -128,7 +128,8 @@ pub(super) fn check_addressed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::{EventKind, Phase};
+    use crate::core::Phase;
+    use crate::session::EventKind;
 
     fn event(session_id: Option<&str>) -> Request {
         Request::Event {

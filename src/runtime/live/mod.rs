@@ -31,12 +31,17 @@ use super::RunError;
 use crate::capture::camera::CameraOpener;
 use crate::capture::control::SessionRules;
 use crate::capture::microphone::MicStream;
+use crate::capture::record::{free_bytes, Recording};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::session::record::{free_bytes, Recording};
 use crate::session::Event;
 use crate::store::Store;
 use crate::Nanos;
+
+/// How a refusal by the service's state rather than the request begins (a session already
+/// running, `recommend` busy): its answer carries `"busy": true`, the same request may pass
+/// later, and `ctl` exits 1 for it, not 2 (bad input).
+pub(crate) const BUSY: &str = "busy: ";
 
 /// Camera buffers waiting for the video-capture thread (the oldest goes when full).
 mod control;

@@ -6,7 +6,7 @@
 //! calibration, predicted_rank, candidates}], "policy", "from", "left_out"}` or a reason: no session, an
 //! empty bank, nothing shared yet (and no `text` given), every story already shown (an
 //! empty list, not an error). Deterministic for the same store, words and latest window
-//! (`features::recommend`). Predicted empathy is the configured predictor's (the first that
+//! (`fusion::recommend`). Predicted empathy is the configured predictor's (the first that
 //! is not synthetic) against the latest window it represented in this session, under its
 //! calibration there (`predicted_from`: `latest_window`); before any window was
 //! represented, the text-zero-shot predictor's against the words (`words`).
@@ -19,7 +19,9 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::features::recommend::{recommend_against, Policy};
+use crate::fusion::recommend::recommend_against;
+
+use crate::core::Policy;
 use crate::features::text::SentenceEncoder;
 use crate::models::manifest::Manifest;
 use crate::session::{Event, EventKind};
@@ -69,7 +71,7 @@ impl Recommender {
             .map_err(|e| match e {
                 std::sync::mpsc::TrySendError::Full(_) => format!(
                 "{}recommend: {QUEUE} requests already wait (one is answered at a time): ask again",
-                super::control::BUSY
+                super::BUSY
             ),
                 std::sync::mpsc::TrySendError::Disconnected(_) => {
                     "recommend: the service is stopping".to_string()

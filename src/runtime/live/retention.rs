@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::capture::record::repair_interrupted;
 use crate::config::Config;
-use crate::session::record::repair_interrupted;
 
 /// Finishes folders a crash left `recording`, and says what was done.
 pub(super) fn finish_interrupted_recordings(config: &Config) {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::capture::camera::Grab;
 use crate::capture::control::SessionRules;
+use crate::capture::record::{Recording, RecordingStart};
 use crate::capture::{AudioBlock, AudioInfo, VideoInfo};
 use crate::clock::{Pacer, Speed};
 use crate::config::Config;
@@ -16,7 +17,6 @@ use crate::runtime::stages::Stages;
 use crate::runtime::transcripts::{RunKind, TranscriptPlan};
 use crate::runtime::RunError;
 use crate::session::manifest::CameraIntrinsics;
-use crate::session::record::{Recording, RecordingStart};
 use crate::session::Event;
 use crate::store::rows::{SessionSource, SessionStart};
 use crate::Nanos;
@@ -42,7 +42,7 @@ pub(super) fn start_session<'scope>(
         if state.running.is_some() || state.starting {
             return Err(format!(
                 "{}a session is already running: stop it first",
-                super::control::BUSY
+                super::BUSY
             ));
         }
         state.starting = true;

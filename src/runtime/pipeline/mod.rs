@@ -48,6 +48,9 @@ use crate::capture::timeline::{
 use crate::capture::{AudioBlock, AudioSource, VideoFrame, VideoSource};
 use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
+use crate::core::QualitySources;
+use crate::core::StoryInPlay;
+use crate::core::{FrameRecord, ModalityId, ModalityLayout, Window};
 use crate::features::signal::{
     AudioSignalStage, AudioSignalTotals, EnergyTurns, VideoSignalStage, VideoSignalTotals,
     VoiceChange,
@@ -61,11 +64,7 @@ use crate::session::{Event, EventKind};
 use crate::store::rows::{PredictionRow, WindowRow};
 use crate::store::StoreWriter;
 use crate::windows::align::AudioPool;
-use crate::windows::quality::QualitySources;
-use crate::windows::StoryInPlay;
-use crate::windows::{
-    FrameAligner, FrameRecord, ModalityId, ModalityLayout, VideoSlot, Window, WindowAssembler,
-};
+use crate::windows::{FrameAligner, VideoSlot, WindowAssembler};
 use crate::Nanos;
 
 mod consumers;

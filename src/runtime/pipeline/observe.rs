@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 pub use crate::capture::control::Topic;
+use crate::core::{FrameRecord, ModalityId, ModalityLayout};
 use crate::features::signal::VoiceChange;
-use crate::windows::{FrameRecord, ModalityId, ModalityLayout};
 
 /// Whoever listens to a run.
 pub trait Observer: Send + Sync {
@@ -315,7 +315,7 @@ impl QualityWatch {
 
     /// `audio_signal` rows, in order (an `audio_only` watch).
     pub fn rows(&mut self, rows: &[crate::features::AudioRow], observer: &dyn Observer) {
-        use crate::features::signal::audio_columns::CLIPPED_FRACTION;
+        use crate::core::quality::audio_columns::CLIPPED_FRACTION;
         for r in rows {
             if let Some(&c) = r.values.get(CLIPPED_FRACTION) {
                 self.clipped.0 += f64::from(c);
@@ -330,7 +330,7 @@ impl QualityWatch {
 
     /// One emitted frame (decoded or not).
     pub fn frame(&mut self, record: &FrameRecord, observer: &dyn Observer) {
-        use crate::features::signal::video_columns::BRIGHTNESS;
+        use crate::core::quality::video_columns::BRIGHTNESS;
         let add = |sum: &mut (f64, u32), v: Option<f32>| {
             if let Some(v) = v {
                 sum.0 += f64::from(v);
@@ -421,8 +421,8 @@ impl FrameWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::ModalitySpec;
-    use crate::windows::Stream;
+    use crate::core::ModalitySpec;
+    use crate::core::Stream;
 
     #[test]
     fn quality_says_dark_and_clipping_once_each_way_by_the_reports_bounds() {

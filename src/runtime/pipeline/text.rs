@@ -366,7 +366,7 @@ fn heard_event(
             start_ms: u.start_ms,
             end_ms: u.end_ms,
             text: u.text,
-            source: crate::session::TranscriptSource::Asr,
+            source: crate::core::TranscriptSource::Asr,
             model: Some(u.model.to_string()),
             confidence: Some(u.confidence),
         },

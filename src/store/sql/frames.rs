@@ -3,9 +3,9 @@
 use rusqlite::{params, Transaction};
 
 use super::ctx;
+use crate::core::FrameRecord;
 use crate::store::rows::{vec_to_blob, WindowRow};
 use crate::store::StoreError;
-use crate::windows::FrameRecord;
 
 /// Writes one frame record of session `id`; `modality_names` in layout order.
 pub fn write_frame(

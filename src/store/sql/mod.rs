@@ -12,6 +12,7 @@ pub mod delivery;
 pub mod export;
 pub mod frames;
 pub mod outbox;
+pub mod participants;
 pub mod predictions;
 pub mod report;
 pub mod sessions;

@@ -380,83 +380,39 @@ pub fn backfill(tx: &Transaction<'_>) -> Result<usize, StoreError> {
     Ok(ids.len())
 }
 
-/// Removes participant `id` from the store (a withdrawal): their sessions with everything
-/// derived from them, their survey answers, their row, and the records of their sessions
-/// still in the outbox (pending or sent: their data must not leave the station again); then
-/// enqueues a `purge` message naming the participant and their sessions (no data) so the
-/// collector removes them too, and keeps only an audit line (`purges`). Returns the
-/// sessions removed, or `None` when the store has no such participant.
-pub fn purge_participant(
-    tx: &Transaction<'_>,
-    id: &str,
-) -> Result<Option<Vec<String>>, StoreError> {
-    let known: Option<i64> = tx
-        .query_row(
-            "SELECT 1 FROM participants WHERE id = ?1
-             UNION SELECT 1 FROM sessions WHERE participant_id = ?1 LIMIT 1",
-            [id],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(ctx("looking up the participant"))?;
-    if known.is_none() {
-        return Ok(None);
-    }
-    let sessions: Vec<String> = tx
-        .prepare("SELECT id FROM sessions WHERE participant_id = ?1 ORDER BY id")
-        .and_then(|mut s| {
-            s.query_map([id], |r| r.get(0))?
-                .collect::<Result<Vec<String>, _>>()
-        })
-        .map_err(ctx("listing the participant's sessions"))?;
-    for s in &sessions {
-        super::sessions::delete(tx, s)?;
-        tx.execute(
-            "DELETE FROM outbox_receipts WHERE message_id IN
-               (SELECT message_id FROM outbox WHERE kind = 'session' AND subject = ?1)",
-            [s],
-        )
-        .map_err(ctx("removing the participant's receipts from the outbox"))?;
-        tx.execute(
-            "DELETE FROM outbox WHERE kind = 'session' AND subject = ?1",
-            [s],
-        )
-        .map_err(ctx("removing the participant's records from the outbox"))?;
-    }
-    // Their consent messages: the purge message withdraws whatever of them was sent.
+/// Forgets every message of `kind` about `subject` with its receipts (a withdrawal: the
+/// participant's data must not leave the station again, sent or not).
+pub fn forget(tx: &Transaction<'_>, kind: &str, subject: &str) -> Result<(), StoreError> {
     tx.execute(
         "DELETE FROM outbox_receipts WHERE message_id IN
-           (SELECT message_id FROM outbox WHERE kind = 'consent' AND subject = ?1)",
-        [id],
+           (SELECT message_id FROM outbox WHERE kind = ?1 AND subject = ?2)",
+        [kind, subject],
     )
     .map_err(ctx(
-        "removing the participant's consent receipts from the outbox",
+        "removing a withdrawn participant's receipts from the outbox",
     ))?;
     tx.execute(
-        "DELETE FROM outbox WHERE kind = 'consent' AND subject = ?1",
-        [id],
+        "DELETE FROM outbox WHERE kind = ?1 AND subject = ?2",
+        [kind, subject],
     )
     .map_err(ctx(
-        "removing the participant's consent messages from the outbox",
+        "removing a withdrawn participant's messages from the outbox",
     ))?;
-    tx.execute(
-        "DELETE FROM survey_responses WHERE participant_id = ?1",
-        [id],
-    )
-    .map_err(ctx("removing the participant's survey answers"))?;
-    tx.execute("DELETE FROM participants WHERE id = ?1", [id])
-        .map_err(ctx("removing the participant"))?;
+    Ok(())
+}
+
+/// Enqueues a `purge` message naming participant `id` and their removed `sessions` (no
+/// data), so the collector removes them too.
+pub fn announce_purge(
+    tx: &Transaction<'_>,
+    id: &str,
+    sessions: &[String],
+) -> Result<(), StoreError> {
     enqueue(
         tx,
         "purge",
         id,
         &serde_json::json!({"format": "empathic-purge", "version": PAYLOAD_VERSION,
                             "participant_id": id, "sessions": sessions}),
-    )?;
-    tx.execute(
-        &format!("INSERT INTO purges (participant_id, sessions, purged_at) VALUES (?1, ?2, {NOW})"),
-        params![id, sessions.len() as i64],
     )
-    .map_err(ctx("recording the purge"))?;
-    Ok(Some(sessions))
 }

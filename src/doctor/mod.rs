@@ -9,6 +9,8 @@ use std::path::Path;
 
 use crate::config::Config;
 
+pub mod models;
+
 /// What a check is needed for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
@@ -397,7 +399,7 @@ fn check_live_paths(config: &Config) -> Vec<Check> {
             detail: match rec_ok {
                 Ok(d) => format!(
                     "{d}{}",
-                    crate::session::record::free_bytes(
+                    crate::capture::record::free_bytes(
                         rec.ancestors().find(|a| a.is_dir()).unwrap_or(rec)
                     )
                     .map(|f| format!(", {} MiB free", f >> 20))

@@ -4,10 +4,24 @@
 //! the fraction with any audio modality present, and the window means of the signal
 //! stages' brightness, sharpness, level, voice activity and clipped fraction (absent when
 //! the window has no such frame, or the run has no such modality). The columns are read by
-//! the signal stages' column constants, never looked up by name.
+//! the column constants here ([`video_columns`], [`audio_columns`]), where the signal stages
+//! put those columns (their tests hold them to it), never looked up by name.
 
 use super::{ModalityId, ModalityLayout, Stream, Window};
-use crate::features::signal::{audio_columns, video_columns};
+
+/// Column positions of the `video_signal` vector (window quality reads them by these).
+pub mod video_columns {
+    pub const BRIGHTNESS: usize = 0;
+    pub const CONTRAST: usize = 1;
+    pub const SHARPNESS: usize = 2;
+}
+
+/// Column positions of the `audio_signal` vector.
+pub mod audio_columns {
+    pub const LEVEL_DBFS: usize = 0;
+    pub const CLIPPED_FRACTION: usize = 1;
+    pub const VOICE_ACTIVITY: usize = 2;
+}
 
 /// Where the quality figures come from in a layout, resolved once at set-up.
 #[derive(Debug, Clone)]

@@ -10,11 +10,13 @@ use std::path::Path;
 
 use ort::value::ValueType;
 
-use super::manifest::{Dim, KnownAnswer, Manifest, ModelEntry, ModelKind, TensorSpec, Weights};
-use super::{onnx, ModelError};
 use crate::features::appearance::{test_pattern, AppearanceEncoder};
 use crate::features::face::models::BlendshapeModel;
 use crate::features::text::{cosine, SentenceEncoder};
+use crate::models::manifest::{
+    Dim, KnownAnswer, Manifest, ModelEntry, ModelKind, TensorSpec, Weights,
+};
+use crate::models::{onnx, ModelError};
 
 /// What one model's verification found.
 #[derive(Debug, Clone, PartialEq)]

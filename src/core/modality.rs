@@ -1,4 +1,5 @@
-//! The modality layout: which modalities a run carries, fixed at set-up.
+//! Modalities: what each one is ([`ModalitySpec`]) and which ones a run carries
+//! ([`ModalityLayout`]), fixed at set-up.
 //!
 //! Contract: a [`ModalityLayout`] is built once, before any frame flows, by adding each
 //! modality with its [`Stream`] and [`ModalitySpec`] (name, columns, producer, layout
@@ -8,7 +9,65 @@
 //! layout's order. Names are unique: a second modality with a name already present is
 //! refused.
 
-use crate::features::ModalitySpec;
+/// What computes a modality's vectors: a deterministic algorithm of this crate, or a learned
+/// model run through ONNX Runtime (whose outputs differ in the last bits between CPU classes,
+/// as its kernels do). Every spec says which, so nothing that compares stored values across
+/// machines can forget a model modality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Computed {
+    /// Rust arithmetic only: bit-identical on every x86-64 CPU.
+    ByAlgorithm,
+    /// At least one learned model's output (directly or through later arithmetic).
+    ByModel,
+}
+
+/// A modality's name (as stored), the names of its vector's columns, what produces it and
+/// the version of its column layout (bumped whenever a column's meaning changes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModalitySpec {
+    pub name: &'static str,
+    pub columns: Vec<String>,
+    /// The stage, or the model id, that computes the vectors.
+    pub producer: String,
+    pub layout_version: u32,
+    /// Whether a learned model computes the vectors (not stored: it follows from the producer).
+    pub computed: Computed,
+}
+
+impl ModalitySpec {
+    /// A modality computed by this crate's own arithmetic.
+    pub fn by_algorithm(
+        name: &'static str,
+        columns: Vec<String>,
+        producer: impl Into<String>,
+        layout_version: u32,
+    ) -> Self {
+        Self {
+            name,
+            columns,
+            producer: producer.into(),
+            layout_version,
+            computed: Computed::ByAlgorithm,
+        }
+    }
+
+    /// A modality computed (at least in part) by a learned model.
+    pub fn by_model(
+        name: &'static str,
+        columns: Vec<String>,
+        producer: impl Into<String>,
+        layout_version: u32,
+    ) -> Self {
+        Self {
+            computed: Computed::ByModel,
+            ..Self::by_algorithm(name, columns, producer, layout_version)
+        }
+    }
+
+    pub fn dims(&self) -> usize {
+        self.columns.len()
+    }
+}
 
 /// Where a modality comes from: computed per video frame slot (video, and text, which
 /// follows the utterance events at the slot's time), or pooled from the audio stream.

@@ -18,11 +18,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::manifest::{CameraIntrinsics, RecordingInfo, RecordingState, SessionManifestFile};
-use super::{Event, FORMAT_VERSION};
-use crate::capture::avi::{self, AviFormat, MjpegAviWriter};
-use crate::capture::timeline::slot_of;
-use crate::capture::CaptureError;
+use super::avi::{self, AviFormat, MjpegAviWriter};
+use super::timeline::slot_of;
+use super::CaptureError;
+use crate::session::manifest::{
+    CameraIntrinsics, RecordingInfo, RecordingState, SessionManifestFile,
+};
+use crate::session::{Event, FORMAT_VERSION};
 use crate::Nanos;
 
 /// Media are flushed to the operating system this often (and synced to disk).

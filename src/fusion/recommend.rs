@@ -18,28 +18,9 @@
 
 use serde::Serialize;
 
-use super::retrieval::StoryIndex;
-pub use crate::fusion::calibration::Scorer;
-
-/// How candidates are ranked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
-pub enum Policy {
-    Similarity,
-    PredictedEmpathy,
-    Explore,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Similarity => "similarity",
-            Policy::PredictedEmpathy => "predicted_empathy",
-            Policy::Explore => "explore",
-        }
-    }
-}
+pub use super::calibration::Scorer;
+use crate::core::Policy;
+use crate::features::retrieval::StoryIndex;
 
 /// One recommended story and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
