@@ -32,6 +32,7 @@ pub mod features;
 pub mod files;
 pub mod fusion;
 pub mod models;
+pub mod named_thread;
 pub mod report;
 #[cfg(feature = "sensing")]
 pub mod runtime;

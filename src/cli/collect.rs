@@ -454,17 +454,15 @@ pub fn collect(
     let records = std::thread::scope(|scope| {
         if let Some(k) = &keeper {
             let stop = &stop;
-            std::thread::Builder::new()
-                .name("study-page".into())
-                .spawn_scoped(scope, move || {
-                    crate::report::study::fresh::keep_fresh(k, stop)
-                })
-                .map_err(|e| {
-                    (
-                        ExitKind::Runtime,
-                        format!("cannot start the study-page thread: {e}"),
-                    )
-                })?;
+            crate::named_thread::spawn_scoped(scope, "study-page", move || {
+                crate::report::study::fresh::keep_fresh(k, stop)
+            })
+            .map_err(|e| {
+                (
+                    ExitKind::Runtime,
+                    format!("cannot start the study-page thread: {e}"),
+                )
+            })?;
         }
         let records = crate::sync::collect::collect(central, &opts, &gate, signing.as_ref(), &stop);
         // The page thread ends with the collector (on SIGINT/SIGTERM or an error).

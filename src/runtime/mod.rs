@@ -48,8 +48,19 @@ pub enum RunError {
     Model(#[from] crate::models::ModelError),
     #[error(transparent)]
     Fusion(#[from] crate::fusion::FusionError),
+    #[error("cannot start runtime thread {thread}: {message}")]
+    ThreadStart { thread: String, message: String },
+    #[error("runtime thread {thread} panicked")]
+    Panicked { thread: String },
+    /// A fail point of the test build made this thread's work fail.
     #[error("runtime thread {thread} failed: {message}")]
-    Thread { thread: String, message: String },
+    Injected { thread: String, message: String },
+    #[error("cannot set up the run: {0}")]
+    SetUp(String),
+    #[error("cannot encode {what}: {message}")]
+    Encode { what: &'static str, message: String },
+    #[error(transparent)]
+    Output(#[from] crate::files::OutputError),
     /// The thread a queue feeds ended early; that thread's own error is the cause.
     #[error("runtime thread {thread} failed: {next} stopped")]
     NextStopped { thread: String, next: String },
@@ -65,12 +76,31 @@ impl Classify for RunError {
             RunError::Store(e) => e.exit_kind(),
             RunError::Model(e) => e.exit_kind(),
             RunError::Fusion(_) => ExitKind::BadInput,
-            RunError::Thread { .. } | RunError::NextStopped { .. } => ExitKind::Runtime,
+            RunError::Output(e) => e.exit_kind(),
+            RunError::ThreadStart { .. }
+            | RunError::Panicked { .. }
+            | RunError::Injected { .. }
+            | RunError::SetUp(_)
+            | RunError::Encode { .. }
+            | RunError::NextStopped { .. } => ExitKind::Runtime,
         }
     }
 }
 
 pub use crate::exit::stop_flag;
+
+/// Starts `f` on a thread called `name` in `scope` ([`crate::named_thread`]); a thread
+/// that cannot start is a [`RunError::ThreadStart`] naming it.
+pub(crate) fn spawn_in<'scope, 'env, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> Result<std::thread::ScopedJoinHandle<'scope, T>, RunError> {
+    crate::named_thread::spawn_scoped(scope, name, f).map_err(|e| RunError::ThreadStart {
+        thread: name.into(),
+        message: e.to_string(),
+    })
+}
 
 /// The store writer actor on its own thread (`store-writer`), with a handle to it.
 pub struct WriterThread {
@@ -86,15 +116,12 @@ impl WriterThread {
             max_age: Duration::from_millis(config.batch_max_ms),
         };
         let (writer, actor) = StoreWriter::open(path, limits, config.into())?;
-        let thread = std::thread::Builder::new()
-            .name("store-writer".into())
-            .spawn(move || {
-                let _span = tracing::info_span!("thread", name = "store-writer").entered();
-                actor.run();
-            })
-            .map_err(|e| RunError::Thread {
-                thread: "store-writer".into(),
-                message: format!("cannot start: {e}"),
+        let thread =
+            crate::named_thread::spawn("store-writer", move || actor.run()).map_err(|e| {
+                RunError::ThreadStart {
+                    thread: "store-writer".into(),
+                    message: e.to_string(),
+                }
             })?;
         Ok(Self {
             writer: Some(writer),

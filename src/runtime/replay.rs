@@ -284,13 +284,9 @@ fn emit_session_start(r: &Recorded, session: &RecordedSession) {
 
 /// Writes the stream beside, then renames it into place (never half a file).
 fn write_stream(path: &Path, lines: &[String]) -> Result<(), RunError> {
-    let err = |e: crate::files::OutputError| RunError::Thread {
-        thread: "replay".into(),
-        message: format!("cannot write the stream: {e}"),
-    };
     let mut text = lines.join("\n");
     text.push('\n');
-    crate::files::write_atomically(path, text.as_bytes()).map_err(err)
+    Ok(crate::files::write_atomically(path, text.as_bytes())?)
 }
 
 fn display_path(p: &Path) -> String {

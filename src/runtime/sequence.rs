@@ -52,7 +52,7 @@ pub fn prepare_session(
                 };
                 stages
                     .text
-                    .1
+                    .stage
                     .set_retrieval(index, config.fusion.retrieve_k, seen);
             }
             Err(e) => tracing::info!("no retrieval while the participant shares: {e}"),
@@ -188,9 +188,9 @@ impl SessionWriter {
             (Some(r), false) => Some(format!("{r}; {}", failed.join("; "))),
         };
         let closed = serde_json::to_string(&outcome.quality)
-            .map_err(|e| RunError::Thread {
-                thread: "main".into(),
-                message: format!("cannot encode the quality report: {e}"),
+            .map_err(|e| RunError::Encode {
+                what: "the quality report",
+                message: e.to_string(),
             })
             .and_then(|quality_json| {
                 Ok(self.writer()?.finish(SessionEnd {

@@ -24,26 +24,31 @@ use crate::session::CameraIntrinsics;
 
 use super::RunError;
 
-/// A frame stage with its modality.
-pub struct FrameStageSlot {
+/// A stage with the modality it computes.
+pub struct StageSlot<S> {
     pub modality: ModalityId,
-    pub stage: Box<dyn FrameStage>,
+    pub stage: S,
 }
 
-/// An audio stage with its modality.
-pub struct AudioStageSlot {
-    pub modality: ModalityId,
-    pub stage: Box<dyn AudioStage>,
-}
+/// A frame stage of the chain after the signal stage.
+pub type FrameStageSlot = StageSlot<Box<dyn FrameStage>>;
+/// An audio stage besides the signal stage.
+pub type AudioStageSlot = StageSlot<Box<dyn AudioStage>>;
+/// The video signal stage, run on the slot grid by the video-features thread.
+pub type VideoSignalSlot = StageSlot<VideoSignalStage>;
+/// The audio signal stage, run first on every block.
+pub type AudioSignalSlot = StageSlot<AudioSignalStage>;
+/// The text stage (sentence embeddings of the participant's utterances).
+pub type TextSlot = StageSlot<TextStage>;
 
 /// The stages of one run and the modality layout they make.
 pub struct Stages {
     /// Video frame stages in pipeline order (each on its own thread after the first).
     /// The first is the signal stage, run with the slot grid.
-    pub video_signal: (ModalityId, VideoSignalStage),
+    pub video_signal: VideoSignalSlot,
     pub frame_stages: Vec<FrameStageSlot>,
-    pub text: (ModalityId, TextStage),
-    pub audio_signal: (ModalityId, AudioSignalStage),
+    pub text: TextSlot,
+    pub audio_signal: AudioSignalSlot,
     pub audio_stages: Vec<AudioStageSlot>,
     pub layout: ModalityLayout,
     pub period_ns: f64,
@@ -60,10 +65,7 @@ fn add(
 ) -> Result<ModalityId, RunError> {
     layout
         .add(stream, spec.clone())
-        .map_err(|e| RunError::Thread {
-            thread: "set-up".into(),
-            message: e.to_string(),
-        })
+        .map_err(|e| RunError::SetUp(e.to_string()))
 }
 
 impl Stages {
@@ -208,10 +210,19 @@ impl Stages {
         Ok(Self {
             fusion,
             speech: None,
-            video_signal: (video_signal_id, video_signal),
+            video_signal: StageSlot {
+                modality: video_signal_id,
+                stage: video_signal,
+            },
             frame_stages: frame_slots,
-            text: (text_id, text),
-            audio_signal: (audio_signal_id, audio_signal),
+            text: StageSlot {
+                modality: text_id,
+                stage: text,
+            },
+            audio_signal: StageSlot {
+                modality: audio_signal_id,
+                stage: audio_signal,
+            },
             audio_stages: audio_slots,
             layout,
             period_ns: 1e9 / nominal_fps,

@@ -108,8 +108,8 @@ impl TranscriptPlan {
                 }
             }
         }
-        stages.text.1.set_source(self.text_from);
-        stages.text.1.set_unphased(self.unphased);
+        stages.text.stage.set_source(self.text_from);
+        stages.text.stage.set_unphased(self.unphased);
         if let Some(fusion) = stages.fusion.as_mut() {
             fusion.set_predict_unphased(self.unphased);
         }

@@ -51,11 +51,9 @@ pub(super) fn run_alert_within(
         .map_err(|e| format!("cannot run `{command}`: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         let lines = lines.to_string();
-        let _ = std::thread::Builder::new()
-            .name("alert-input".into())
-            .spawn(move || {
-                let _ = stdin.write_all(lines.as_bytes());
-            });
+        let _ = crate::named_thread::spawn("alert-input", move || {
+            let _ = stdin.write_all(lines.as_bytes());
+        });
     }
     let readers: Vec<_> = [
         child
@@ -69,11 +67,7 @@ pub(super) fn run_alert_within(
     ]
     .into_iter()
     .flatten()
-    .map(|stream| {
-        std::thread::Builder::new()
-            .name("alert-output".into())
-            .spawn(move || bounded_read(stream))
-    })
+    .map(|stream| crate::named_thread::spawn("alert-output", move || bounded_read(stream)))
     .collect();
     let group = rustix::process::Pid::from_child(&child);
     let until = Instant::now() + timeout;

@@ -415,23 +415,13 @@ fn notify(states: &[sd_notify::NotifyState]) {
     }
 }
 
+/// Starts a service thread in `scope` (its handle is joined by the scope).
 fn spawn<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     name: &str,
     f: impl FnOnce() + Send + 'scope,
 ) -> Result<(), RunError> {
-    let span_name = name.to_string();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn_scoped(scope, move || {
-            let _span = tracing::info_span!("thread", name = %span_name).entered();
-            f();
-        })
-        .map(|_| ())
-        .map_err(|e| RunError::Thread {
-            thread: name.into(),
-            message: format!("cannot start: {e}"),
-        })
+    super::spawn_in(scope, name, f).map(|_| ())
 }
 
 /// The outbox publisher of `empathic sync`, as a thread of the service: every ended

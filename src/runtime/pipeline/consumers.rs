@@ -1,7 +1,14 @@
 //! The window consumers: what receives every emitted window on its own thread (the store's
 //! `StoreWindows`, the fusion stage's `PredictWindows`, and any a caller adds).
 
-use super::*;
+use super::observe::{Observer, Topic};
+use super::FUSION_BATCH;
+use crate::clock::Speed;
+use crate::core::{ModalityLayout, QualitySources, Window};
+use crate::runtime::RunError;
+use crate::store::rows::{PredictionRow, WindowRow};
+use crate::store::StoreWriter;
+use std::sync::Arc;
 
 /// A consumer of every emitted window, on its own thread behind a bounded queue (the store
 /// and the fusion stage are two).

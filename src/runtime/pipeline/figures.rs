@@ -2,7 +2,9 @@
 //! output queue's highest depth) logged at `debug` at the end of a run, and the
 //! capture-to-store latency of paced runs.
 
-use super::*;
+use crate::runtime::queues::PolicySender;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What one thread did, for the end-of-run summary at `debug`.
 #[derive(Debug, Clone)]

@@ -4,7 +4,36 @@
 //! assembler, and the window consumers' loop. Each takes its queues and returns when its
 //! input ends or the run stops; [`super::run`] wires them.
 
-use super::*;
+use super::consumers::WindowConsumer;
+use super::failures::StageFailures;
+use super::figures::{Figures, LatencySummary, Meter};
+use super::graph::Shared;
+use super::messages::{
+    AlignDone, AudioFeaturesDone, AudioOut, PendingSlot, TextUpdate, VideoFeaturesDone,
+};
+use super::observe::{tell_voice, FrameWatch, Observer, QualityWatch};
+use super::{failures, next_stopped};
+use crate::capture::events::{EventBatch, EventSource};
+use crate::capture::timeline::{AudioTimelineStats, SlotDecision, VideoTimeline};
+use crate::capture::{AudioBlock, VideoFrame};
+use crate::clock::{Clock, Pacer};
+use crate::core::{FrameRecord, ModalityLayout, StoryInPlay, Window};
+use crate::features::signal::EnergyTurns;
+use crate::features::{AudioStage, FrameContext, FrameStage};
+use crate::report::ModalityPresence;
+use crate::runtime::queues::{PolicyReceiver, PolicySender};
+use crate::runtime::stages::{
+    AudioSignalSlot, AudioStageSlot, FrameStageSlot, StageSlot, VideoSignalSlot,
+};
+use crate::runtime::RunError;
+use crate::session::events::phase_at;
+use crate::session::{Event, PhaseSpan};
+use crate::store::StoreWriter;
+use crate::windows::{FrameAligner, VideoSlot, WindowAssembler};
+use crate::Nanos;
+use crossbeam_channel::{never, select};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// What a capture thread shares with the run: pacing, the clock and the stop flags.
 #[derive(Clone, Copy)]
@@ -53,11 +82,15 @@ pub(super) fn capture<T>(
 pub(super) fn video_features(
     rx: PolicyReceiver<VideoFrame>,
     tx: PolicySender<PendingSlot>,
-    (modality, mut signal): (ModalityId, VideoSignalStage),
+    signal: VideoSignalSlot,
     layout: &ModalityLayout,
     period_ns: f64,
     figures: &Figures,
 ) -> Result<VideoFeaturesDone, RunError> {
+    let StageSlot {
+        modality,
+        stage: mut signal,
+    } = signal;
     let mut meter = Meter::new("video-features");
     let mut timeline = VideoTimeline::new(1e9 / period_ns);
     for frame in &rx {
@@ -205,7 +238,7 @@ pub(super) fn audio_features(
     rx: PolicyReceiver<AudioBlock>,
     tx: PolicySender<AudioOut>,
     speech: Option<PolicySender<AudioBlock>>,
-    (signal_id, mut signal): (ModalityId, AudioSignalStage),
+    signal: AudioSignalSlot,
     mut stages: Vec<AudioStageSlot>,
     tells: AudioTells<'_>,
     figures: &Figures,
@@ -215,7 +248,10 @@ pub(super) fn audio_features(
         quality: mut watch,
         failures,
     } = tells;
-    use crate::features::AudioStage;
+    let StageSlot {
+        modality: signal_id,
+        stage: mut signal,
+    } = signal;
     let mut meter = Meter::new("audio-features");
     let mut timeline = AudioTimelineStats::default();
     let send = |rows| {
@@ -367,20 +403,42 @@ pub(super) struct AlignInputs {
     pub(super) text: PolicyReceiver<TextUpdate>,
 }
 
+/// What the text stage told the aligner: phases entered, stories shown or retrieved, and
+/// the utterances' vectors with how far the events are known.
+fn take_text(
+    update: TextUpdate,
+    phases: &mut Vec<PhaseSpan>,
+    stories: &mut InPlay,
+    aligner: &mut FrameAligner,
+) {
+    phases.extend(update.phases);
+    stories
+        .shown
+        .extend(update.stories.into_iter().map(Arc::new));
+    stories.retrievals.extend(
+        update
+            .retrievals
+            .into_iter()
+            .map(|(t, set)| (t, set.into_iter().map(Arc::new).collect())),
+    );
+    if let Some(track) = aligner.text_track() {
+        for (start, end, v) in update.utterances {
+            track.push(start, end, v);
+        }
+        track.known_until(update.known_until_ns);
+    }
+}
+
 /// Joins video slots with audio rows and text, assembles windows, hands frames to the
 /// writer and windows to every consumer.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn align_windows(
     inputs: AlignInputs,
     mut aligner: FrameAligner,
-    windows: &crate::config::WindowConfig,
-    period_ns: f64,
-    writer: &StoreWriter,
+    sh: &Shared<'_>,
     consumers: Vec<PolicySender<Arc<Window>>>,
-    progress: &dyn Progress,
-    figures: &Figures,
-    latency_from: Option<(&dyn Clock, Nanos)>,
 ) -> Result<AlignDone, RunError> {
+    let (windows, period_ns, writer) = (&sh.config.windows, sh.period_ns, sh.writer);
+    let (progress, figures, latency_from) = (sh.progress, sh.figures, sh.latency_from());
     let mut meter = Meter::new("align-windows");
     let mut latencies_us: Vec<u32> = Vec::new();
     let mut assembler = WindowAssembler::new(windows.length_frames, windows.hop_frames, period_ns);
@@ -454,24 +512,7 @@ pub(super) fn align_windows(
                 }
             },
             recv(text_rx) -> msg => match msg {
-                Ok(update) => {
-                    phases.extend(update.phases);
-                    stories
-                        .shown
-                        .extend(update.stories.into_iter().map(Arc::new));
-                    stories.retrievals.extend(
-                        update
-                            .retrievals
-                            .into_iter()
-                            .map(|(t, set)| (t, set.into_iter().map(Arc::new).collect())),
-                    );
-                    if let Some(track) = aligner.text_track() {
-                        for (start, end, v) in update.utterances {
-                            track.push(start, end, v);
-                        }
-                        track.known_until(update.known_until_ns);
-                    }
-                }
+                Ok(update) => take_text(update, &mut phases, &mut stories, &mut aligner),
                 Err(_) => {
                     text_done = true;
                     if let Some(track) = aligner.text_track() {
@@ -523,7 +564,7 @@ pub(super) fn consume_windows(
         }
         last_ns = w.end_ns;
         let out = match failures::injected(thread, w.end_ns) {
-            Some(e) => Err(RunError::Thread {
+            Some(e) => Err(RunError::Injected {
                 thread: thread.into(),
                 message: e,
             }),
