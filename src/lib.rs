@@ -1,22 +1,23 @@
 //! empathic: senses empathy on an in-home social robot.
 //!
-//! The pipeline, in the order data flows (see `ARCHITECTURE.md`):
+//! The modules in layer order, bottom up (ARCHITECTURE.md; `tests/it/architecture.rs`
+//! holds each to the modules below it; every format is specified in docs/formats.md):
 //!
-//! - [`session`]: the recorded-session folder format (version 1): `video.avi`, `audio.wav`,
-//!   `session.json`, `events.jsonl`.
-//! - [`capture`]: sources that stamp video frames and audio blocks on one session timeline
-//!   (recorded files now; live camera and microphone implement the same traits).
-//! - [`features`]: per-frame and per-audio-block stages (plain structs, no threads).
-//! - [`windows`]: aligns audio to video frames and assembles sliding windows with presence masks.
-//! - [`fusion`]: predictors that turn a window into predicted empathy toward each story
-//!   in play.
-//! - [`store`]: the SQLite session store (migrations, one batched writer thread).
-//! - [`runtime`]: the threads, bounded queues, pacing and graceful stop that tie it together.
-//! - [`cli`]: the body of each command (progress bars and output files live here).
-//! - [`config`], [`clock`], [`report`], [`doctor`]: configuration, the injected clock, the
-//!   end-of-run summary, and the installation check.
-//! - [`files`]: the one way a command writes a file the user named (never over a device or
-//!   a link, never half a file).
+//! - [`core`]: the shared vocabulary (modalities, frame records, windows, phases, choices);
+//!   [`exit`], [`clock`], [`files`], [`named_thread`]: exit codes, the injected clock, the
+//!   one way a command writes a file the user named, the one way a thread starts.
+//! - [`session`]: the recorded-session folder format; [`models`]: the model manifest and
+//!   ONNX Runtime; [`config`]: the configuration.
+//! - [`capture`]: sources that stamp video frames and audio blocks on one session timeline,
+//!   and the recorder; [`features`]: per-frame and per-audio-block stages (plain structs,
+//!   no threads); [`windows`]: aligns audio to video frames and assembles sliding windows;
+//!   [`fusion`]: predictors that turn a window into predicted empathy toward each story.
+//! - [`store`]: the SQLite session store and the central databases' tables; [`sync`]: the
+//!   outbox to the study's broker and the collector; [`stories`]: the story bank.
+//! - [`report`]: session, participant and study pages; [`runtime`]: the threads, bounded
+//!   queues, pacing and graceful stop that run a session; [`doctor`]: the installation
+//!   check.
+//! - [`cli`]: the body of each command (progress bars are drawn only here).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 

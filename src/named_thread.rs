@@ -4,7 +4,7 @@
 //! every tracing event it emits carries that name in a `thread` span. [`spawn`] starts a
 //! detached-or-joined thread, [`spawn_scoped`] one inside a [`std::thread::scope`]. Both
 //! return the OS error when the thread cannot start; the caller names it in its own error.
-//! Threads start only in `runtime/`, in the collector's reader (`cli/collect.rs`) and in
+//! Threads start only in `runtime/`, in the collector's study-page thread (`cli/collect.rs`) and in
 //! the alert command's pipe readers (`report/study/alert_command.rs`):
 //! tests/it/architecture.rs holds the crate to that, and `clippy.toml` forbids
 //! `std::thread::spawn` (an unnamed thread).

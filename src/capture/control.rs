@@ -79,7 +79,7 @@ impl Request {
 }
 
 /// What a subscriber can ask to hear (`subscribe`); every streamed message names one in
-/// its `topic` field. Version 1 of the stream (docs/station.md, "Subscriptions").
+/// its `topic` field (the perception stream, specified with its version in docs/formats.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Topic {
     /// The participant started or stopped speaking (the learned voice activity).

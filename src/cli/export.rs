@@ -1,8 +1,8 @@
 //! `empathic export windows`: the stored windows as training data, in a format numpy reads
-//! with nothing else installed (format `empathic-windows`, version 1).
+//! with nothing else installed (format `empathic-windows`, [`EXPORT_VERSION`]; specified in
+//! docs/formats.md).
 //!
-//! Contract: `OUT/manifest.json` names the format and version, the window length and hop,
-//! and every exported session with its participant, frame count and modalities (dims,
+//! Contract: `OUT/manifest.json` names the format and version and every exported session with its participant, frame count and modalities (dims,
 //! producer, layout version, column names). Per session, `OUT/<session>/<modality>.npy`
 //! is a float32 `[frames, dims]` array (zeros where absent) and `<modality>_mask.npy` a
 //! uint8 `[frames]` presence mask; frames are stored once, not once per overlapping window

@@ -7,9 +7,8 @@
 //! (the stages, the runtime, the store) and prints its result to stdout (summaries) or
 //! stderr (progress, notes). Errors come back as a [`Failure`]: the exit kind (see
 //! [`crate::exit`]) and a message naming what and where. This is the only place besides
-//! the tests that draws a progress bar ([`progress_bar`]) or turns a config into an opened
-//! model manifest ([`ModelFiles`]); the files written by `extract` live here too, so that
-//! `features/` stays free of output files.
+//! the tests that draws a progress bar ([`progress_bar`]); the files written by `extract`
+//! live here too, so that `features/` stays free of output files.
 
 /// `println!` for command output: a closed pipe (`empathic evaluate --json | head`) ends the
 /// process quietly with success, as a reader that has seen enough is not an error; any other
@@ -175,7 +174,7 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The model folder of a config with its manifest read: the one way commands reach models.
+/// The model folder of a config with its manifest read, for the commands that open models.
 pub struct ModelFiles<'a> {
     pub config: &'a Config,
     pub manifest: Manifest,

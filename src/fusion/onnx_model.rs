@@ -9,7 +9,7 @@
 //! present, `empathic.<name>.producer`: the model or stage that made the features the model
 //! was trained on, which must equal the session's; a text model trained on another sentence
 //! encoder, or an appearance model on another CNN, would read features it never saw),
-//! `empathic.window_frames`, `empathic.encoder`, `empathic.population_map`
+//! `empathic.window_frames`, `empathic.population_map`
 //! ("intercept,slope" from training), `empathic.synthetic` ("true" for a model trained on
 //! synthetic data: not an empathy model), `empathic.training` (provenance). Before any
 //! window, [`OnnxPredictor::check_layout`] compares the declared modalities with the

@@ -1,4 +1,5 @@
-//! The runtime: the only place with threads, channels, pacing and signals.
+//! The runtime: the threads, queues, pacing and stop of a run (threads elsewhere are the
+//! collector's study page and the alert command's pipe readers: ARCHITECTURE.md, "Rules").
 //!
 //! Contract: [`pipeline::run`] is the one thread graph every run goes through, whatever
 //! its sources; [`stages::Stages`] sets up the stages and their modality layout; front

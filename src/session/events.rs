@@ -1,4 +1,4 @@
-//! `events.jsonl`: what happened during a session, one JSON object a line (format version 1).
+//! `events.jsonl`: what happened during a session, one JSON object a line (docs/formats.md).
 //!
 //! Contract: every line is an object with `t_ms` (milliseconds from session start, a
 //! non-negative integer) and `type`, one of `phase`, `utterance`, `story_shown`, `rating`,

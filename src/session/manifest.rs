@@ -1,4 +1,5 @@
-//! `session.json`: what a recorded session says about itself (format version 1).
+//! `session.json`: what a recorded session says about itself (format versions 1 and 2:
+//! docs/formats.md).
 //!
 //! Contract: the file is optional; every field but `format_version` is optional and has a
 //! documented default; unknown fields are rejected (new fields mean a new format version);

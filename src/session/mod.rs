@@ -1,4 +1,4 @@
-//! The recorded-session folder, format version 1.
+//! The recorded-session folder (format versions 1 and 2, specified in docs/formats.md).
 //!
 //! Contract: a folder holds `video.avi` and `audio.wav`, and optionally `session.json`
 //! ([`manifest`]) and `events.jsonl` ([`events`]). Both media files are required, except in a

@@ -62,7 +62,9 @@ pub trait CentralTx {
     fn commit(self: Box<Self>) -> Result<(), String>;
 }
 
-/// The collector's tables (central format 5: format 3, the stations' health and the alerts told).
+/// The collector's tables as first created (central format 3 with the stations' health and
+/// the alerts told); the later formats' columns are added by `COLUMNS` below. Today's
+/// tables: docs/formats.md.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS collect_records (
     message_id  TEXT PRIMARY KEY,

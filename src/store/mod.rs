@@ -42,6 +42,7 @@ pub use read::{
     StoryPrediction,
 };
 pub use sql::export::{ExportModality, ExportWindow};
+pub use sql::outbox::CONSENT_VERSION;
 pub use sql::report::{PredictionPoint, SurveyRow, UtteranceRow};
 pub use sql::stories::StoredEmbedding;
 pub use sql::study::{ParticipantRow, RatedStory, ScoreBins};

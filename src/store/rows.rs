@@ -3,7 +3,7 @@
 //! Contract: vectors are stored as little-endian f32 blobs; presence masks as one byte
 //! (0 or 1) per frame of the window. [`WindowRow::from_window`] is the one place that turns
 //! an in-memory [`Window`] into its stored form (its quality figures come from
-//! [`crate::windows::quality`]), so replay and live runs store windows identically.
+//! [`crate::core::quality`]), so replay and live runs store windows identically.
 
 use serde::Serialize;
 

@@ -7,8 +7,9 @@
 //! only after the transaction that stored it committed, so a collector killed at any moment
 //! loses nothing (the broker redelivers what was not acknowledged) and stores nothing twice.
 //! Every whole message (new or a duplicate) is answered, after the commit, with a receipt on
-//! `empathic/v1/{study}/{station}/receipt` (`{"message_id": ..., "collector": NAME}`, NAME the
-//! share group if any, else the client id), which is what makes the station call it synced.
+//! `empathic/v1/{study}/{station}/receipt` (signed, naming the message's sha256 and NAME, the
+//! share group if any, else the client id; docs/formats.md), which is what makes the
+//! station call it synced.
 //! A message refused (at the gate, or unopenable, or read and quarantined) is answered with
 //! a signed refusal on `empathic/v1/{study}/{station}/refusal` (`sync::Refusal`; at most one
 //! per message a minute). What is stored, voided, purged or quarantined is

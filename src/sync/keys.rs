@@ -5,7 +5,8 @@
 //!   study holds an X25519 key pair whose public half every station seals payloads to
 //!   (libsodium's sealed box, `crypto_box`: an ephemeral X25519 key, XSalsa20-Poly1305).
 //!   No construction here is this crate's own: it signs and seals bytes with those crates
-//!   and defines only what bytes are signed ([`signed_chunk`], [`signed_receipt`]).
+//!   and defines only what bytes are signed ([`signed_chunk`], [`signed_receipt`],
+//!   [`signed_refusal`]).
 //! - A secret key lives in a file of one line, `empathic-key v1 KIND BASE64` (KIND
 //!   `ed25519` or `x25519`, the 32 secret bytes), created with mode 0600 and never
 //!   overwritten; a key file that group or others may read is refused, naming it (as ssh

@@ -1,25 +1,23 @@
 //! Study sync, station side: publishes the outbox (`store::outbox`) to an MQTT broker.
 //!
-//! Contract: each outbox message goes out as one or more chunks (QoS 1) on
-//! `empathic/v1/{study}/{station}/{kind}` (`kind`: `session`, `tombstone`), each chunk a JSON
-//! envelope (format `empathic-sync` version 1): `{v, message_id, seq, kind, study, station,
-//! subject, chunk, chunks, sha256, data}` (`seq`: the outbox's sequence number, by which a
-//! collector orders a subject's messages whatever order they arrive in), where the `data` strings of chunks `0..chunks`
-//! concatenate to the message's payload text and `sha256` is the payload's digest. A message
-//! is marked `sent` when the broker has acknowledged (PUBACK) every chunk of it on one
-//! connection, and `synced` only when a collector's receipt names it (on
-//! `empathic/v1/{study}/{station}/receipt`, `{"message_id": ..., "collector": ...}`,
-//! published after the collector's commit; with `[sync] collectors` set, only when every
-//! collector named there has sent one): a broker that loses its state can drop what it acknowledged, so
-//! PUBACK alone is not delivery. Anything not yet synced is sent again (same message id)
-//! on the next connection, or after [`crate::store::outbox::RESEND_AFTER_SECS`] without a receipt, so a
-//! collector de-duplicates by `message_id` (and answers a duplicate with a receipt again). Every
-//! connection is a fresh client (clean session): the outbox, not the broker, holds what is
-//! still owed, and acknowledgements on a connection can only be for what was sent on it.
-//! One message is in flight at a time. A retained `status` topic says `online` on connect and
-//! `offline` by the last will (under sealed sync signed and stamped with the connection:
-//! `status`). Connection failures back off exponentially with jitter (0.5 s
-//! doubling to 30 s), never a busy loop.
+//! Contract: each outbox message (kinds `session`, `tombstone`, `purge`, `consent`) goes
+//! out as one or more chunks (QoS 1) on `empathic/v1/{study}/{station}/{kind}`, each chunk
+//! an `empathic-sync` envelope: sealed (version [`SEALED_ENVELOPE_VERSION`], the default:
+//! signed by the station, the payload sealed to the study's key) or plain (version
+//! [`ENVELOPE_VERSION`]). Topics, envelopes, receipts and refusals are specified in
+//! docs/formats.md ("Study sync"). A message is marked `sent` when the broker has
+//! acknowledged (PUBACK) every chunk of it on one connection, and `synced` only when a
+//! collector's receipt names it (published after the collector's commit; with
+//! `[sync] collectors` set, only when every collector named there has sent one): a broker
+//! that loses its state can drop what it acknowledged, so PUBACK alone is not delivery. A
+//! collector's signed refusal holds the message until the sync configuration changes (or
+//! an hourly probe, or `sync --retry-refused`). Anything not yet synced is sent again (same
+//! message id) on the next connection, or after [`crate::store::outbox::RESEND_AFTER_SECS`]
+//! without a receipt, so a collector de-duplicates by `message_id`. Every connection is a
+//! fresh client (clean session): the outbox, not the broker, holds what is still owed. One
+//! message is in flight at a time. A retained `status` topic says `online` on connect and
+//! `offline` by the last will. Connection failures back off exponentially with jitter
+//! (0.5 s doubling to 30 s), never a busy loop.
 
 pub mod central;
 pub mod collect;

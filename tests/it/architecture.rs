@@ -215,7 +215,7 @@ fn within(a: &[String], b: &[String]) -> bool {
 }
 
 /// Which top-level modules each may import (depth 1). The layers, bottom up: `core`,
-/// `exit`, `clock`, `files` (shared vocabulary, no other crate module); the session format
+/// `exit`, `clock`, `files`, `named_thread` (shared vocabulary, no other crate module); the session format
 /// and the model files; the configuration; capture < features < windows < fusion (the
 /// sensing pipeline); the store; sync and the story bank; the report; the runtime and the
 /// installation check; the commands. The store, sync and report import nothing of the
@@ -225,6 +225,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("core", &[]),
     ("exit", &[]),
     ("clock", &[]),
+    ("named_thread", &[]),
     ("files", &["exit"]),
     ("session", &["core", "clock", "exit"]),
     ("models", &["exit"]),
@@ -248,8 +249,18 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "report",
         &[
-            "core", "clock", "exit", "files", "config", "session", "capture", "features", "fusion",
-            "store", "sync",
+            "core",
+            "clock",
+            "exit",
+            "files",
+            "named_thread",
+            "config",
+            "session",
+            "capture",
+            "features",
+            "fusion",
+            "store",
+            "sync",
         ],
     ),
     (
@@ -262,15 +273,44 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "runtime",
         &[
-            "core", "clock", "exit", "files", "config", "session", "models", "capture", "features",
-            "windows", "fusion", "store", "sync", "stories", "report",
+            "core",
+            "clock",
+            "exit",
+            "files",
+            "named_thread",
+            "config",
+            "session",
+            "models",
+            "capture",
+            "features",
+            "windows",
+            "fusion",
+            "store",
+            "sync",
+            "stories",
+            "report",
         ],
     ),
     (
         "cli",
         &[
-            "core", "clock", "exit", "files", "config", "session", "models", "capture", "features",
-            "fusion", "store", "sync", "stories", "report", "runtime", "doctor",
+            "core",
+            "clock",
+            "exit",
+            "files",
+            "named_thread",
+            "config",
+            "session",
+            "models",
+            "capture",
+            "features",
+            "fusion",
+            "store",
+            "sync",
+            "stories",
+            "report",
+            "runtime",
+            "doctor",
         ],
     ),
 ];
@@ -516,6 +556,36 @@ fn strongly_connected(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<Str
         }
     }
     s.out
+}
+
+/// Where threads may start: through `named_thread` only (its `std::thread::Builder` is the
+/// crate's one), called from the runtime, the collector's study-page thread and the alert
+/// command's pipe readers.
+#[test]
+fn threads_start_only_where_the_rule_says() {
+    let src = root().join("src");
+    let allowed = [
+        src.join("runtime"),
+        src.join("cli/collect.rs"),
+        src.join("report/study/alert_command.rs"),
+    ];
+    let mut found = Vec::new();
+    for f in sources(&src) {
+        let code = code(&f);
+        if f != src.join("named_thread.rs") && code.contains("thread::Builder") {
+            found.push(format!(
+                "{} builds a thread itself (use named_thread)",
+                f.display()
+            ));
+        }
+        if code.contains("named_thread::spawn") && !allowed.iter().any(|a| f.starts_with(a)) {
+            found.push(format!(
+                "{} starts a thread outside the places the rule lists",
+                f.display()
+            ));
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
 #[test]

@@ -4,7 +4,7 @@ only; needs the `onnx` package): `text-mean-v1.onnx`, z = the masked mean of the
 modality (what `text-zero-shot` computes in Rust, so the two must agree), and
 `text-mean-bad-dims.onnx`, the same declaring 385 text values (a layout mismatch).
 
-Contract v1 (see ARCHITECTURE.md): one input per modality named as the store names it,
+Contract v1 (see docs/formats.md, "Models"): one input per modality named as the store names it,
 `<name> [B,T,F]` float32, with `<name>_mask [B,T]` float32 (1 = present); output
 `z [B,D]`; metadata_props `empathic.contract` = "1", `empathic.id`, `empathic.family`,
 `empathic.modalities` (comma-separated), `empathic.<name>.dims`,

@@ -11,23 +11,21 @@ use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
 
 use super::consumers::WindowConsumer;
-use super::failures::StageFailures;
-use super::figures::Figures;
 use super::messages::{
     AlignDone, AudioFeaturesDone, AudioOut, PendingSlot, TextUpdate, VideoFeaturesDone,
 };
-use super::observe::{FrameWatch, Observer, QualityWatch};
+use super::observe::{FrameWatch, QualityWatch};
+use super::shared::Shared;
 use super::text::{speech_recognition, text_features, TextInputs};
 use super::threads::{
     align_windows, audio_features, capture, consume_windows, forward_slots, frame_stage,
     session_events, video_features, AlignInputs, AudioTells, CaptureContext,
 };
-use super::{Progress, Sources, MAX_PENDING_SLOTS};
+use super::{Sources, MAX_PENDING_SLOTS};
 use crate::capture::events::EventBatch;
 use crate::capture::{AudioBlock, VideoFrame};
-use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
-use crate::core::{ModalityLayout, Window};
+use crate::core::Window;
 use crate::features::signal::EnergyTurns;
 use crate::features::speech::stream::{Heard, SpeechStream};
 use crate::features::text::TextTrack;
@@ -38,10 +36,8 @@ use crate::runtime::stages::{
 };
 use crate::runtime::RunError;
 use crate::session::Event;
-use crate::store::StoreWriter;
 use crate::windows::align::AudioPool;
 use crate::windows::{FrameAligner, VideoSlot};
-use crate::Nanos;
 
 /// Per-block audio stage output on its way to the aligner.
 const AUDIO_OUT_QUEUE: usize = 64;
@@ -100,36 +96,6 @@ impl Queues {
                 .map(|_| policy_queue(WINDOW_QUEUE, Overflow::Block))
                 .collect(),
         }
-    }
-}
-
-/// What every thread of a run borrows for the run's scope.
-pub(super) struct Shared<'a> {
-    pub(super) config: &'a Config,
-    pub(super) clock: &'a dyn Clock,
-    pub(super) pacer: &'a Pacer,
-    pub(super) realtime_priority: u8,
-    pub(super) stop: &'a std::sync::atomic::AtomicBool,
-    /// Set when `stop` ended a capture before the end of its input.
-    pub(super) stopped: &'a std::sync::atomic::AtomicBool,
-    pub(super) figures: &'a Figures,
-    pub(super) failures: &'a StageFailures,
-    pub(super) progress: &'a dyn Progress,
-    pub(super) observer: Option<&'a dyn Observer>,
-    pub(super) writer: &'a StoreWriter,
-    pub(super) layout: &'a ModalityLayout,
-    pub(super) period_ns: f64,
-    /// Live: how far behind the capture the events may be known; 0 for a replay.
-    pub(super) events_lag_ns: Nanos,
-    /// Live text: known as far as the events are (see `TextInputs::live`).
-    pub(super) live_text: bool,
-    pub(super) words_reach_ns: Option<Nanos>,
-}
-
-impl<'a> Shared<'a> {
-    /// Paced runs: the clock and the session's start on it, to measure latencies.
-    pub(super) fn latency_from(&self) -> Option<(&'a dyn Clock, Nanos)> {
-        (self.pacer.speed == Speed::Realtime).then_some((self.clock, self.pacer.start_clock_ns))
     }
 }
 

@@ -57,14 +57,16 @@ mod figures;
 mod graph;
 mod messages;
 mod observe;
+mod shared;
 mod text;
 mod threads;
 
 pub use consumers::{LatestSlot, PredictWindows, StoreWindows, WindowConsumer};
 pub use failures::{StageFailure, StageFailures};
 pub use figures::{LatencySummary, ThreadFigures};
-use graph::{Queues, Shared, Work};
+use graph::{Queues, Work};
 pub use observe::{message, tell_voice, FrameWatch, Observer, QualityWatch, Recorded, Topic};
+use shared::Shared;
 
 /// Slots the aligner may hold while waiting for audio or text before it stops taking video.
 const MAX_PENDING_SLOTS: usize = 64;

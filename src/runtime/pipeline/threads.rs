@@ -7,11 +7,11 @@
 use super::consumers::WindowConsumer;
 use super::failures::StageFailures;
 use super::figures::{Figures, LatencySummary, Meter};
-use super::graph::Shared;
 use super::messages::{
     AlignDone, AudioFeaturesDone, AudioOut, PendingSlot, TextUpdate, VideoFeaturesDone,
 };
 use super::observe::{tell_voice, FrameWatch, Observer, QualityWatch};
+use super::shared::Shared;
 use super::{failures, next_stopped};
 use crate::capture::events::{EventBatch, EventSource};
 use crate::capture::timeline::{AudioTimelineStats, SlotDecision, VideoTimeline};

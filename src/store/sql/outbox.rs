@@ -4,7 +4,7 @@
 //!
 //! Contract: [`announce_session`] snapshots a session's record (payload format
 //! `empathic-session` version 2: the session's rows of the station schema, table by table,
-//! see [`RECORD_TABLES`] and ARCHITECTURE.md) into a `session` message;
+//! see [`RECORD_TABLES`] and docs/formats.md) into a `session` message;
 //! [`tombstone`] enqueues a `tombstone` for a session that no longer exists in the form
 //! announced (replaced or removed). Message ids are unique (sha256 of the station, subject,
 //! kind, payload digest and a per-database sequence), so a resend carries the same id and a
@@ -337,7 +337,7 @@ pub fn announce_session(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError
 }
 
 /// Enqueues a tombstone: every earlier record of session `id` is void (`reason`:
-/// `replaced` or `deleted`).
+/// `replaced` or `rerun`).
 pub fn tombstone(tx: &Transaction<'_>, id: &str, reason: &str) -> Result<(), StoreError> {
     let announced: Option<i64> = tx
         .query_row(

@@ -24,8 +24,8 @@
 //! applied records: in SQLite they are written in the same transaction
 //! (`store::replica`), so the central file is read by `sessions`, `report`, `evaluate` and `export`
 //! exactly like a station's; from PostgreSQL the same commands read a snapshot built from
-//! the applied records by the same code ([`Central::read_view`]). Central format version 2
-//! (tables in ARCHITECTURE.md).
+//! the applied records by the same code ([`Central::read_view`]). The central database's
+//! tables (format 7) are specified in docs/formats.md.
 
 mod postgres;
 

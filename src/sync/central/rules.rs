@@ -413,7 +413,7 @@ pub(super) fn store_consent(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
         Ok(v) => v,
         Err(e) => return Ok(Err(format!("a consent message that is not JSON: {e}"))),
     };
-    if v["format"] != "empathic-consent" || v["version"] != 1 {
+    if v["format"] != "empathic-consent" || v["version"] != crate::store::CONSENT_VERSION {
         return Ok(Err(format!(
             "a consent message of format {} version {} (this collector reads empathic-consent version 1)",
             v["format"], v["version"]
