@@ -30,9 +30,11 @@ use crate::config::Config;
 use crate::features::face::pose::IntrinsicsArgs;
 use crate::report::ReplaySummary;
 use crate::session::manifest::RecordingState;
+use crate::session::SessionManifest;
 use crate::session::{RecordedSession, SessionError};
 use crate::store::rows::{SessionSource, SessionStart};
 use crate::store::Store;
+use crate::Nanos;
 
 /// What to replay and how.
 #[derive(Clone)]
@@ -65,25 +67,7 @@ pub fn replay(
     let store = Store::open_with(&opts.db_path, (&config.store).into())?;
     store.set_sync_content(&config.sync.content())?;
     let sessions = SessionWriter::start(&opts.db_path, &config.store, SessionSource::Replay)?;
-    let session = match RecordedSession::open(
-        &opts.session_dir,
-        &config.station.id,
-        config.video.nominal_fps,
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            // A folder that is not one (a typo) is no session: nothing is recorded. A
-            // session folder with bad contents is recorded failed under its id, when that
-            // id is a valid one.
-            let id = RecordedSession::fallback_id(&opts.session_dir);
-            let is_session = !matches!(e, SessionError::NotAFolder { .. })
-                && crate::session::manifest::check_id("session_id", &id).is_ok();
-            if is_session {
-                sessions.record_failure(&id, &config.station.id, &e.to_string());
-            }
-            return Err(e.into());
-        }
-    };
+    let session = open_recorded(opts, &sessions)?;
     let m = &session.manifest;
     let fail = |e: RunError| -> RunError {
         sessions.record_failure(&m.session_id, &m.station_id, &e.to_string());
@@ -139,23 +123,7 @@ pub fn replay(
             latest_window: None,
         },
         config,
-        PipelineOptions {
-            // Replay never drops: every queue blocks (see `queues`).
-            video_overflow: Overflow::Block,
-            pacer: Pacer {
-                start_clock_ns: clock.now_ns(),
-                speed: opts.speed,
-            },
-            progress: opts.progress.clone(),
-            realtime_priority: 0,
-            live_events_lag_ns: None,
-            failures: pipeline::StageFailures::new(),
-            // A live recording's words reach its frames as they did live.
-            words_reach_ns: m
-                .recording
-                .is_some()
-                .then(|| config.live.transcript_wait_ms * 1_000_000),
-        },
+        replay_options(opts, config, m, clock.now_ns()),
         clock,
         &stop,
     );
@@ -197,6 +165,59 @@ pub fn replay(
         quality: outcome.quality,
         predictions: store.session_predictions(&m.session_id)?,
     })
+}
+
+/// The recorded session at `opts.session_dir`. A folder that is not one (a typo) is no
+/// session: nothing is recorded. A session folder with bad contents is recorded failed
+/// under its id, when that id is a valid one.
+fn open_recorded(
+    opts: &ReplayOptions,
+    sessions: &SessionWriter,
+) -> Result<RecordedSession, RunError> {
+    let config = &opts.config;
+    match RecordedSession::open(
+        &opts.session_dir,
+        &config.station.id,
+        config.video.nominal_fps,
+    ) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            let id = RecordedSession::fallback_id(&opts.session_dir);
+            let is_session = !matches!(e, SessionError::NotAFolder { .. })
+                && crate::session::manifest::check_id("session_id", &id).is_ok();
+            if is_session {
+                sessions.record_failure(&id, &config.station.id, &e.to_string());
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// How a replay runs: every queue blocks (never drops), paced from `start_clock_ns` at the
+/// asked speed, and a live recording's words reach its frames as they did live.
+fn replay_options(
+    opts: &ReplayOptions,
+    config: &Config,
+    m: &SessionManifest,
+    start_clock_ns: Nanos,
+) -> PipelineOptions {
+    PipelineOptions {
+        // Replay never drops: every queue blocks (see `queues`).
+        video_overflow: Overflow::Block,
+        pacer: Pacer {
+            start_clock_ns,
+            speed: opts.speed,
+        },
+        progress: opts.progress.clone(),
+        realtime_priority: 0,
+        live_events_lag_ns: None,
+        failures: pipeline::StageFailures::new(),
+        // A live recording's words reach its frames as they did live.
+        words_reach_ns: m
+            .recording
+            .is_some()
+            .then(|| config.live.transcript_wait_ms * 1_000_000),
+    }
 }
 
 /// The recorded folder's media and events as pipeline sources. The first video frame is

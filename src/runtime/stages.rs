@@ -81,64 +81,11 @@ impl Stages {
         let entry = manifest.get(&models.sentence_encoder, &models.dir)?;
         let encoder =
             SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?;
-        let mut frame_stages: Vec<Box<dyn FrameStage>> = Vec::new();
-        if config.face.enabled {
-            let intrinsics = match camera {
-                Some(k) => IntrinsicsArgs::from(k),
-                None => IntrinsicsArgs {
-                    fx: config.face.fx,
-                    fy: config.face.fy,
-                    cx: config.face.cx,
-                    cy: config.face.cy,
-                },
-            };
-            let analyzer = FaceAnalyzer::open(
-                &models.dir,
-                &manifest,
-                models.onnxruntime_library.as_deref(),
-                intrinsics,
-                Mode::Video,
-            )?
-            .with_gaze_model(config.face.gaze_model);
-            let blendshapes = analyzer.blendshape_stage();
-            frame_stages.push(Box::new(FaceStage::new(analyzer)));
-            if config.face.blendshapes {
-                // After the facial stage, whose blendshapes it stores.
-                frame_stages.push(Box::new(blendshapes));
-            }
-        }
-        if !models.appearance_encoder.is_empty() {
-            let entry = manifest.get(&models.appearance_encoder, &models.dir)?;
-            frame_stages.push(Box::new(
-                AppearanceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?
-                    .with_input(models.appearance_input),
-            ));
-        }
+        let frame_stages = open_frame_stages(config, &manifest, camera)?;
         let video_signal = VideoSignalStage::new();
         let text = TextStage::new(encoder, &config.text.speaker);
         let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
-        let mut audio_stages: Vec<Box<dyn AudioStage>> = vec![Box::new(LldExtractor::new(
-            config.audio.lld_set,
-            config.audio.sample_rate_hz,
-        ))];
-        // The learned voice activity beside the energy rule, with the station's speech
-        // models (`[asr]`); without them the session runs without it and says so once.
-        if config.asr.enabled {
-            let path = SpeechModels::in_dir(&models.dir).vad;
-            match (config.audio.sample_rate_hz, path.is_file()) {
-                (16_000, true) => audio_stages.push(Box::new(SpeechActivityStage::open(
-                    &path,
-                    models.onnxruntime_library.as_deref(),
-                )?)),
-                (16_000, false) => tracing::warn!(
-                    "no speech_activity modality: {} is missing (run scripts/setup.sh)",
-                    path.display()
-                ),
-                (rate, _) => tracing::warn!(
-                    "no speech_activity modality: the voice activity model runs on 16000 Hz audio and audio.sample_rate_hz is {rate}"
-                ),
-            }
-        }
+        let audio_stages = open_audio_stages(config)?;
 
         // The layout: one entry per modality, in the order frame records carry them.
         let mut layout = ModalityLayout::new();
@@ -157,46 +104,7 @@ impl Stages {
         }
         let mut predictors: Vec<Configured> = Vec::new();
         for p in &config.fusion.predictors {
-            // A built-in id, a model file, or a fusion model of the manifest (its sha256
-            // checked first).
-            let predictor: Box<dyn crate::fusion::Predictor> = match crate::fusion::builtin(p) {
-                Some(builtin) => builtin,
-                None if p.ends_with(".onnx") => Box::new(OnnxPredictor::open(
-                    std::path::Path::new(p),
-                    models.onnxruntime_library.as_deref(),
-                )?),
-                None => {
-                    let entry = manifest
-                        .models
-                        .iter()
-                        .find(|m| m.name == *p && m.kind == ModelKind::FusionModel)
-                        .ok_or_else(|| {
-                            let known: Vec<&str> = crate::fusion::BUILTIN
-                                .iter()
-                                .copied()
-                                .chain(
-                                    manifest
-                                        .models
-                                        .iter()
-                                        .filter(|m| m.kind == ModelKind::FusionModel)
-                                        .map(|m| m.name.as_str()),
-                                )
-                                .collect();
-                            crate::models::ModelError::Manifest {
-                                path: models.dir.join(crate::models::manifest::MANIFEST_FILE),
-                                message: format!(
-                                    "fusion.predictors: unknown predictor `{p}` (known: {}, or the path of a fusion model, *.onnx)",
-                                    known.join(", ")
-                                ),
-                            }
-                        })?;
-                    entry.check_files(&models.dir)?;
-                    Box::new(OnnxPredictor::open(
-                        &entry.path(&models.dir),
-                        models.onnxruntime_library.as_deref(),
-                    )?)
-                }
-            };
+            let predictor = open_predictor(p, config, &manifest)?;
             predictors.push(Configured {
                 predictor,
                 phases: config.fusion.phases.clone(),
@@ -228,4 +136,126 @@ impl Stages {
             period_ns: 1e9 / nominal_fps,
         })
     }
+}
+
+/// The frame stages after the signal stage, in pipeline order: the facial stage (and its
+/// blendshapes), then the appearance encoder, as the configuration asks.
+fn open_frame_stages(
+    config: &Config,
+    manifest: &Manifest,
+    camera: Option<CameraIntrinsics>,
+) -> Result<Vec<Box<dyn FrameStage>>, RunError> {
+    let models = &config.models;
+    let mut frame_stages: Vec<Box<dyn FrameStage>> = Vec::new();
+    if config.face.enabled {
+        let intrinsics = match camera {
+            Some(k) => IntrinsicsArgs::from(k),
+            None => IntrinsicsArgs {
+                fx: config.face.fx,
+                fy: config.face.fy,
+                cx: config.face.cx,
+                cy: config.face.cy,
+            },
+        };
+        let analyzer = FaceAnalyzer::open(
+            &models.dir,
+            manifest,
+            models.onnxruntime_library.as_deref(),
+            intrinsics,
+            Mode::Video,
+        )?
+        .with_gaze_model(config.face.gaze_model);
+        let blendshapes = analyzer.blendshape_stage();
+        frame_stages.push(Box::new(FaceStage::new(analyzer)));
+        if config.face.blendshapes {
+            // After the facial stage, whose blendshapes it stores.
+            frame_stages.push(Box::new(blendshapes));
+        }
+    }
+    if !models.appearance_encoder.is_empty() {
+        let entry = manifest.get(&models.appearance_encoder, &models.dir)?;
+        frame_stages.push(Box::new(
+            AppearanceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?
+                .with_input(models.appearance_input),
+        ));
+    }
+    Ok(frame_stages)
+}
+
+/// The audio stages besides the signal stage: the LLDs, and the learned voice activity
+/// when the station's speech models are there.
+fn open_audio_stages(config: &Config) -> Result<Vec<Box<dyn AudioStage>>, RunError> {
+    let models = &config.models;
+    let mut audio_stages: Vec<Box<dyn AudioStage>> = vec![Box::new(LldExtractor::new(
+        config.audio.lld_set,
+        config.audio.sample_rate_hz,
+    ))];
+    // The learned voice activity beside the energy rule, with the station's speech
+    // models (`[asr]`); without them the session runs without it and says so once.
+    if config.asr.enabled {
+        let path = SpeechModels::in_dir(&models.dir).vad;
+        match (config.audio.sample_rate_hz, path.is_file()) {
+            (16_000, true) => audio_stages.push(Box::new(SpeechActivityStage::open(
+                &path,
+                models.onnxruntime_library.as_deref(),
+            )?)),
+            (16_000, false) => tracing::warn!(
+                "no speech_activity modality: {} is missing (run scripts/setup.sh)",
+                path.display()
+            ),
+            (rate, _) => tracing::warn!(
+                "no speech_activity modality: the voice activity model runs on 16000 Hz audio and audio.sample_rate_hz is {rate}"
+            ),
+        }
+    }
+
+    Ok(audio_stages)
+}
+
+/// Predictor `p` of `[fusion] predictors`: a built-in id, a model file, or a fusion model
+/// of the manifest (its sha256 checked first).
+fn open_predictor(
+    p: &str,
+    config: &Config,
+    manifest: &Manifest,
+) -> Result<Box<dyn crate::fusion::Predictor>, RunError> {
+    let models = &config.models;
+    Ok(match crate::fusion::builtin(p) {
+        Some(builtin) => builtin,
+        None if p.ends_with(".onnx") => Box::new(OnnxPredictor::open(
+            std::path::Path::new(p),
+            models.onnxruntime_library.as_deref(),
+        )?),
+        None => {
+            let entry = manifest
+                .models
+                .iter()
+                .find(|m| m.name == *p && m.kind == ModelKind::FusionModel)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = crate::fusion::BUILTIN
+                        .iter()
+                        .copied()
+                        .chain(
+                            manifest
+                                .models
+                                .iter()
+                                .filter(|m| m.kind == ModelKind::FusionModel)
+                                .map(|m| m.name.as_str()),
+                        )
+                        .collect();
+                    crate::models::ModelError::Manifest {
+                        path: models.dir.join(crate::models::manifest::MANIFEST_FILE),
+                        message: format!(
+                            "fusion.predictors: unknown predictor `{p}` (known: {}, or the path of a fusion model, *.onnx)",
+                            known.join(", ")
+                        ),
+                    }
+                })?;
+            entry.check_files(&models.dir)?;
+            Box::new(OnnxPredictor::open(
+                &entry.path(&models.dir),
+                models.onnxruntime_library.as_deref(),
+            )?)
+        }
+    })
 }

@@ -115,16 +115,13 @@ pub(super) fn microphone_thread(
                 continue;
             }
         };
-        let mut resampler = if mic.rate_hz() == rate {
-            None
-        } else {
-            match StreamResampler::new(mic.rate_hz(), rate) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    service.device("microphone", Err(e.to_string()));
-                    pause(end, BACKOFF_MAX_MS);
-                    continue;
-                }
+        let resampled = (mic.rate_hz() != rate).then(|| StreamResampler::new(mic.rate_hz(), rate));
+        let mut resampler = match resampled.transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                service.device("microphone", Err(e.to_string()));
+                pause(end, BACKOFF_MAX_MS);
+                continue;
             }
         };
         // One stretch: stamps count samples from its first, placed in whole milliseconds.
@@ -160,18 +157,7 @@ pub(super) fn microphone_thread(
                     MIC_FIRST_SAMPLES_WITHIN
                 };
                 if last_samples.elapsed() > limit && !stopping {
-                    service.device(
-                        "microphone",
-                        Err(format!(
-                            "no samples for {} s: the microphone {}",
-                            limit.as_secs(),
-                            if delivering {
-                                "stopped delivering"
-                            } else {
-                                "delivers nothing"
-                            }
-                        )),
-                    );
+                    service.device("microphone", Err(silent(limit, delivering)));
                     break false;
                 }
             }
@@ -190,48 +176,18 @@ pub(super) fn microphone_thread(
                     origin = Some(t / 1_000_000 * 1_000_000);
                 }
             }
-            let lost = mic.lost_frames();
-            if lost > lost_seen {
-                // Samples the ring dropped: the stamps jump over them (a discontinuity).
-                let at_rate = (lost - lost_seen) * u64::from(rate) / u64::from(mic.rate_hz());
-                emitted += at_rate;
-                counters.samples_lost.fetch_add(at_rate, Ordering::Relaxed);
-                lost_seen = lost;
-            }
+            emitted += skip_lost(&mic, rate, &mut lost_seen, counters);
             if let Some(origin) = origin {
-                while ready.len() >= block || (stopping && !ready.is_empty()) {
-                    let n = block.min(ready.len());
-                    let samples: Vec<f32> = ready.drain(..n).collect();
-                    let b = AudioBlock {
-                        seq,
-                        t_ns: origin + samples_to_ns(emitted, rate),
-                        sample_rate_hz: rate,
-                        samples,
-                        handed_ns: Some(clock.now_ns().saturating_sub(start_clock_ns)),
-                    };
-                    if seq % 250 == 0 {
-                        let end = start_clock_ns + b.t_ns + samples_to_ns(n as u64, rate);
-                        tracing::debug!(
-                            age_ms = clock.now_ns().saturating_sub(end) / 1_000_000,
-                            "microphone block handed on"
-                        );
-                    }
-                    seq += 1;
-                    emitted += n as u64;
-                    counters.samples.fetch_add(n as u64, Ordering::Relaxed);
-                    counters
-                        .audio_at_ns
-                        .store(clock.now_ns(), Ordering::Relaxed);
-                    let sent_at = std::time::Instant::now();
-                    if tx.send(b).is_err() {
-                        return;
-                    }
-                    if sent_at.elapsed() > Duration::from_millis(200) {
-                        tracing::debug!(
-                            waited_ms = sent_at.elapsed().as_millis() as u64,
-                            "microphone block waited for the pipeline"
-                        );
-                    }
+                let out = Handing {
+                    rate,
+                    block,
+                    clock: clock.as_ref(),
+                    start_clock_ns,
+                    counters,
+                    tx: &tx,
+                };
+                if !out.hand_on(&mut ready, stopping, origin, &mut emitted, &mut seq) {
+                    return;
                 }
             }
             if stopping {
@@ -247,6 +203,94 @@ pub(super) fn microphone_thread(
         drop(mic);
         pause(end, backoff);
         backoff = (backoff * 2).min(BACKOFF_MAX_MS);
+    }
+}
+
+/// The samples the microphone's ring dropped since `lost_seen` (at the session's rate):
+/// the stamps jump over them (a discontinuity), and the session's counters say so.
+fn skip_lost(mic: &MicStream, rate: u32, lost_seen: &mut u64, counters: &Counters) -> u64 {
+    let lost = mic.lost_frames();
+    if lost <= *lost_seen {
+        return 0;
+    }
+    let at_rate = (lost - *lost_seen) * u64::from(rate) / u64::from(mic.rate_hz());
+    counters.samples_lost.fetch_add(at_rate, Ordering::Relaxed);
+    *lost_seen = lost;
+    at_rate
+}
+
+/// Why a microphone that gave no samples for `limit` is lost.
+fn silent(limit: Duration, delivering: bool) -> String {
+    format!(
+        "no samples for {} s: the microphone {}",
+        limit.as_secs(),
+        if delivering {
+            "stopped delivering"
+        } else {
+            "delivers nothing"
+        }
+    )
+}
+
+/// Where the microphone thread hands its blocks, and how it stamps them.
+struct Handing<'a> {
+    rate: u32,
+    /// Samples per block.
+    block: usize,
+    clock: &'a dyn Clock,
+    start_clock_ns: Nanos,
+    counters: &'a Counters,
+    tx: &'a PolicySender<AudioBlock>,
+}
+
+impl Handing<'_> {
+    /// Hands on `ready` in blocks (all that is left when `stopping`), stamped from the
+    /// stretch's `origin` by the samples `emitted` before; false when the pipeline ended.
+    fn hand_on(
+        &self,
+        ready: &mut Vec<f32>,
+        stopping: bool,
+        origin: Nanos,
+        emitted: &mut u64,
+        seq: &mut u64,
+    ) -> bool {
+        let (rate, block, clock, start_clock_ns) =
+            (self.rate, self.block, self.clock, self.start_clock_ns);
+        while ready.len() >= block || (stopping && !ready.is_empty()) {
+            let n = block.min(ready.len());
+            let samples: Vec<f32> = ready.drain(..n).collect();
+            let b = AudioBlock {
+                seq: *seq,
+                t_ns: origin + samples_to_ns(*emitted, rate),
+                sample_rate_hz: rate,
+                samples,
+                handed_ns: Some(clock.now_ns().saturating_sub(start_clock_ns)),
+            };
+            if *seq % 250 == 0 {
+                let end = start_clock_ns + b.t_ns + samples_to_ns(n as u64, rate);
+                tracing::debug!(
+                    age_ms = clock.now_ns().saturating_sub(end) / 1_000_000,
+                    "microphone block handed on"
+                );
+            }
+            *seq += 1;
+            *emitted += n as u64;
+            self.counters.samples.fetch_add(n as u64, Ordering::Relaxed);
+            self.counters
+                .audio_at_ns
+                .store(clock.now_ns(), Ordering::Relaxed);
+            let sent_at = std::time::Instant::now();
+            if self.tx.send(b).is_err() {
+                return false;
+            }
+            if sent_at.elapsed() > Duration::from_millis(200) {
+                tracing::debug!(
+                    waited_ms = sent_at.elapsed().as_millis() as u64,
+                    "microphone block waited for the pipeline"
+                );
+            }
+        }
+        true
     }
 }
 

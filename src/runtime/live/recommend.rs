@@ -19,8 +19,9 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::fusion::recommend::recommend_against;
+use crate::fusion::recommend::{recommend_against, Recommended};
 
+use crate::config::Config;
 use crate::core::Policy;
 use crate::features::text::SentenceEncoder;
 use crate::models::manifest::Manifest;
@@ -150,30 +151,7 @@ fn recommend_now(
         })?;
         (index, inputs)
     };
-    // The encoder is opened once (each request opened its own once: eight clients loading
-    // a model in a loop starved the pipeline).
-    let query = {
-        let slot = encoder;
-        if slot.is_none() {
-            let models = &config.models;
-            let manifest = Manifest::load(&models.dir).map_err(|e| e.to_string())?;
-            let entry = manifest
-                .get(&models.sentence_encoder, &models.dir)
-                .map_err(|e| e.to_string())?;
-            *slot = Some(
-                SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-        let Some(encoder) = slot.as_mut() else {
-            return Err("the sentence encoder is not open".into());
-        };
-        // The text is cut to the encoder's window before any work (`within_window`).
-        encoder
-            .embed(&[inputs.text.as_str()])
-            .map_err(|e| e.to_string())?
-            .remove(0)
-    };
+    let query = embed_query(config, encoder, &inputs.text)?;
     // Predicted empathy against the latest window the configured predictor represented,
     // under its calibration in this session; before any, against the words themselves.
     let (z, scorer, basis) = match &latest {
@@ -212,31 +190,7 @@ fn recommend_now(
             v
         })
         .collect();
-    // The answer is part of the session: logged as its event (and in its recording).
-    {
-        let mut state = service.state();
-        if let Some(r) = state.running.as_mut().filter(|r| r.id == session_id) {
-            if !r.end.load(Ordering::SeqCst) {
-                let now = service.clock.now_ns().saturating_sub(r.start_clock_ns);
-                let event = Event {
-                    t_ns: now / 1_000_000 * 1_000_000,
-                    line: 0,
-                    kind: EventKind::Recommendation {
-                        policy: policy.as_str().to_string(),
-                        story_ids: chosen.iter().map(|c| c.story_id.clone()).collect(),
-                        calibration: scorer.label().to_string(),
-                    },
-                };
-                if let Some(rec) = &r.recording {
-                    let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Err(e) = rec.event(&event) {
-                        tracing::error!("{e}");
-                    }
-                }
-                let _ = r.events.send(event);
-            }
-        }
-    }
+    log_recommendation(service, &session_id, policy, &chosen, scorer.label());
     Ok(serde_json::json!({
         "policy": policy.as_str(),
         "from": if inputs.session.is_some() { "story_share" } else { "text" },
@@ -244,4 +198,63 @@ fn recommend_now(
         "predicted_from": basis,
         "stories": stories,
     }))
+}
+
+/// The sentence embedding of `text` (cut to the encoder's window before any work). The
+/// encoder is opened once, on the first request (each request opened its own once: eight
+/// clients loading a model in a loop starved the pipeline).
+fn embed_query(
+    config: &Config,
+    slot: &mut Option<SentenceEncoder>,
+    text: &str,
+) -> Result<Vec<f32>, String> {
+    if slot.is_none() {
+        let models = &config.models;
+        let manifest = Manifest::load(&models.dir).map_err(|e| e.to_string())?;
+        let entry = manifest
+            .get(&models.sentence_encoder, &models.dir)
+            .map_err(|e| e.to_string())?;
+        *slot = Some(
+            SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let Some(encoder) = slot.as_mut() else {
+        return Err("the sentence encoder is not open".into());
+    };
+    // The text is cut to the encoder's window before any work (`within_window`).
+    Ok(encoder.embed(&[text]).map_err(|e| e.to_string())?.remove(0))
+}
+
+/// The answer is part of the session: logged as its event (and in its recording), while
+/// the session it was asked in still runs.
+fn log_recommendation(
+    service: &Service<'_>,
+    session_id: &str,
+    policy: Policy,
+    chosen: &[Recommended],
+    calibration: &str,
+) {
+    let mut state = service.state();
+    if let Some(r) = state.running.as_mut().filter(|r| r.id == session_id) {
+        if !r.end.load(Ordering::SeqCst) {
+            let now = service.clock.now_ns().saturating_sub(r.start_clock_ns);
+            let event = Event {
+                t_ns: now / 1_000_000 * 1_000_000,
+                line: 0,
+                kind: EventKind::Recommendation {
+                    policy: policy.as_str().to_string(),
+                    story_ids: chosen.iter().map(|c| c.story_id.clone()).collect(),
+                    calibration: calibration.to_string(),
+                },
+            };
+            if let Some(rec) = &r.recording {
+                let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = rec.event(&event) {
+                    tracing::error!("{e}");
+                }
+            }
+            let _ = r.events.send(event);
+        }
+    }
 }

@@ -9,16 +9,16 @@ use crate::capture::camera::Grab;
 use crate::capture::control::SessionRules;
 use crate::capture::record::{Recording, RecordingStart};
 use crate::capture::{AudioBlock, AudioInfo, VideoInfo};
-use crate::clock::{Pacer, Speed};
+use crate::clock::{Clock, Pacer, Speed};
 use crate::config::Config;
-use crate::runtime::pipeline::{self, Observer, PipelineOptions, Sinks, Sources, Topic};
+use crate::runtime::pipeline::{self, Observer, Outcome, PipelineOptions, Sinks, Sources, Topic};
 use crate::runtime::queues::{policy_queue, Overflow, PolicyReceiver};
 use crate::runtime::stages::Stages;
 use crate::runtime::transcripts::{RunKind, TranscriptPlan};
 use crate::runtime::RunError;
 use crate::session::manifest::CameraIntrinsics;
 use crate::session::Event;
-use crate::store::rows::{SessionSource, SessionStart};
+use crate::store::rows::{EndStatus, SessionSource, SessionStart};
 use crate::Nanos;
 
 use super::devices::{camera_thread, microphone_thread, ControlEvents, LiveAudio, LiveVideo};
@@ -62,111 +62,21 @@ pub(super) fn start_session_checked<'scope>(
     conn: u64,
 ) -> Result<serde_json::Value, String> {
     let config = service.config;
-    {
-        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
-        match store.participant_consent(&participant).map_err(|e| e.to_string())? {
-            Some((consent, _)) if consent == "given" => {}
-            Some((consent, _)) => {
-                return Err(format!(
-                    "participant `{participant}` has consent `{consent}`: nothing is captured without recorded consent"
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "unknown participant `{participant}`: study staff record consent first (`empathic participant consent {participant} --given`)"
-                ))
-            }
-        }
-    }
+    check_consent(service, &participant)?;
     let start_time = crate::clock::utc_now();
-    let id = session_id.unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            config.station.id,
-            start_time
-                .replace([':', '-'], "")
-                .trim_end_matches('Z')
-                .replace('.', "")
-        )
-    });
-    // A live session is new: an id already stored (a crashed session's, say) or already
-    // recorded is refused before anything is written.
-    {
-        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(status) = store.session_status(&id).map_err(|e| e.to_string())? {
-            return Err(format!(
-                "session id `{id}` is already stored ({status}): a live session needs a new id (leave session_id out to get one)"
-            ));
-        }
-    }
-    let folder = config.recording.dir.join(&id);
-    if config.recording.enabled && folder.exists() {
-        return Err(format!(
-            "session id `{id}` already has a recording at {}: a live session needs a new id",
-            folder.display()
-        ));
-    }
+    let id = new_session_id(service, session_id, &start_time)?;
     let camera = intrinsics(config);
-    let mut stages =
-        Stages::load(config, config.video.nominal_fps, camera).map_err(|e| e.to_string())?;
-    let transcripts = TranscriptPlan::resolve(config, RunKind::Live).apply(&mut stages, config);
-    {
-        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
-        prepare_session(
-            &mut stages,
-            &store,
-            config,
-            Some(&participant),
-            &id,
-            Some(&start_time),
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    let sessions = SessionWriter::start(&config.store.db_path, &config.store, SessionSource::Live)
-        .map_err(|e| e.to_string())?;
-    sessions
-        .begin(SessionStart {
-            id: id.clone(),
-            station_id: config.station.id.clone(),
-            participant_id: Some(participant.clone()),
-            source: SessionSource::Live,
-            source_path: None,
-            format_version: None,
-            start_time: Some(start_time.clone()),
-            nominal_fps: config.video.nominal_fps,
-            layout: stages.layout.clone(),
-            replace: false,
-            text_source: transcripts.text_from,
-        })
-        .map_err(|e| e.to_string())?;
-    let recording = if config.recording.enabled {
-        let rec = Recording::create(RecordingStart {
-            root: config.recording.dir.clone(),
-            session_id: id.clone(),
-            station_id: config.station.id.clone(),
-            participant_id: Some(participant.clone()),
-            start_time: start_time.clone(),
-            nominal_fps: config.video.nominal_fps,
-            camera,
-            sample_rate_hz: config.audio.sample_rate_hz,
-            min_free_bytes: config.recording.min_free_mib << 20,
-        });
-        let rec = match rec {
-            Ok(rec) => rec,
-            Err(e) => {
-                // The row was begun: it is closed with the reason, not left `running`.
-                let reason = format!("the recording could not be created: {e}");
-                sessions.record_failure(&id, &config.station.id, &reason);
-                if let Err(e) = sessions.close() {
-                    tracing::error!(session = %id, "{e}");
-                }
-                return Err(reason);
+    let (stages, sessions) = begin_session(service, &participant, &id, &start_time, camera)?;
+    let recording = match create_recording(config, &participant, &id, &start_time, camera) {
+        Ok(recording) => recording,
+        Err(reason) => {
+            // The row was begun: it is closed with the reason, not left `running`.
+            sessions.record_failure(&id, &config.station.id, &reason);
+            if let Err(e) = sessions.close() {
+                tracing::error!(session = %id, "{e}");
             }
-        };
-        run_hook(&config.recording.on_start, &id, "recording.on_start");
-        Some(Arc::new(Mutex::new(rec)))
-    } else {
-        None
+            return Err(reason);
+        }
     };
     let recording_dir = recording.as_ref().map(|r| {
         r.lock()
@@ -247,6 +157,135 @@ pub(super) fn start_session_checked<'scope>(
     )
 }
 
+/// Refuses a participant without recorded consent (`given`).
+fn check_consent(service: &Service<'_>, participant: &str) -> Result<(), String> {
+    let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+    match store.participant_consent(participant).map_err(|e| e.to_string())? {
+        Some((consent, _)) if consent == "given" => {}
+        Some((consent, _)) => {
+            return Err(format!(
+                "participant `{participant}` has consent `{consent}`: nothing is captured without recorded consent"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "unknown participant `{participant}`: study staff record consent first (`empathic participant consent {participant} --given`)"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// The new session's id: the one asked for, or the station's id and the start time.
+fn new_session_id(
+    service: &Service<'_>,
+    session_id: Option<String>,
+    start_time: &str,
+) -> Result<String, String> {
+    let config = service.config;
+    let id = session_id.unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            config.station.id,
+            start_time
+                .replace([':', '-'], "")
+                .trim_end_matches('Z')
+                .replace('.', "")
+        )
+    });
+    // A live session is new: an id already stored (a crashed session's, say) or already
+    // recorded is refused before anything is written.
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = store.session_status(&id).map_err(|e| e.to_string())? {
+            return Err(format!(
+                "session id `{id}` is already stored ({status}): a live session needs a new id (leave session_id out to get one)"
+            ));
+        }
+    }
+    let folder = config.recording.dir.join(&id);
+    if config.recording.enabled && folder.exists() {
+        return Err(format!(
+            "session id `{id}` already has a recording at {}: a live session needs a new id",
+            folder.display()
+        ));
+    }
+    Ok(id)
+}
+
+/// Opens the stages (with the transcript plan) and begins the session's row.
+fn begin_session(
+    service: &Service<'_>,
+    participant: &str,
+    id: &str,
+    start_time: &str,
+    camera: Option<CameraIntrinsics>,
+) -> Result<(Stages, SessionWriter), String> {
+    let config = service.config;
+    let mut stages =
+        Stages::load(config, config.video.nominal_fps, camera).map_err(|e| e.to_string())?;
+    let transcripts = TranscriptPlan::resolve(config, RunKind::Live).apply(&mut stages, config);
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        prepare_session(
+            &mut stages,
+            &store,
+            config,
+            Some(participant),
+            id,
+            Some(start_time),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let sessions = SessionWriter::start(&config.store.db_path, &config.store, SessionSource::Live)
+        .map_err(|e| e.to_string())?;
+    sessions
+        .begin(SessionStart {
+            id: id.to_string(),
+            station_id: config.station.id.clone(),
+            participant_id: Some(participant.to_string()),
+            source: SessionSource::Live,
+            source_path: None,
+            format_version: None,
+            start_time: Some(start_time.to_string()),
+            nominal_fps: config.video.nominal_fps,
+            layout: stages.layout.clone(),
+            replace: false,
+            text_source: transcripts.text_from,
+        })
+        .map_err(|e| e.to_string())?;
+    Ok((stages, sessions))
+}
+
+/// The session's recording, when `[recording]` is on; the reason when it cannot be
+/// created.
+fn create_recording(
+    config: &Config,
+    participant: &str,
+    id: &str,
+    start_time: &str,
+    camera: Option<CameraIntrinsics>,
+) -> Result<Option<Arc<Mutex<Recording>>>, String> {
+    Ok(if config.recording.enabled {
+        let rec = Recording::create(RecordingStart {
+            root: config.recording.dir.clone(),
+            session_id: id.to_string(),
+            station_id: config.station.id.clone(),
+            participant_id: Some(participant.to_string()),
+            start_time: start_time.to_string(),
+            nominal_fps: config.video.nominal_fps,
+            camera,
+            sample_rate_hz: config.audio.sample_rate_hz,
+            min_free_bytes: config.recording.min_free_mib << 20,
+        });
+        let rec = rec.map_err(|e| format!("the recording could not be created: {e}"))?;
+        run_hook(&config.recording.on_start, id, "recording.on_start");
+        Some(Arc::new(Mutex::new(rec)))
+    } else {
+        None
+    })
+}
+
 pub(super) fn intrinsics(config: &Config) -> Option<CameraIntrinsics> {
     let f = &config.face;
     match (f.fx, f.fy, f.cx, f.cy) {
@@ -280,27 +319,7 @@ pub(super) fn run_session<'scope>(
 ) -> Result<(), RunError> {
     let config = service.config;
     let clock = service.clock.clone();
-    // Camera and microphone threads: each owns its device (neither is `Send`).
-    let (grab_tx, grab_rx) = policy_queue::<Grab>(GRAB_QUEUE, Overflow::DropOldest);
-    let (block_tx, block_rx) =
-        policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
-    {
-        let end = run.end.clone();
-        let counters = run.counters.clone();
-        let clock = clock.clone();
-        spawn(scope, "camera", move || {
-            camera_thread(service, clock, &end, grab_tx, &counters);
-        })?;
-    }
-    {
-        let end = run.end.clone();
-        let counters = run.counters.clone();
-        let clock = clock.clone();
-        let start = run.start_clock_ns;
-        spawn(scope, "microphone", move || {
-            microphone_thread(service, clock, start, &end, block_tx, &counters);
-        })?;
-    }
+    let (grab_rx, block_rx) = start_devices(scope, service, &run, clock.clone())?;
     let sources = Sources {
         video: Box::new(LiveVideo {
             rx: grab_rx,
@@ -366,31 +385,12 @@ pub(super) fn run_session<'scope>(
     if let Some(r) = service.state().running.as_mut() {
         r.recording = None;
     }
-    let recording_result = run.recording.map(|rec| {
-        let rec = match Arc::try_unwrap(rec) {
-            Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
-            Err(_) => return Err("the recording is still in use".to_string()),
-        };
-        rec.finish().map_err(|e| e.to_string())
-    });
-    run_hook(&config.recording.on_stop, &run.id, "recording.on_stop");
-    match &recording_result {
-        Some(Ok(dir)) if run.consent_withdrawn.load(Ordering::SeqCst) => {
-            match std::fs::remove_dir_all(dir) {
-                Ok(()) => tracing::info!(session = %run.id, dir = %dir.display(), "consent withdrawn: the session's raw recording deleted"),
-                Err(e) => service.set_error(format!(
-                    "session {}: consent withdrawn, but its raw recording {} could not be deleted: {e}",
-                    run.id,
-                    dir.display()
-                )),
-            }
-        }
-        Some(Ok(dir)) => {
-            tracing::info!(session = %run.id, dir = %dir.display(), "recording finalised")
-        }
-        Some(Err(e)) => service.set_error(format!("session {}: recording: {e}", run.id)),
-        None => {}
-    }
+    finish_recording(
+        service,
+        run.recording,
+        &run.id,
+        run.consent_withdrawn.load(Ordering::SeqCst),
+    );
     // Camera buffers dropped before decoding (or undecodable) are drops of the live video
     // queue too: the stored count covers both queues.
     let outcome = outcome.map(|mut o| {
@@ -413,17 +413,91 @@ pub(super) fn run_session<'scope>(
             )
         })
     })?;
-    let (outcome, status) = (ended.outcome, ended.status);
+    tell_ended(service, &run.id, &ended.outcome, ended.status);
+    Ok(())
+}
+
+/// Starts the camera and microphone threads (each owns its device: neither is `Send`) and
+/// returns the queues they fill.
+fn start_devices<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    run: &SessionRun,
+    clock: Arc<dyn Clock>,
+) -> Result<(PolicyReceiver<Grab>, PolicyReceiver<AudioBlock>), RunError> {
+    let config = service.config;
+    let (grab_tx, grab_rx) = policy_queue::<Grab>(GRAB_QUEUE, Overflow::DropOldest);
+    let (block_tx, block_rx) =
+        policy_queue::<AudioBlock>(config.runtime.audio_queue_blocks, Overflow::Block);
+    {
+        let end = run.end.clone();
+        let counters = run.counters.clone();
+        let clock = clock.clone();
+        spawn(scope, "camera", move || {
+            camera_thread(service, clock, &end, grab_tx, &counters);
+        })?;
+    }
+    {
+        let end = run.end.clone();
+        let counters = run.counters.clone();
+        let clock = clock.clone();
+        let start = run.start_clock_ns;
+        spawn(scope, "microphone", move || {
+            microphone_thread(service, clock, start, &end, block_tx, &counters);
+        })?;
+    }
+    Ok((grab_rx, block_rx))
+}
+
+/// Finishes the session's recording (deleted at once when consent was withdrawn during the
+/// session) and runs `recording.on_stop`; what fails is the service's error, not the
+/// session's.
+fn finish_recording(
+    service: &Service<'_>,
+    recording: Option<Arc<Mutex<Recording>>>,
+    id: &str,
+    consent_withdrawn: bool,
+) {
+    let config = service.config;
+    let recording_result = recording.map(|rec| {
+        let rec = match Arc::try_unwrap(rec) {
+            Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+            Err(_) => return Err("the recording is still in use".to_string()),
+        };
+        rec.finish().map_err(|e| e.to_string())
+    });
+    run_hook(&config.recording.on_stop, id, "recording.on_stop");
+    match &recording_result {
+        Some(Ok(dir)) if consent_withdrawn => match std::fs::remove_dir_all(dir) {
+            Ok(()) => {
+                tracing::info!(session = %id, dir = %dir.display(), "consent withdrawn: the session's raw recording deleted")
+            }
+            Err(e) => service.set_error(format!(
+                "session {}: consent withdrawn, but its raw recording {} could not be deleted: {e}",
+                id,
+                dir.display()
+            )),
+        },
+        Some(Ok(dir)) => {
+            tracing::info!(session = %id, dir = %dir.display(), "recording finalised")
+        }
+        Some(Err(e)) => service.set_error(format!("session {}: recording: {e}", id)),
+        None => {}
+    }
+}
+
+/// Tells the subscribers and the log that the session ended, with its latency figures.
+fn tell_ended(service: &Service<'_>, id: &str, outcome: &Outcome, status: EndStatus) {
     service.subscribers.observe(
         Topic::Session,
         outcome.duration_ns / 1_000_000,
-        serde_json::json!({"event": "ended", "session_id": run.id, "status": status.as_str(), "frames": outcome.frames, "windows": outcome.windows}),
+        serde_json::json!({"event": "ended", "session_id": id, "status": status.as_str(), "frames": outcome.frames, "windows": outcome.windows}),
     );
     service.subscribers.set_session_start(0);
-    tracing::info!(session = %run.id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
+    tracing::info!(session = %id, frames = outcome.frames, windows = outcome.windows, status = status.as_str(), "live session ended");
     if let Some(l) = outcome.latency {
         tracing::info!(
-            session = %run.id,
+            session = %id,
             frames = l.frames,
             p50_ms = format_args!("{:.1}", l.p50_ms),
             p95_ms = format_args!("{:.1}", l.p95_ms),
@@ -431,7 +505,6 @@ pub(super) fn run_session<'scope>(
             "capture to store writer latency"
         );
     }
-    Ok(())
 }
 
 /// Runs a configured hook through `sh -c` (the station's ring light); failures are logged.
