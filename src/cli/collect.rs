@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::options::{BrokerArgs, ConfigOption};
 use super::sync::{target, Overrides};
-use super::{load_config, print_json, Failure};
+use super::{fail, load_config, print_json, Failure};
 use crate::exit::ExitKind;
 
 /// For study staff: receive every station's sync messages into the central database
@@ -190,7 +190,7 @@ impl Args {
             }) => {
                 let (mut db, study) = open_central(&central, config.path(), study, false)?;
                 db.enrol(&study, &station, key.as_deref(), allow_plain)
-                    .map_err(|e| (ExitKind::BadInput, e))?;
+                    .map_err(fail)?;
                 outln!(
                     "enrolled station {station} of study {study}{}{}",
                     key.map(|k| format!(" with key {k}")).unwrap_or_default(),
@@ -210,9 +210,7 @@ impl Args {
                 study,
             }) => {
                 let (mut db, study) = open_central(&central, config.path(), study, true)?;
-                let n = db
-                    .revoke(&study, &station, key.as_deref())
-                    .map_err(|e| (ExitKind::BadInput, e))?;
+                let n = db.revoke(&study, &station, key.as_deref()).map_err(fail)?;
                 if n == 0 {
                     return Err((
                         ExitKind::BadInput,
@@ -236,13 +234,9 @@ impl Args {
                 json,
             }) => {
                 let (mut db, study) = open_central(&central, config.path(), study, true)?;
-                let enrolments = db.enrolments(&study).map_err(|e| (ExitKind::Runtime, e))?;
-                let counts = db
-                    .station_counts(&study)
-                    .map_err(|e| (ExitKind::Runtime, e))?;
-                let health = db
-                    .station_health(&study)
-                    .map_err(|e| (ExitKind::Runtime, e))?;
+                let enrolments = db.enrolments(&study).map_err(fail)?;
+                let counts = db.station_counts(&study).map_err(fail)?;
+                let health = db.station_health(&study).map_err(fail)?;
                 if json.json {
                     print_json(&serde_json::json!({
                         "study": study,
@@ -346,12 +340,11 @@ pub(super) fn open_central_with(
     must_hold: bool,
 ) -> Result<(crate::sync::central::Central, String), Failure> {
     let study = study.unwrap_or(config.sync.study.clone());
-    let mut db = crate::sync::central::Central::open(&central.target())
-        .map_err(|e| (ExitKind::BadInput, e))?;
+    let mut db = crate::sync::central::Central::open(&central.target()).map_err(fail)?;
     // A study the database does not hold, while it holds others, is a mistake (a default
     // study name, a typo), not an empty study: said, with the studies it holds.
     let held = if must_hold {
-        db.studies().map_err(|e| (ExitKind::Runtime, e))?
+        db.studies().map_err(fail)?
     } else {
         Vec::new()
     };
@@ -467,7 +460,7 @@ pub fn collect(
         let records = crate::sync::collect::collect(central, &opts, &gate, signing.as_ref(), &stop);
         // The page thread ends with the collector (on SIGINT/SIGTERM or an error).
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        records.map_err(|e| (ExitKind::Runtime, e))
+        records.map_err(fail)
     })?;
     eprintln!(
         "collect: {records} record(s) stored in {}",
@@ -523,9 +516,7 @@ fn quarantine(action: QuarantineAction) -> Result<ExitCode, Failure> {
             json,
         } => {
             let (mut db, study) = open_central(&central, config.path(), study, true)?;
-            let list = db
-                .quarantine_list(&study)
-                .map_err(|e| (ExitKind::Runtime, e))?;
+            let list = db.quarantine_list(&study).map_err(fail)?;
             if json.json {
                 print_json(&serde_json::json!({"study": study, "quarantined": list}))?;
                 return Ok(ExitCode::SUCCESS);
@@ -558,9 +549,7 @@ fn quarantine(action: QuarantineAction) -> Result<ExitCode, Failure> {
             study,
         } => {
             let (mut db, study) = open_central(&central, config.path(), study, true)?;
-            let n = db
-                .quarantine_drop(&study, &id)
-                .map_err(|e| (ExitKind::Runtime, e))?;
+            let n = db.quarantine_drop(&study, &id).map_err(fail)?;
             if n == 0 {
                 return Err((
                     ExitKind::BadInput,
@@ -594,9 +583,9 @@ fn copy(from: &str, into: &str, study: Option<&str>, json: bool) -> Result<ExitC
             format!("--from {from}: no central database there (a file `empathic collect` wrote, or postgres://...)"),
         ));
     }
-    let mut source = Central::open(from).map_err(|e| (ExitKind::BadInput, e))?;
+    let mut source = Central::open(from).map_err(fail)?;
     if let Some(s) = study {
-        let held = source.studies().map_err(|e| (ExitKind::Runtime, e))?;
+        let held = source.studies().map_err(fail)?;
         if !held.iter().any(|h| h == s) {
             return Err((
                 ExitKind::BadInput,
@@ -611,7 +600,7 @@ fn copy(from: &str, into: &str, study: Option<&str>, json: bool) -> Result<ExitC
             ));
         }
     }
-    let mut target = Central::open(into).map_err(|e| (ExitKind::BadInput, e))?;
+    let mut target = Central::open(into).map_err(fail)?;
     let bar = super::progress_bar("records");
     let copied = target
         .copy_from(&mut source, study, |done, all| {

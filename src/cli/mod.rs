@@ -150,7 +150,7 @@ pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
         // schema, built from its applied records.
         return crate::sync::central::Central::open(&text)
             .and_then(crate::sync::central::Central::read_view)
-            .map_err(|e| (ExitKind::Runtime, e));
+            .map_err(fail);
     }
     if !path.exists() {
         return Err((

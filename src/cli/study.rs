@@ -73,7 +73,7 @@ impl Args {
             &name,
             &crate::clock::utc_now(),
         )
-        .map_err(|e| (ExitKind::Runtime, e))?;
+        .map_err(super::fail)?;
         if json.json {
             print_json(&facts)?;
         }

@@ -381,10 +381,9 @@ fn is_central(target: &Path) -> bool {
 /// The central side of a withdrawal (`sync::central::Central::withdraw`): exit 0 only when
 /// no table holds the participant or their sessions any more.
 fn central_purge(id: &str, target: &str, study: Option<&str>) -> Result<ExitCode, Failure> {
-    let mut central =
-        crate::sync::central::Central::open(target).map_err(|e| (ExitKind::Runtime, e))?;
+    let mut central = crate::sync::central::Central::open(target).map_err(fail)?;
     let name = crate::sync::central::redacted(target);
-    let studies = central.studies_of(id).map_err(|e| (ExitKind::Runtime, e))?;
+    let studies = central.studies_of(id).map_err(fail)?;
     let study = match (study, studies.as_slice()) {
         (Some(s), _) => s.to_string(),
         (None, [one]) => one.clone(),
@@ -405,9 +404,7 @@ fn central_purge(id: &str, target: &str, study: Option<&str>) -> Result<ExitCode
         }
     };
     eprintln!("purge: withdrawing participant {id} from study {study} in {name}");
-    let w = central
-        .withdraw(&study, id)
-        .map_err(|e| (ExitKind::Runtime, e))?;
+    let w = central.withdraw(&study, id).map_err(fail)?;
     if !w.left_in.is_empty() {
         return Err((
             ExitKind::Runtime,

@@ -15,7 +15,69 @@ use std::path::Path;
 use rusqlite::{types::ValueRef, Transaction, TransactionBehavior};
 
 use super::replica as apply;
-use super::Store;
+use super::{Store, StoreError};
+use crate::exit::{Classify, ExitKind};
+
+/// What went wrong with a central database (a SQLite file or PostgreSQL), classified into
+/// exit codes like every error of the crate.
+#[derive(Debug, thiserror::Error)]
+pub enum CentralError {
+    /// The target is no central database this build can use (a typo, a station's store, an
+    /// unparsable URL): bad input.
+    #[error("{target}: {reason}")]
+    NotCentral { target: String, reason: String },
+    /// The database could not be reached, or failed a statement: a runtime failure.
+    #[error("central database: {doing}: {message}")]
+    Database { doing: String, message: String },
+    /// A record that cannot be applied as it is (its content): quarantined with this
+    /// reason, never retried as it is.
+    #[error("{0}")]
+    Record(String),
+    /// What was asked cannot be done as asked (an unknown study or station, a key of the
+    /// wrong kind, a record of a kind this build does not know): bad input.
+    #[error("{0}")]
+    Refused(String),
+    /// A read or write of the station-schema tables of a SQLite central database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl CentralError {
+    /// A failed statement or connection while `doing` something.
+    pub fn database(doing: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        CentralError::Database {
+            doing: doing.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl CentralError {
+    /// The same error, said of `what` (a record, a target).
+    pub fn of(self, what: &str) -> Self {
+        match self {
+            CentralError::Database { doing, message } => CentralError::Database {
+                doing: format!("{what}: {doing}"),
+                message,
+            },
+            CentralError::Record(m) => CentralError::Record(format!("{what}: {m}")),
+            CentralError::Refused(m) => CentralError::Refused(format!("{what}: {m}")),
+            other => other,
+        }
+    }
+}
+
+impl Classify for CentralError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            CentralError::NotCentral { .. }
+            | CentralError::Record(_)
+            | CentralError::Refused(_) => ExitKind::BadInput,
+            CentralError::Database { .. } => ExitKind::Runtime,
+            CentralError::Store(e) => e.exit_kind(),
+        }
+    }
+}
 
 /// A value bound to or read from the central database (only integers and text are used,
 /// so both databases agree on every column's type).
@@ -46,8 +108,8 @@ impl Val {
 /// One transaction on the central database. SQL is written once with `?N` placeholders
 /// (each backend binds them its way).
 pub trait CentralTx {
-    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String>;
-    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String>;
+    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, CentralError>;
+    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, CentralError>;
     /// The station-schema view follows the applied records: session `id`'s rows become
     /// those of `record` (`None`: removed), whose outbox sequence number is `seq`. An error
     /// leaves the view as it was.
@@ -56,10 +118,10 @@ pub trait CentralTx {
         id: &str,
         record: Option<&str>,
         seq: Option<i64>,
-    ) -> Result<(), String>;
+    ) -> Result<(), CentralError>;
     /// Removes what is left of a participant in the view once their sessions are gone.
-    fn remove_participant(&mut self, id: &str) -> Result<(), String>;
-    fn commit(self: Box<Self>) -> Result<(), String>;
+    fn remove_participant(&mut self, id: &str) -> Result<(), CentralError>;
+    fn commit(self: Box<Self>) -> Result<(), CentralError>;
 }
 
 /// The collector's tables as first created (central format 3 with the stations' health and
@@ -194,19 +256,15 @@ pub fn is_central_file(path: &Path) -> bool {
 }
 
 /// Opens (creating or upgrading the collector's tables of) the SQLite central database.
-pub fn open(path: &Path) -> Result<Store, String> {
-    let fail = |e: &dyn std::fmt::Display| {
-        format!(
-            "cannot prepare the central database {}: {e}",
-            path.display()
-        )
-    };
-    let store = Store::open(path).map_err(|e| fail(&e))?;
+pub fn open(path: &Path) -> Result<Store, CentralError> {
+    let doing = format!("preparing {}", path.display());
+    let fail = |e: rusqlite::Error| CentralError::database(doing.clone(), e);
+    let store = Store::open(path)?;
     let conn = store.connection();
     conn.busy_timeout(std::time::Duration::from_secs(30))
         .and_then(|()| conn.execute_batch(SCHEMA))
         .and_then(|()| conn.execute_batch(HEALTH_TABLES))
-        .map_err(|e| fail(&e))?;
+        .map_err(fail)?;
     let mut upgraded = false;
     for (table, column, ty) in ADDED {
         let has: i64 = conn
@@ -215,25 +273,25 @@ pub fn open(path: &Path) -> Result<Store, String> {
                 [table, column],
                 |r| r.get(0),
             )
-            .map_err(|e| fail(&e))?;
+            .map_err(fail)?;
         if has == 0 {
             conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ty}"))
-                .map_err(|e| fail(&e))?;
+                .map_err(fail)?;
             upgraded |= *column == "applied";
         }
     }
-    conn.execute_batch(INDEXES).map_err(|e| fail(&e))?;
+    conn.execute_batch(INDEXES).map_err(fail)?;
     if upgraded {
-        let n = apply_format_1(conn).map_err(|e| fail(&e))?;
+        let n = apply_format_1(conn)?;
         tracing::info!(sessions = n, "central database upgraded from format 1");
     }
     Ok(store)
 }
 
 /// A format 1 file: each session's latest record (by arrival) is applied.
-fn apply_format_1(conn: &rusqlite::Connection) -> Result<usize, String> {
-    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
-        .map_err(|e| e.to_string())?;
+fn apply_format_1(conn: &rusqlite::Connection) -> Result<usize, CentralError> {
+    let sql = |e| CentralError::database("upgrading from format 1", e);
+    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate).map_err(sql)?;
     let latest: Vec<(String, String)> = tx
         .prepare(
             "SELECT message_id, payload FROM collect_records r WHERE kind = 'session' AND voided = 0
@@ -246,7 +304,7 @@ fn apply_format_1(conn: &rusqlite::Connection) -> Result<usize, String> {
             s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<Vec<_>, _>>()
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(sql)?;
     let mut n = 0;
     for (id, payload) in &latest {
         match apply::header(payload) {
@@ -257,13 +315,13 @@ fn apply_format_1(conn: &rusqlite::Connection) -> Result<usize, String> {
                     "UPDATE collect_records SET applied = 1, participant = ?2 WHERE message_id = ?1",
                     rusqlite::params![id, h.participant_id],
                 )
-                .map_err(|e| e.to_string())?;
+                .map_err(sql)?;
                 n += 1;
             }
             Err(e) => tracing::warn!(message = %id, "a format 1 record not applied: {e}"),
         }
     }
-    tx.commit().map_err(|e| e.to_string())?;
+    tx.commit().map_err(sql)?;
     Ok(n)
 }
 
@@ -271,18 +329,19 @@ struct SqliteTx<'a>(Transaction<'a>);
 
 impl Store {
     /// One `IMMEDIATE` transaction on this store as a central database.
-    pub fn central_transaction(&self) -> Result<Box<dyn CentralTx + '_>, String> {
+    pub fn central_transaction(&self) -> Result<Box<dyn CentralTx + '_>, CentralError> {
         Transaction::new_unchecked(self.connection(), TransactionBehavior::Immediate)
             .map(|t| Box::new(SqliteTx(t)) as Box<dyn CentralTx>)
-            .map_err(|e| format!("cannot begin a central transaction: {e}"))
+            .map_err(|e| CentralError::database("cannot begin a central transaction", e))
     }
 
     /// An empty page view: an in-memory store with the station schema and the fold of the
     /// predictions (`sql::study::make_page_table`), for [`Store::update_page_view`].
-    pub fn new_page_view() -> Result<Store, String> {
-        let store = Store::open(Path::new(":memory:"))
-            .map_err(|e| format!("cannot make a read view of the central database: {e}"))?;
-        super::sql::study::make_page_table(store.connection()).map_err(|e| e.to_string())?;
+    pub fn new_page_view() -> Result<Store, CentralError> {
+        let store = Store::open(Path::new(":memory:")).map_err(|e| {
+            CentralError::database("cannot make a read view of the central database", e)
+        })?;
+        super::sql::study::make_page_table(store.connection())?;
         Ok(store)
     }
 
@@ -295,43 +354,43 @@ impl Store {
         gone: &[String],
         records: impl IntoIterator<Item = (String, String)>,
         skip: &[&str],
-    ) -> Result<(), String> {
+    ) -> Result<(), CentralError> {
         let tx = self
             .connection()
             .unchecked_transaction()
-            .map_err(|e| format!("cannot update the read view: {e}"))?;
+            .map_err(|e| CentralError::database("cannot update the read view", e))?;
         for id in gone {
             apply::remove_session(&tx, id)?;
         }
         for (id, payload) in records {
-            let h = apply::header(&payload)
-                .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+            let h = apply::header(&payload).map_err(|e| e.of(&format!("central record {id}")))?;
             apply::remove_session(&tx, &h.session_id)?;
             apply::apply_record_without(&tx, &payload, None, skip)
-                .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
-            super::sql::study::fold_predictions(&tx, &h.session_id).map_err(|e| e.to_string())?;
+                .map_err(|e| e.of(&format!("central record {id}")))?;
+            super::sql::study::fold_predictions(&tx, &h.session_id)?;
         }
         tx.commit()
-            .map_err(|e| format!("cannot update the read view: {e}"))
+            .map_err(|e| CentralError::database("cannot update the read view", e))
     }
 
     /// An in-memory store with the station schema holding the given session records
     /// (`(message id, payload)`, applied in order): a central database's read view.
     pub fn from_records(
         records: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Store, String> {
-        let store = Store::open(Path::new(":memory:"))
-            .map_err(|e| format!("cannot make the snapshot of the central database: {e}"))?;
+    ) -> Result<Store, CentralError> {
+        let store = Store::open(Path::new(":memory:")).map_err(|e| {
+            CentralError::database("cannot make the snapshot of the central database", e)
+        })?;
         let tx = store
             .connection()
             .unchecked_transaction()
-            .map_err(|e| format!("cannot make the snapshot: {e}"))?;
+            .map_err(|e| CentralError::database("cannot make the snapshot", e))?;
         for (id, payload) in records {
             apply::apply_record(&tx, &payload, None)
-                .map_err(|e| format!("central record {id} cannot be read: {e}"))?;
+                .map_err(|e| e.of(&format!("central record {id}")))?;
         }
         tx.commit()
-            .map_err(|e| format!("cannot make the snapshot: {e}"))?;
+            .map_err(|e| CentralError::database("cannot make the snapshot", e))?;
         Ok(store)
     }
 }
@@ -348,19 +407,19 @@ fn bind(params: &[Val]) -> Vec<rusqlite::types::Value> {
 }
 
 impl CentralTx for SqliteTx<'_> {
-    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String> {
+    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, CentralError> {
         self.0
             .prepare_cached(sql)
             .and_then(|mut s| s.execute(rusqlite::params_from_iter(bind(params))))
             .map(|n| n as u64)
-            .map_err(|e| format!("central database: {e}"))
+            .map_err(|e| CentralError::database("central database", e))
     }
 
-    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String> {
+    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, CentralError> {
         let mut st = self
             .0
             .prepare_cached(sql)
-            .map_err(|e| format!("central database: {e}"))?;
+            .map_err(|e| CentralError::database("central database", e))?;
         let n = st.column_count();
         st.query_map(rusqlite::params_from_iter(bind(params)), |r| {
             (0..n)
@@ -376,7 +435,7 @@ impl CentralTx for SqliteTx<'_> {
                 .collect()
         })
         .and_then(|rows| rows.collect())
-        .map_err(|e| format!("central database: {e}"))
+        .map_err(|e| CentralError::database("central database", e))
     }
 
     fn set_session(
@@ -384,8 +443,8 @@ impl CentralTx for SqliteTx<'_> {
         id: &str,
         record: Option<&str>,
         seq: Option<i64>,
-    ) -> Result<(), String> {
-        let sql = |e: rusqlite::Error| format!("central database: {e}");
+    ) -> Result<(), CentralError> {
+        let sql = |e: rusqlite::Error| CentralError::database("applying a record", e);
         self.0.execute_batch("SAVEPOINT apply").map_err(sql)?;
         let done = apply::remove_session(&self.0, id).and_then(|()| match record {
             Some(r) => apply::apply_record(&self.0, r, seq).map(|_| ()),
@@ -398,13 +457,42 @@ impl CentralTx for SqliteTx<'_> {
         done
     }
 
-    fn remove_participant(&mut self, id: &str) -> Result<(), String> {
+    fn remove_participant(&mut self, id: &str) -> Result<(), CentralError> {
         apply::remove_participant(&self.0, id)
     }
 
-    fn commit(self: Box<Self>) -> Result<(), String> {
+    fn commit(self: Box<Self>) -> Result<(), CentralError> {
         self.0
             .commit()
-            .map_err(|e| format!("cannot commit to the central database: {e}"))
+            .map_err(|e| CentralError::database("cannot commit to the central database", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn central_errors_are_classified_by_whose_fault_they_are() {
+        let db = CentralError::database("applying a record", "disk I/O error");
+        assert_eq!(db.exit_kind(), ExitKind::Runtime);
+        assert_eq!(
+            db.to_string(),
+            "central database: applying a record: disk I/O error"
+        );
+        assert_eq!(
+            CentralError::Refused("key revoked".into()).exit_kind(),
+            ExitKind::BadInput
+        );
+        let record = CentralError::Record("table `x` is not one a record may carry".into());
+        assert_eq!(
+            record.of("central record m1").to_string(),
+            "central record m1: table `x` is not one a record may carry"
+        );
+        // A record that cannot be applied stays a record's fault when said of it.
+        assert_eq!(
+            CentralError::Record("bad".into()).of("m1").exit_kind(),
+            ExitKind::BadInput
+        );
     }
 }

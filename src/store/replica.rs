@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use rusqlite::{types::Value, Transaction};
 
+use super::central::CentralError;
 use crate::config::SyncContent;
 use crate::store::sql::outbox::RECORD_TABLES;
 
@@ -32,16 +33,16 @@ struct Table {
 }
 
 /// Reads a record's header (its session and participant) without applying it.
-pub fn header(payload: &str) -> Result<RecordHeader, String> {
+pub fn header(payload: &str) -> Result<RecordHeader, CentralError> {
     let tables = tables(payload)?;
     let session = tables
         .iter()
         .find(|t| t.name == "sessions")
-        .ok_or("the record has no sessions table")?;
+        .ok_or_else(|| CentralError::Record("the record has no sessions table".into()))?;
     let row = session
         .rows
         .first()
-        .ok_or("the record's sessions table is empty")?;
+        .ok_or_else(|| CentralError::Record("the record's sessions table is empty".into()))?;
     let col = |name: &str| {
         session
             .columns
@@ -52,7 +53,8 @@ pub fn header(payload: &str) -> Result<RecordHeader, String> {
             .map(str::to_string)
     };
     Ok(RecordHeader {
-        session_id: col("id").ok_or("the record's session has no id")?,
+        session_id: col("id")
+            .ok_or_else(|| CentralError::Record("the record's session has no id".into()))?,
         participant_id: col("participant_id"),
     })
 }
@@ -64,7 +66,7 @@ pub fn header(payload: &str) -> Result<RecordHeader, String> {
 /// story already stored is never rewritten, see [`apply_record`]). Anything else names the
 /// table and row, and the record is quarantined with it. (Broker ACLs cannot stop this: the
 /// rows are inside the payload.)
-pub fn check_belongs(payload: &str, station: &str) -> Result<(), String> {
+pub fn check_belongs(payload: &str, station: &str) -> Result<(), CentralError> {
     let head = header(payload)?;
     let tables = tables(payload)?;
     let mut referenced_stories = std::collections::BTreeSet::new();
@@ -81,9 +83,9 @@ pub fn check_belongs(payload: &str, station: &str) -> Result<(), String> {
         .find(|t| t.name == "sessions")
         .map_or(0, |t| t.rows.len());
     if session_rows != 1 {
-        return Err(format!(
+        return Err(CentralError::Record(format!(
             "sessions: the record carries {session_rows} rows; a record is of one session"
-        ));
+        )));
     }
     let session_station = tables.iter().find(|t| t.name == "sessions").and_then(|t| {
         t.rows
@@ -94,7 +96,7 @@ pub fn check_belongs(payload: &str, station: &str) -> Result<(), String> {
         for (i, row) in t.rows.iter().enumerate() {
             let col = |name: &str| text(row, &t.columns, name);
             let bad = |what: String| {
-                Err(format!("{} row {i}: {what}; a record of session {} from station {station} may not write it", t.name, head.session_id))
+                Err(CentralError::Record(format!("{} row {i}: {what}; a record of session {} from station {station} may not write it", t.name, head.session_id)))
             };
             match t.name.as_str() {
                 // Where the session was recorded may differ from who publishes it (a
@@ -138,10 +140,10 @@ pub fn check_belongs(payload: &str, station: &str) -> Result<(), String> {
         for (i, row) in stories.rows.iter().enumerate() {
             let id = text(row, &stories.columns, "id").unwrap_or_default();
             if !referenced_stories.contains(&id) {
-                return Err(format!(
+                return Err(CentralError::Record(format!(
                     "stories row {i}: story `{id}`, which none of the record's rows refer to; a record of session {} may not write it",
                     head.session_id
-                ));
+                )));
             }
         }
     }
@@ -149,20 +151,25 @@ pub fn check_belongs(payload: &str, station: &str) -> Result<(), String> {
 }
 
 /// The record's tables, in the order they are applied.
-fn tables(payload: &str) -> Result<Vec<Table>, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(payload).map_err(|e| format!("the record is not JSON: {e}"))?;
+fn tables(payload: &str) -> Result<Vec<Table>, CentralError> {
+    let v: serde_json::Value = serde_json::from_str(payload)
+        .map_err(|e| CentralError::Record(format!("the record is not JSON: {e}")))?;
     if v["format"] != "empathic-session" {
-        return Err(format!("format {} is not empathic-session", v["format"]));
+        return Err(CentralError::Record(format!(
+            "format {} is not empathic-session",
+            v["format"]
+        )));
     }
     match v["version"].as_u64() {
         Some(2) => {
             let given = v["tables"]
                 .as_object()
-                .ok_or("a version 2 record needs `tables`")?;
+                .ok_or_else(|| CentralError::Record("a version 2 record needs `tables`".into()))?;
             for name in given.keys() {
                 if !RECORD_TABLES.iter().any(|t| t.name == name) {
-                    return Err(format!("table `{name}` is not one a record may carry"));
+                    return Err(CentralError::Record(format!(
+                        "table `{name}` is not one a record may carry"
+                    )));
                 }
             }
             RECORD_TABLES
@@ -171,24 +178,30 @@ fn tables(payload: &str) -> Result<Vec<Table>, String> {
                 .map(|(name, j)| {
                     let columns = j["columns"]
                         .as_array()
-                        .ok_or_else(|| format!("table `{name}` has no columns"))?
+                        .ok_or_else(|| {
+                            CentralError::Record(format!("table `{name}` has no columns"))
+                        })?
                         .iter()
                         .map(|c| c.as_str().map(str::to_string))
                         .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| format!("table `{name}` has a column name not text"))?;
+                        .ok_or_else(|| {
+                            CentralError::Record(format!(
+                                "table `{name}` has a column name not text"
+                            ))
+                        })?;
                     let rows = j["rows"]
                         .as_array()
-                        .ok_or_else(|| format!("table `{name}` has no rows"))?
+                        .ok_or_else(|| CentralError::Record(format!("table `{name}` has no rows")))?
                         .iter()
                         .map(|r| {
                             r.as_array()
                                 .filter(|r| r.len() == columns.len())
                                 .cloned()
                                 .ok_or_else(|| {
-                                    format!(
+                                    CentralError::Record(format!(
                                         "table `{name}` has a row not of {} values",
                                         columns.len()
-                                    )
+                                    ))
                                 })
                         })
                         .collect::<Result<Vec<_>, _>>()?;
@@ -201,23 +214,23 @@ fn tables(payload: &str) -> Result<Vec<Table>, String> {
                 .collect()
         }
         Some(1) => v1_tables(&v),
-        other => Err(format!(
+        other => Err(CentralError::Record(format!(
             "record version {other:?} (this build reads 1 and 2)"
-        )),
+        ))),
     }
 }
 
 /// A version 1 record (named lists of row objects, without the session id in each row)
 /// in the version 2 shape. Version 1 carried no stories, windows or modalities: its stories
 /// get a row with the id as title, so the exposures have what they refer to.
-fn v1_tables(v: &serde_json::Value) -> Result<Vec<Table>, String> {
+fn v1_tables(v: &serde_json::Value) -> Result<Vec<Table>, CentralError> {
     let session = v["session"]
         .as_object()
-        .ok_or("a version 1 record needs `session`")?;
+        .ok_or_else(|| CentralError::Record("a version 1 record needs `session`".into()))?;
     let id = session
         .get("id")
         .and_then(|i| i.as_str())
-        .ok_or("the record's session has no id")?
+        .ok_or_else(|| CentralError::Record("the record's session has no id".into()))?
         .to_string();
     let objects = |key: &str| -> Vec<serde_json::Map<String, serde_json::Value>> {
         v[key]
@@ -316,23 +329,29 @@ fn v1_tables(v: &serde_json::Value) -> Result<Vec<Table>, String> {
 }
 
 /// A table's columns in the store: name to (declared type, primary-key position).
-fn schema_of(tx: &Transaction<'_>, table: &str) -> Result<BTreeMap<String, (String, i64)>, String> {
+fn schema_of(
+    tx: &Transaction<'_>,
+    table: &str,
+) -> Result<BTreeMap<String, (String, i64)>, CentralError> {
     let mut st = tx
         .prepare("SELECT name, type, pk FROM pragma_table_info(?1)")
-        .map_err(|e| format!("cannot read the schema of {table}: {e}"))?;
+        .map_err(|e| CentralError::database(format!("reading the schema of {table}"), e))?;
     let cols = st
         .query_map([table], |r| {
             Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?)))
         })
         .and_then(|rows| rows.collect::<Result<BTreeMap<_, _>, _>>())
-        .map_err(|e| format!("cannot read the schema of {table}: {e}"))?;
+        .map_err(|e| CentralError::database(format!("reading the schema of {table}"), e))?;
     if cols.is_empty() {
-        return Err(format!("the central database has no table {table}"));
+        return Err(CentralError::database(
+            "reading the schema",
+            format!("no table {table}"),
+        ));
     }
     Ok(cols)
 }
 
-fn to_value(v: &serde_json::Value, blob: bool, at: &str) -> Result<Value, String> {
+fn to_value(v: &serde_json::Value, blob: bool, at: &str) -> Result<Value, CentralError> {
     Ok(match v {
         serde_json::Value::Null => Value::Null,
         serde_json::Value::Bool(b) => Value::Integer(i64::from(*b)),
@@ -343,10 +362,14 @@ fn to_value(v: &serde_json::Value, blob: bool, at: &str) -> Result<Value, String
         serde_json::Value::String(s) if blob => Value::Blob(
             base64::engine::general_purpose::STANDARD
                 .decode(s)
-                .map_err(|e| format!("{at}: not base64: {e}"))?,
+                .map_err(|e| CentralError::Record(format!("{at}: not base64: {e}")))?,
         ),
         serde_json::Value::String(s) => Value::Text(s.clone()),
-        other => return Err(format!("{at}: {other} is not a column value")),
+        other => {
+            return Err(CentralError::Record(format!(
+                "{at}: {other} is not a column value"
+            )))
+        }
     })
 }
 
@@ -363,7 +386,7 @@ pub(super) fn apply_record(
     tx: &Transaction<'_>,
     payload: &str,
     seq: Option<i64>,
-) -> Result<RecordHeader, String> {
+) -> Result<RecordHeader, CentralError> {
     apply_record_without(tx, payload, seq, &[])
 }
 
@@ -373,7 +396,7 @@ pub(super) fn apply_record_without(
     payload: &str,
     seq: Option<i64>,
     skip: &[&str],
-) -> Result<RecordHeader, String> {
+) -> Result<RecordHeader, CentralError> {
     let head = header(payload)?;
     let mut tables = tables(payload)?;
     // What the record carried of the optional tables, for readers of this database (they
@@ -389,7 +412,10 @@ pub(super) fn apply_record_without(
         let schema = schema_of(tx, &t.name)?;
         for c in &t.columns {
             if !schema.contains_key(c) {
-                return Err(format!("table {} has no column `{c}`", t.name));
+                return Err(CentralError::Record(format!(
+                    "table {} has no column `{c}`",
+                    t.name
+                )));
             }
         }
         let keys: Vec<&String> = {
@@ -447,7 +473,7 @@ pub(super) fn apply_record_without(
         );
         let mut st = tx
             .prepare_cached(&sql)
-            .map_err(|e| format!("cannot apply table {}: {e}", t.name))?;
+            .map_err(|e| CentralError::database(format!("applying table {}", t.name), e))?;
         let blob: Vec<bool> = t
             .columns
             .iter()
@@ -465,23 +491,24 @@ pub(super) fn apply_record_without(
                 .map(|((v, b), c)| to_value(v, *b, &format!("{} row {i} column {c}", t.name)))
                 .collect::<Result<Vec<_>, _>>()?;
             st.execute(rusqlite::params_from_iter(values))
-                .map_err(|e| format!("cannot apply {} row {i}: {e}", t.name))?;
+                .map_err(|e| CentralError::database(format!("applying {} row {i}", t.name), e))?;
         }
     }
     crate::store::sql::sessions::set_synced_content(tx, &head.session_id, &content)
-        .map_err(|e| format!("cannot record what the record carried: {e}"))?;
+        .map_err(|e| CentralError::database("cannot record what the record carried", e))?;
     Ok(head)
 }
 
 /// Removes session `id`'s rows (as a station removes a session it replaces).
-pub(super) fn remove_session(tx: &Transaction<'_>, id: &str) -> Result<(), String> {
-    crate::store::sql::sessions::delete(tx, id)
-        .map_err(|e| format!("cannot remove session {id} from the central tables: {e}"))
+pub(super) fn remove_session(tx: &Transaction<'_>, id: &str) -> Result<(), CentralError> {
+    crate::store::sql::sessions::delete(tx, id).map_err(|e| {
+        CentralError::database(format!("removing session {id} from the central tables"), e)
+    })
 }
 
 /// Removes what is left of participant `id` once their sessions are gone: their survey
 /// answers and their row.
-pub(super) fn remove_participant(tx: &Transaction<'_>, id: &str) -> Result<(), String> {
+pub(super) fn remove_participant(tx: &Transaction<'_>, id: &str) -> Result<(), CentralError> {
     tx.execute(
         "DELETE FROM survey_responses WHERE participant_id = ?1",
         [id],
@@ -493,6 +520,11 @@ pub(super) fn remove_participant(tx: &Transaction<'_>, id: &str) -> Result<(), S
             [id],
         )
     })
-    .map_err(|e| format!("cannot remove participant {id} from the central tables: {e}"))?;
+    .map_err(|e| {
+        CentralError::database(
+            format!("removing participant {id} from the central tables"),
+            e,
+        )
+    })?;
     Ok(())
 }

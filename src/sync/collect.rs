@@ -27,6 +27,9 @@ use rumqttc::{Client, Event, MqttOptions, Packet, Publish, QoS};
 
 pub use super::central::{Central, Gate, Stored, MAX_ENVELOPE_BYTES};
 use super::keys::SigningKey;
+use crate::exit::{Classify, ExitKind};
+use crate::store::central::CentralError;
+use crate::sync::SyncError;
 
 /// The largest packet MQTT can carry (its remaining-length field's maximum).
 const MQTT_MAX_PACKET_BYTES: usize = 268_435_455;
@@ -50,6 +53,30 @@ pub struct CollectOptions {
     pub health_sweep: Duration,
 }
 
+/// Why the collector stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// The central database could not be opened or used.
+    #[error(transparent)]
+    Central(#[from] CentralError),
+    /// The broker's credentials or TLS set-up are unusable.
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+    /// The broker refused the subscription.
+    #[error("cannot subscribe: {0}")]
+    Subscribe(String),
+}
+
+impl Classify for CollectError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            CollectError::Central(e) => e.exit_kind(),
+            CollectError::Sync(e) => e.exit_kind(),
+            CollectError::Subscribe(_) => ExitKind::Runtime,
+        }
+    }
+}
+
 /// Receives until `stop`, letting in what `gate` admits and signing receipts with
 /// `signing` (sealed sync; `None`: unsigned receipts, which sealed stations ignore);
 /// reconnects with backoff.
@@ -59,7 +86,7 @@ pub fn collect(
     gate: &Gate,
     signing: Option<&SigningKey>,
     stop: &AtomicBool,
-) -> Result<u64, String> {
+) -> Result<u64, CollectError> {
     let CollectOptions {
         host,
         port,
@@ -76,7 +103,7 @@ pub fn collect(
     let name = share_group.as_deref().unwrap_or(client_id.as_str());
     let mut central = Central::open(central)?;
     let mut opts = MqttOptions::new(client_id.as_str(), host, port);
-    auth.apply(&mut opts).map_err(|e| e.to_string())?;
+    auth.apply(&mut opts)?;
     opts.set_clean_session(false)
         .set_manual_acks(true)
         .set_keep_alive(Duration::from_secs(15))
@@ -153,7 +180,7 @@ pub fn collect(
                 // Renewed on every connection: a broker that lost its state forgets it.
                 client
                     .try_subscribe(filter.clone(), QoS::AtLeastOnce)
-                    .map_err(|e| format!("cannot subscribe: {e}"))?;
+                    .map_err(|e| CollectError::Subscribe(e.to_string()))?;
                 swept = Some(std::time::Instant::now());
                 tracing::info!(host, port, %filter, "collect: connected");
             }

@@ -246,6 +246,19 @@ pub enum SyncError {
     },
 }
 
+impl crate::exit::Classify for SyncError {
+    fn exit_kind(&self) -> crate::exit::ExitKind {
+        use crate::exit::ExitKind;
+        match self {
+            SyncError::Address(_) | SyncError::Auth(_) => ExitKind::BadInput,
+            SyncError::Store(e) => e.exit_kind(),
+            SyncError::Keys(_) | SyncError::Timeout { .. } | SyncError::Refused { .. } => {
+                ExitKind::Runtime
+            }
+        }
+    }
+}
+
 /// Parses `mqtt://HOST:PORT` or `mqtts://HOST:PORT`.
 pub fn parse_broker(url: &str) -> Result<BrokerAddress, SyncError> {
     crate::config::broker_address(url).map_err(|_| SyncError::Address(url.into()))

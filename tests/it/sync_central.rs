@@ -12,6 +12,7 @@ use crate::common::broker::*;
 use crate::common::central::*;
 use crate::common::postgres::Postgres;
 use crate::common::*;
+use empathic::store::central::CentralError;
 
 fn stop(mut c: Child) {
     let _ = Command::new("kill")
@@ -584,10 +585,9 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
         // The study page's light view, kept between reads, agrees on the sessions and
         // leaves the feature vectors out (PostgreSQL; SQLite reads the file itself).
         let listed =
-            |s: &empathic::store::Store| -> Result<Vec<(String, Option<String>, String)>, String> {
+            |s: &empathic::store::Store| -> Result<Vec<(String, Option<String>, String)>, CentralError> {
                 let mut l: Vec<_> = s
-                    .list_sessions()
-                    .map_err(|e| e.to_string())?
+                    .list_sessions()?
                     .into_iter()
                     .map(|x| (x.id, x.participant_id, x.status))
                     .collect();
@@ -619,10 +619,7 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
             assert!(!bins.is_empty() && !rated.is_empty());
             let (got_bins, got_rated) = reader
                 .with_page_view(&mut page_view, |s| {
-                    Ok((
-                        s.prediction_bins().map_err(|e| e.to_string())?,
-                        s.rated_stories().map_err(|e| e.to_string())?,
-                    ))
+                    Ok((s.prediction_bins()?, s.rated_stories()?))
                 })
                 .unwrap();
             assert_eq!(got_bins, bins);

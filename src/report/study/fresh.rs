@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::{Problem, StudyFacts};
 use crate::config::{CollectConfig, StudyConfig};
+use crate::store::central::CentralError;
 use crate::sync::central::{Central, PageView};
 
 /// The page is rebuilt at most this often after new messages.
@@ -97,6 +98,15 @@ fn alert_allowed(last: Option<Instant>, c: &CollectConfig) -> bool {
     last.is_none_or(|t| t.elapsed() >= Duration::from_secs(u64::from(c.alert_interval_min) * 60))
 }
 
+/// Why a build of the study page failed (the keeper logs it and tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum StudyPageError {
+    #[error(transparent)]
+    Central(#[from] CentralError),
+    #[error("the study page: {0}")]
+    Page(#[from] crate::files::OutputError),
+}
+
 /// One build: the facts, the page, the alerts. Also says whether new problems wait for
 /// the rate limit.
 fn build(
@@ -104,19 +114,18 @@ fn build(
     db: &mut Option<Central>,
     view: &mut PageView,
     last_alert: &mut Option<Instant>,
-) -> Result<(Built, bool), String> {
+) -> Result<(Built, bool), StudyPageError> {
     if db.is_none() {
         *db = Some(Central::open(&k.central)?);
     }
     let Some(central) = db.as_mut() else {
-        return Err("no database".into());
+        return Err(CentralError::database("reading", "no database open").into());
     };
     let now = crate::clock::utc_now();
     let name = crate::sync::central::redacted(&k.central);
     let facts = StudyFacts::gather(central, view, &k.study, &k.plan, &name, &now)?;
     if let Some(page) = &k.page {
-        crate::files::write_atomically(page, super::html(&facts).as_bytes())
-            .map_err(|e| format!("the study page: {e}"))?;
+        crate::files::write_atomically(page, super::html(&facts).as_bytes())?;
     }
     let mut built = Built {
         problems: facts.problems.len(),

@@ -32,6 +32,7 @@ use serde::Serialize;
 use crate::config::StudyConfig;
 use crate::report::verdict::{quality_rows, Verdict, MEASURES};
 use crate::report::QualityReport;
+use crate::store::central::CentralError;
 use crate::store::{ScoreBins, Store};
 use crate::sync::central::{Central, PageView};
 use crate::sync::health::parse_utc_ms;
@@ -252,7 +253,7 @@ impl StudyFacts {
         plan: &StudyConfig,
         database: &str,
         now: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CentralError> {
         let enrolments = central.enrolments(study)?;
         let enrolled: BTreeSet<String> = enrolments
             .iter()
@@ -343,8 +344,8 @@ fn read_view(
     consents: &BTreeMap<String, String>,
     senders: &BTreeMap<String, String>,
     now: &str,
-) -> Result<ViewFacts, String> {
-    let e = |e: crate::store::StoreError| e.to_string();
+) -> Result<ViewFacts, CentralError> {
+    let e = CentralError::Store;
     let mut sessions = store.list_sessions().map_err(e)?;
     // Each session under the station that sent it (its own `station_id` when not synced).
     for s in &mut sessions {

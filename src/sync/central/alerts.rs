@@ -8,6 +8,7 @@
 //! [`Central::forget_alerts`] forgets those that cleared or whose telling failed. A problem
 //! is told once until it clears, across collector restarts. SQLite and PostgreSQL alike.
 
+use crate::store::central::CentralError;
 use std::collections::BTreeMap;
 
 use super::Central;
@@ -25,7 +26,7 @@ pub struct Withdrawal {
 
 impl Central {
     /// The problems of `study` told and not cleared: key -> when told.
-    pub fn alerts_told(&mut self, study: &str) -> Result<BTreeMap<String, String>, String> {
+    pub fn alerts_told(&mut self, study: &str) -> Result<BTreeMap<String, String>, CentralError> {
         let mut tx = self.begin()?;
         let mut out = BTreeMap::new();
         for r in tx.rows(
@@ -48,7 +49,7 @@ impl Central {
         study: &str,
         new: &[(String, String)],
         now: &str,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, CentralError> {
         let mut tx = self.begin()?;
         let mut claimed = Vec::new();
         for (key, what) in new {
@@ -72,7 +73,7 @@ impl Central {
 
     /// Forgets `keys`: problems that cleared, or claims whose telling failed (told again
     /// at the next chance).
-    pub fn forget_alerts(&mut self, study: &str, keys: &[String]) -> Result<(), String> {
+    pub fn forget_alerts(&mut self, study: &str, keys: &[String]) -> Result<(), CentralError> {
         if keys.is_empty() {
             return Ok(());
         }
@@ -87,7 +88,7 @@ impl Central {
     }
 
     /// Every withdrawal (purge) of `study`, oldest first.
-    pub fn withdrawals(&mut self, study: &str) -> Result<Vec<Withdrawal>, String> {
+    pub fn withdrawals(&mut self, study: &str) -> Result<Vec<Withdrawal>, CentralError> {
         let mut tx = self.begin()?;
         let mut out = Vec::new();
         for r in tx.rows(

@@ -13,6 +13,7 @@
 //! such. The source is only read.
 
 use super::*;
+use crate::store::central::CentralError;
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
@@ -46,7 +47,7 @@ impl Central {
         source: &mut Central,
         study: Option<&str>,
         mut progress: impl FnMut(u64, u64),
-    ) -> Result<Copied, String> {
+    ) -> Result<Copied, CentralError> {
         let mut out = Copied::default();
         let of_study = |s: &str| study.is_none_or(|want| want == s);
         // Enrolments: a station the source lets in is let in here (and a revocation holds).
@@ -146,9 +147,9 @@ impl Central {
             if held.is_empty() {
                 let done = self.withdraw(&st, &participant)?;
                 if !done.left_in.is_empty() {
-                    return Err(format!(
-                        "withdrawing participant {participant} in the target left data in {}",
-                        done.left_in.join(", ")
+                    return Err(CentralError::database(
+                        format!("withdrawing participant {participant} in the target"),
+                        format!("data left in {}", done.left_in.join(", ")),
                     ));
                 }
                 out.withdrawals += 1;
@@ -169,7 +170,7 @@ impl Central {
         source: &mut Central,
         row: Row,
         out: &mut Copied,
-    ) -> Result<(), String> {
+    ) -> Result<(), CentralError> {
         let mut tx = self.begin()?;
         if handled(tx.as_mut(), &row.id)? {
             out.already_held += 1;

@@ -9,6 +9,7 @@
 //! quarantined. A revoked key cannot be enrolled again (make a new one).
 
 use super::*;
+use crate::store::central::CentralError;
 
 /// Where messages on topics whose station part is no valid id are counted.
 pub const INVALID_NAME: &str = "(invalid name)";
@@ -23,11 +24,11 @@ impl Central {
         station: &str,
         key: Option<&str>,
         allow_plain: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), CentralError> {
         if key.is_none() && !allow_plain {
-            return Err(format!(
+            return Err(CentralError::Refused(format!(
                 "enrolling {station} needs its public key (ed25519:..., from `empathic keys init station` on it) or --allow-plain"
-            ));
+            )));
         }
         let key = canonical(key)?;
         let now = crate::clock::utc_now();
@@ -41,14 +42,14 @@ impl Central {
                 let mut row = row.into_iter();
                 let owner = row.next().and_then(Val::into_text).unwrap_or_default();
                 if let Some(at) = row.next().and_then(Val::into_text) {
-                    return Err(format!(
+                    return Err(CentralError::Refused(format!(
                         "key {key} was revoked at {at} (station {owner}): a revoked key stays revoked; make a new one"
-                    ));
+                    )));
                 }
                 if owner != station {
-                    return Err(format!(
+                    return Err(CentralError::Refused(format!(
                         "key {key} is already enrolled for station {owner}: one key belongs to one station"
-                    ));
+                    )));
                 }
             } else {
                 tx.exec(
@@ -80,7 +81,12 @@ impl Central {
 
     /// Revokes `station`'s key `key`, or every key and its plain allowance when `key` is
     /// `None` (a stolen station). Returns how many enrolments were revoked.
-    pub fn revoke(&mut self, study: &str, station: &str, key: Option<&str>) -> Result<u64, String> {
+    pub fn revoke(
+        &mut self,
+        study: &str,
+        station: &str,
+        key: Option<&str>,
+    ) -> Result<u64, CentralError> {
         let key = canonical(key)?;
         let now = crate::clock::utc_now();
         let mut tx = self.begin()?;
@@ -106,7 +112,7 @@ impl Central {
     }
 
     /// Every enrolment of `study`, by station, then enrolment time.
-    pub fn enrolments(&mut self, study: &str) -> Result<Vec<Enrolment>, String> {
+    pub fn enrolments(&mut self, study: &str) -> Result<Vec<Enrolment>, CentralError> {
         let mut tx = self.begin()?;
         let rows = tx.rows(
             "SELECT station, key, allow_plain, enrolled_at, revoked_at FROM collect_stations
@@ -138,7 +144,7 @@ impl Central {
     pub fn session_stations(
         &mut self,
         study: &str,
-    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+    ) -> Result<std::collections::BTreeMap<String, String>, CentralError> {
         let mut tx = self.begin()?;
         let mut out = std::collections::BTreeMap::new();
         for r in tx.rows(
@@ -157,7 +163,7 @@ impl Central {
     /// Per station of `study` that sent anything: messages stored sealed and plain, the
     /// sessions they show, and messages quarantined under its topics that are still open
     /// (a station part that is no valid station id counts under [`INVALID_NAME`]).
-    pub fn station_counts(&mut self, study: &str) -> Result<Vec<StationCounts>, String> {
+    pub fn station_counts(&mut self, study: &str) -> Result<Vec<StationCounts>, CentralError> {
         let mut tx = self.begin()?;
         let mut counts: std::collections::BTreeMap<String, StationCounts> = Default::default();
         for r in tx.rows(
@@ -220,7 +226,10 @@ struct OpenQuarantine {
 
 /// The quarantine under `prefix` still open: rows whose refused message was not stored
 /// since (a station enrolled late, its resend taken) are closed.
-fn open_quarantine(tx: &mut dyn CentralTx, prefix: &str) -> Result<Vec<OpenQuarantine>, String> {
+fn open_quarantine(
+    tx: &mut dyn CentralTx,
+    prefix: &str,
+) -> Result<Vec<OpenQuarantine>, CentralError> {
     Ok(tx
         .rows(
             "SELECT topic, COUNT(DISTINCT coalesce(message_id, refused_id, 'row' || id)),
@@ -244,10 +253,10 @@ fn open_quarantine(tx: &mut dyn CentralTx, prefix: &str) -> Result<Vec<OpenQuara
 }
 
 /// A public signing key in its canonical text form (`None` stays `None`).
-fn canonical(key: Option<&str>) -> Result<Option<String>, String> {
+fn canonical(key: Option<&str>) -> Result<Option<String>, CentralError> {
     key.map(|k| keys::VerifyingKey::parse(k).map(|v| v.text().to_string()))
         .transpose()
-        .map_err(|e| e.to_string())
+        .map_err(|e| CentralError::Refused(e.to_string()))
 }
 
 impl StationCounts {

@@ -14,6 +14,7 @@
 //! ([`STRANGER_EXPIRY_DAYS`]). Both hold for SQLite and PostgreSQL alike.
 
 use super::{plain_admitted, signer_enrolled, Central, Gate, Stored};
+use crate::store::central::CentralError;
 use crate::store::central::Val;
 use crate::sync::health::{self, Health};
 use crate::sync::keys;
@@ -43,7 +44,7 @@ impl Central {
         topic: &str,
         payload: &[u8],
         gate: &Gate,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, CentralError> {
         let now = crate::clock::utc_now();
         let h = match health::check(topic, payload, &now) {
             Ok(h) => h,
@@ -92,7 +93,7 @@ impl Central {
         topic: &str,
         payload: &[u8],
         gate: &Gate,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, CentralError> {
         let st = match status::check(topic, payload) {
             Ok(s) => s,
             Err(reason) => return self.quarantine(topic, payload, reason, None, None),
@@ -160,7 +161,7 @@ impl Central {
     }
 
     /// Every station of `study` that sent health or status, or is enrolled, by name.
-    pub fn station_health(&mut self, study: &str) -> Result<Vec<StationHealth>, String> {
+    pub fn station_health(&mut self, study: &str) -> Result<Vec<StationHealth>, CentralError> {
         let mut tx = self.begin()?;
         let mut by: std::collections::BTreeMap<String, StationHealth> = Default::default();
         let blank = |station: &str| StationHealth {
@@ -230,7 +231,7 @@ fn bound_strangers(
     tx: &mut dyn crate::store::central::CentralTx,
     study: &str,
     station: &str,
-) -> Result<(), String> {
+) -> Result<(), CentralError> {
     let known = tx.rows(
         "SELECT 1 FROM collect_stations WHERE study = ?1 AND station = ?2
          UNION ALL SELECT 1 FROM collect_records WHERE study = ?1 AND station = ?2",
@@ -274,7 +275,7 @@ fn keep(
     h: &Health,
     payload: &[u8],
     now: &str,
-) -> Result<(), String> {
+) -> Result<(), CentralError> {
     let text = String::from_utf8_lossy(payload);
     let (study, station) = (Val::text(&h.study), Val::text(&h.station));
     tx.exec(

@@ -37,6 +37,7 @@ mod health;
 mod quarantine;
 mod rules;
 mod withdraw;
+use crate::store::central::CentralError;
 use envelope::*;
 use rules::*;
 
@@ -245,7 +246,7 @@ pub fn is_postgres(target: &str) -> bool {
 impl Central {
     /// Opens (creating the tables of) the central database: a `postgres://` URL, or a
     /// SQLite file (created when missing; it is also a store with the station schema).
-    pub fn open(target: &str) -> Result<Central, String> {
+    pub fn open(target: &str) -> Result<Central, CentralError> {
         if is_postgres(target) {
             postgres::open(target).map(|c| Central::Postgres(Box::new(c), target.to_string()))
         } else {
@@ -253,7 +254,7 @@ impl Central {
         }
     }
 
-    fn begin(&mut self) -> Result<Box<dyn CentralTx + '_>, String> {
+    fn begin(&mut self) -> Result<Box<dyn CentralTx + '_>, CentralError> {
         match self {
             Central::Sqlite(store) => store.central_transaction(),
             Central::Postgres(client, url) => {
@@ -269,7 +270,7 @@ impl Central {
     /// A store with the station schema holding what the central database holds: the file
     /// itself for SQLite; for PostgreSQL, an in-memory snapshot built from the applied
     /// records (the same `store::replica` as SQLite's collector uses).
-    pub fn read_view(self) -> Result<Store, String> {
+    pub fn read_view(self) -> Result<Store, CentralError> {
         match self {
             Central::Sqlite(store) => Ok(store),
             Central::Postgres(mut client, _) => postgres::snapshot(&mut client),
@@ -284,8 +285,8 @@ impl Central {
     pub fn with_page_view<T>(
         &mut self,
         cache: &mut PageView,
-        read: impl FnOnce(&Store) -> Result<T, String>,
-    ) -> Result<T, String> {
+        read: impl FnOnce(&Store) -> Result<T, CentralError>,
+    ) -> Result<T, CentralError> {
         match self {
             Central::Sqlite(store) => read(store),
             Central::Postgres(client, url) => {
@@ -295,7 +296,7 @@ impl Central {
                 postgres::refresh(client, cache)?;
                 match &cache.store {
                     Some(store) => read(store),
-                    None => Err("no read view of the central database".into()),
+                    None => Err(CentralError::database("reading", "no read view")),
                 }
             }
         }
@@ -307,13 +308,7 @@ impl Central {
     /// server's own write-ahead log recycles its segments on its schedule). The purge is
     /// committed already: a failure here is logged, not undone.
     fn erase_deleted(&mut self) {
-        let erased = match self {
-            Central::Sqlite(store) => store.erase_deleted().map(|_| ()).map_err(|e| e.to_string()),
-            Central::Postgres(client, _) => client
-                .batch_execute("VACUUM FULL collect_records, collect_chunks, collect_quarantine")
-                .map_err(|e| e.to_string()),
-        };
-        if let Err(e) = erased {
+        if let Err(e) = self.erase() {
             tracing::warn!("collect: purge stored, but the deleted rows' bytes may stay in the database files until the next purge: {e}");
         }
     }
@@ -330,7 +325,7 @@ impl Central {
         reason: String,
         receipt: Option<(String, String, String)>,
         refusal: Option<Refusal>,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, CentralError> {
         let message_id = receipt.as_ref().map(|(_, id, _)| id.as_str());
         let refused_id = refusal
             .as_ref()
@@ -376,7 +371,7 @@ impl Central {
     }
 
     /// [`Central::store_publish_with`] through [`Gate::plain`] (plain sync, any station).
-    pub fn store_publish(&mut self, topic: &str, payload: &[u8]) -> Result<Stored, String> {
+    pub fn store_publish(&mut self, topic: &str, payload: &[u8]) -> Result<Stored, CentralError> {
         self.store_publish_with(topic, payload, &Gate::plain())
     }
 
@@ -390,7 +385,7 @@ impl Central {
         topic: &str,
         payload: &[u8],
         gate: &Gate,
-    ) -> Result<Stored, String> {
+    ) -> Result<Stored, CentralError> {
         let env = match parse_envelope(topic, payload) {
             Ok(e) => e,
             Err(reason) => return self.quarantine(topic, payload, reason, None, None),
@@ -509,7 +504,7 @@ fn admit(
     tx: &mut dyn CentralTx,
     env: &Envelope,
     gate: &Gate,
-) -> Result<Result<(), Refused>, String> {
+) -> Result<Result<(), Refused>, CentralError> {
     let Some((signer, sig)) = &env.signed else {
         return plain_admitted(tx, gate, &env.study, &env.station);
     };
@@ -556,7 +551,7 @@ fn plain_admitted(
     gate: &Gate,
     study: &str,
     station: &str,
-) -> Result<Result<(), Refused>, String> {
+) -> Result<Result<(), Refused>, CentralError> {
     if gate.accept_plain {
         return Ok(Ok(()));
     }
@@ -581,7 +576,7 @@ fn signer_enrolled(
     study: &str,
     station: &str,
     signer: &str,
-) -> Result<Result<String, Refused>, String> {
+) -> Result<Result<String, Refused>, CentralError> {
     let enrolled = tx.rows(
         "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
         &[Val::text(study), Val::text(signer)],

@@ -9,6 +9,7 @@
 //! with the same [`super::apply`] the SQLite collector uses. Plain TCP (no TLS): keep the
 //! database on the collector's host or behind a tunnel.
 
+use crate::store::central::CentralError;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Transaction};
 
@@ -74,7 +75,7 @@ CREATE INDEX IF NOT EXISTS collect_quarantine_refused ON collect_quarantine (ref
 ";
 
 /// A PostgreSQL error with the server's message (the error's own text is only "db error").
-fn pg(e: &postgres::Error) -> String {
+pub(super) fn pg(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!(
             "{}: {}{}",
@@ -100,17 +101,12 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
-pub(super) fn open(url: &str) -> Result<Client, String> {
-    let mut client = Client::connect(url, NoTls).map_err(|e| {
-        format!(
-            "cannot connect to the central database {}: {}",
-            redacted(url),
-            pg(&e)
-        )
-    })?;
+pub(super) fn open(url: &str) -> Result<Client, CentralError> {
+    let mut client = Client::connect(url, NoTls)
+        .map_err(|e| CentralError::database(format!("connecting to {}", redacted(url)), pg(&e)))?;
     let mut tx = client
         .transaction()
-        .map_err(|e| format!("central database {}: {}", redacted(url), pg(&e)))?;
+        .map_err(|e| CentralError::database(format!("opening {}", redacted(url)), pg(&e)))?;
     tx.batch_execute(
         "SET LOCAL client_min_messages TO WARNING; SELECT pg_advisory_xact_lock(7120394)",
     )
@@ -120,24 +116,18 @@ pub(super) fn open(url: &str) -> Result<Client, String> {
         tx.batch_execute("ALTER TABLE collect_status ADD COLUMN IF NOT EXISTS connection TEXT")
     })
     .and_then(|()| tx.commit())
-    .map_err(|e| {
-        format!(
-            "cannot prepare the central database {}: {}",
-            redacted(url),
-            pg(&e)
-        )
-    })?;
+    .map_err(|e| CentralError::database(format!("preparing {}", redacted(url)), pg(&e)))?;
     Ok(client)
 }
 
 struct PgTx<'a>(Transaction<'a>);
 
-pub(super) fn begin(client: &mut Client) -> Result<Box<dyn CentralTx + '_>, String> {
+pub(super) fn begin(client: &mut Client) -> Result<Box<dyn CentralTx + '_>, CentralError> {
     let mut tx = client
         .transaction()
-        .map_err(|e| format!("cannot begin a central transaction: {}", pg(&e)))?;
+        .map_err(|e| CentralError::database("cannot begin a central transaction", pg(&e)))?;
     tx.batch_execute("LOCK TABLE collect_records IN EXCLUSIVE MODE")
-        .map_err(|e| format!("cannot lock the central records: {}", pg(&e)))?;
+        .map_err(|e| CentralError::database("cannot lock the central records", pg(&e)))?;
     Ok(Box::new(PgTx(tx)))
 }
 
@@ -176,23 +166,23 @@ impl PgTx<'_> {
             &postgres::Statement,
             &[&(dyn ToSql + Sync)],
         ) -> Result<T, postgres::Error>,
-    ) -> Result<T, String> {
+    ) -> Result<T, CentralError> {
         let st = self
             .0
             .prepare(&dollars(sql))
-            .map_err(|e| format!("central database: {}", pg(&e)))?;
+            .map_err(|e| CentralError::database("central database", pg(&e)))?;
         let bound = bind(params);
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        f(&mut self.0, &st, &refs).map_err(|e| format!("central database: {}", pg(&e)))
+        f(&mut self.0, &st, &refs).map_err(|e| CentralError::database("central database", pg(&e)))
     }
 }
 
 impl CentralTx for PgTx<'_> {
-    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, String> {
+    fn exec(&mut self, sql: &str, params: &[Val]) -> Result<u64, CentralError> {
         self.run(sql, params, |tx, st, p| tx.execute(st, p))
     }
 
-    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, String> {
+    fn rows(&mut self, sql: &str, params: &[Val]) -> Result<Vec<Vec<Val>>, CentralError> {
         let rows = self.run(sql, params, |tx, st, p| tx.query(st, p))?;
         rows.iter()
             .map(|r| {
@@ -208,7 +198,7 @@ impl CentralTx for PgTx<'_> {
                         })
                     })
                     .collect::<Result<Vec<_>, postgres::Error>>()
-                    .map_err(|e| format!("central database: {}", pg(&e)))
+                    .map_err(|e| CentralError::database("central database", pg(&e)))
             })
             .collect()
     }
@@ -219,18 +209,18 @@ impl CentralTx for PgTx<'_> {
         _id: &str,
         _record: Option<&str>,
         _seq: Option<i64>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CentralError> {
         Ok(())
     }
 
-    fn remove_participant(&mut self, _id: &str) -> Result<(), String> {
+    fn remove_participant(&mut self, _id: &str) -> Result<(), CentralError> {
         Ok(())
     }
 
-    fn commit(self: Box<Self>) -> Result<(), String> {
+    fn commit(self: Box<Self>) -> Result<(), CentralError> {
         self.0
             .commit()
-            .map_err(|e| format!("cannot commit to the central database: {}", pg(&e)))
+            .map_err(|e| CentralError::database("cannot commit to the central database", pg(&e)))
     }
 }
 
@@ -240,10 +230,10 @@ const APPLIED: &str = "FROM collect_records WHERE kind = 'session' AND applied =
      ORDER BY station, seq NULLS FIRST, received_at, message_id";
 
 /// An in-memory store with the station schema holding every applied session record.
-pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
+pub(super) fn snapshot(client: &mut Client) -> Result<Store, CentralError> {
     let rows = client
         .query(&format!("SELECT message_id, payload {APPLIED}"), &[])
-        .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
+        .map_err(|e| CentralError::database("cannot read the central records", pg(&e)))?;
     Store::from_records(rows.iter().map(|r| (r.get(0), r.get(1))))
 }
 
@@ -251,10 +241,10 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, String> {
 /// record is no longer applied (replaced, voided, purged), applies the records not yet in
 /// it (in the snapshot's order), leaving out [`super::PAGE_VIEW_SKIPS`]. Each record is
 /// read once over the life of `view`.
-pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result<(), String> {
+pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result<(), CentralError> {
     let rows = client
         .query(&format!("SELECT message_id, subject {APPLIED}"), &[])
-        .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
+        .map_err(|e| CentralError::database("cannot read the central records", pg(&e)))?;
     let now: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let ids: std::collections::HashSet<&str> = now.iter().map(|(id, _)| id.as_str()).collect();
     let mut gone: Vec<String> = view
@@ -272,7 +262,10 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
         view.store = Some(Store::new_page_view()?);
     }
     let Some(store) = view.store.as_ref() else {
-        return Err("no read view".into());
+        return Err(CentralError::database(
+            "refreshing the read view",
+            "no read view",
+        ));
     };
     // A few records a query: a long session's record is megabytes of window features
     // (parsed, then left out), so a batch bounds what is held at once.
@@ -283,7 +276,7 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
                 "SELECT message_id, payload FROM collect_records WHERE message_id = ANY($1)",
                 &[&batch],
             )
-            .map_err(|e| format!("cannot read the central records: {}", pg(&e)))?;
+            .map_err(|e| CentralError::database("cannot read the central records", pg(&e)))?;
         let mut by_id: std::collections::HashMap<String, String> =
             rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         let records: Vec<(String, String)> = batch

@@ -9,6 +9,7 @@
 //! station's next resend, if any, is judged again.
 
 use super::*;
+use crate::store::central::CentralError;
 
 /// One quarantined message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -29,7 +30,7 @@ pub struct Quarantined {
 
 impl Central {
     /// The open quarantine of `study`, oldest first.
-    pub fn quarantine_list(&mut self, study: &str) -> Result<Vec<Quarantined>, String> {
+    pub fn quarantine_list(&mut self, study: &str) -> Result<Vec<Quarantined>, CentralError> {
         let prefix = format!("empathic/v1/{study}/");
         let mut tx = self.begin()?;
         let rows = tx.rows(
@@ -79,7 +80,7 @@ impl Central {
 
     /// Drops quarantined message `id` of `study` (as `quarantine_list` names it); how many
     /// rows went. The deleted bytes are erased from the database's files.
-    pub fn quarantine_drop(&mut self, study: &str, id: &str) -> Result<u64, String> {
+    pub fn quarantine_drop(&mut self, study: &str, id: &str) -> Result<u64, CentralError> {
         let prefix = format!("empathic/v1/{study}/");
         let mut tx = self.begin()?;
         let n = match id.strip_prefix("row:").and_then(|n| n.parse::<i64>().ok()) {

@@ -2,6 +2,7 @@
 //! de-duplicated and ordered by `seq`, tombstones, purges, chunk bounds.
 
 use super::*;
+use crate::store::central::CentralError;
 
 /// The flags a stored record gets.
 pub(super) struct Flags {
@@ -15,7 +16,7 @@ pub(super) fn insert_record(
     env: &Envelope,
     payload: &str,
     f: Flags,
-) -> Result<(), String> {
+) -> Result<(), CentralError> {
     tx.exec(
         "INSERT INTO collect_records (message_id, study, station, kind, subject, participant,
              seq, payload, sha256, received_at, voided, applied, sealed)
@@ -41,7 +42,7 @@ pub(super) fn insert_record(
 
 /// The outer `Result` is the database failing (nothing stored); the inner `Err` is the
 /// message's content being unusable (quarantined).
-type Outcome = Result<Result<(), String>, String>;
+type Outcome = Result<Result<(), String>, CentralError>;
 
 pub(super) fn subject_params(env: &Envelope) -> [Val; 4] {
     [
@@ -90,7 +91,7 @@ pub(super) fn bound_chunks(
     tx: &mut dyn CentralTx,
     station: &str,
     current: &str,
-) -> Result<(), String> {
+) -> Result<(), CentralError> {
     let cutoff = crate::clock::utc_at(std::time::SystemTime::now() - CHUNK_EXPIRY);
     tx.exec(
         "DELETE FROM collect_chunks WHERE received_at IS NOT NULL AND received_at < ?1",
@@ -148,7 +149,7 @@ fn withdrawn_after(
     tx: &mut dyn CentralTx,
     env: &Envelope,
     participant: &str,
-) -> Result<bool, String> {
+) -> Result<bool, CentralError> {
     Ok(!tx
         .rows(
             "SELECT 1 FROM collect_purges WHERE study = ?1 AND (station = ?2 OR station = '*')
@@ -164,7 +165,7 @@ fn withdrawn_after(
 }
 
 /// Whether message `id` was handled already (stored, or read whole and quarantined).
-pub(super) fn handled(tx: &mut dyn CentralTx, id: &str) -> Result<bool, String> {
+pub(super) fn handled(tx: &mut dyn CentralTx, id: &str) -> Result<bool, CentralError> {
     Ok(!tx
         .rows(
             "SELECT 1 FROM collect_records WHERE message_id = ?1
@@ -183,10 +184,10 @@ pub(super) fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
                 h.session_id, env.subject
             )))
         }
-        Err(e) => return Ok(Err(e)),
+        Err(e) => return Ok(Err(e.to_string())),
     };
     if let Err(e) = replica::check_belongs(payload, &env.station) {
-        return Ok(Err(e));
+        return Ok(Err(e.to_string()));
     }
     // A withdrawal already received (newer than this record): the data is not kept.
     let purged = match &head.participant_id {
@@ -258,8 +259,10 @@ pub(super) fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
          WHERE study = ?1 AND station = ?2 AND subject = ?3 AND kind = 'session'",
         &subject_params(env)[..3],
     )?;
+    // A record that cannot be applied is quarantined with the reason (the view is as it
+    // was: `set_session` applies inside a savepoint).
     if let Err(e) = tx.set_session(&env.subject, Some(payload), env.seq) {
-        return Ok(Err(e));
+        return Ok(Err(e.to_string()));
     }
     insert_record(
         tx,

@@ -13,6 +13,7 @@
 //! [`Withdrawn`] report says what is left, and the command exits 0 only when nothing is.
 
 use super::{Central, Val};
+use crate::store::central::CentralError;
 
 /// What [`Central::withdraw`] removed and what it still found.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -37,7 +38,7 @@ const TABLES: [&str; 3] = ["collect_records", "collect_chunks", "collect_quarant
 
 impl Central {
     /// Every study the database holds anything of (records, enrolments, health, status).
-    pub fn studies(&mut self) -> Result<Vec<String>, String> {
+    pub fn studies(&mut self) -> Result<Vec<String>, CentralError> {
         let mut tx = self.begin()?;
         let rows = tx.rows(
             "SELECT study FROM collect_records UNION SELECT study FROM collect_stations
@@ -54,7 +55,7 @@ impl Central {
     }
 
     /// The studies holding a record of `participant`, or a withdrawal of theirs.
-    pub fn studies_of(&mut self, participant: &str) -> Result<Vec<String>, String> {
+    pub fn studies_of(&mut self, participant: &str) -> Result<Vec<String>, CentralError> {
         let mut tx = self.begin()?;
         let mut out: Vec<String> = Vec::new();
         for r in tx.rows(
@@ -75,7 +76,7 @@ impl Central {
     pub fn consents(
         &mut self,
         study: &str,
-    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+    ) -> Result<std::collections::BTreeMap<String, String>, CentralError> {
         let mut tx = self.begin()?;
         let mut latest: std::collections::BTreeMap<String, (String, String)> = Default::default();
         for r in tx.rows(
@@ -99,7 +100,7 @@ impl Central {
     }
 
     /// Withdraws `participant` from `study` (see the module's contract).
-    pub fn withdraw(&mut self, study: &str, participant: &str) -> Result<Withdrawn, String> {
+    pub fn withdraw(&mut self, study: &str, participant: &str) -> Result<Withdrawn, CentralError> {
         let sqlite = matches!(self, Central::Sqlite(_));
         let mut tx = self.begin()?;
         let p = Val::text(participant);
@@ -212,7 +213,7 @@ impl Central {
             ],
         )?;
         tx.commit()?;
-        let not_erased = self.erase().err();
+        let not_erased = self.erase().err().map(|e| e.to_string());
         let left_in = self.still_holding(participant, &sessions, sqlite)?;
         Ok(Withdrawn {
             participant: participant.to_string(),
@@ -227,12 +228,14 @@ impl Central {
     }
 
     /// The deleted rows' bytes out of the database files.
-    fn erase(&mut self) -> Result<(), String> {
+    pub(super) fn erase(&mut self) -> Result<(), CentralError> {
         match self {
-            Central::Sqlite(store) => store.erase_deleted().map(|_| ()).map_err(|e| e.to_string()),
+            Central::Sqlite(store) => Ok(store.erase_deleted().map(|_| ())?),
             Central::Postgres(client, _) => client
                 .batch_execute("VACUUM FULL collect_records, collect_chunks, collect_quarantine")
-                .map_err(|e| e.to_string()),
+                .map_err(|e| {
+                    CentralError::database("erasing the deleted rows", super::postgres::pg(&e))
+                }),
         }
     }
 
@@ -243,7 +246,7 @@ impl Central {
         participant: &str,
         sessions: &[String],
         sqlite: bool,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, CentralError> {
         let mut tx = self.begin()?;
         let mut left = Vec::new();
         let mut needles = vec![participant.to_string()];
