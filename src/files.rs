@@ -117,6 +117,27 @@ impl Partial {
         })
     }
 
+    /// [`Partial::reserve`], the partial named `STEM.partial.EXT` (for encoders that pick
+    /// the container by the file's extension).
+    pub fn reserve_keeping_extension(target: &Path) -> Result<Self, OutputError> {
+        let mut partial = Self::reserve(target)?;
+        if let (Some(stem), Some(ext)) = (target.file_stem(), target.extension()) {
+            let name = format!(
+                "{}.partial.{}",
+                stem.to_string_lossy(),
+                ext.to_string_lossy()
+            );
+            partial.partial = target.with_file_name(name);
+            if std::fs::symlink_metadata(&partial.partial).is_ok() {
+                std::fs::remove_file(&partial.partial).map_err(|source| OutputError::Io {
+                    path: partial.partial.clone(),
+                    source,
+                })?;
+            }
+        }
+        Ok(partial)
+    }
+
     /// Checks `target` and creates its partial file, new, never through a link.
     pub fn create(target: &Path) -> Result<(Self, File), OutputError> {
         let partial = Self::reserve(target)?;

@@ -26,6 +26,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod core;
+pub mod digest;
 #[cfg(feature = "sensing")]
 pub mod doctor;
 pub mod exit;

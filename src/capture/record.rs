@@ -287,13 +287,9 @@ impl Recording {
 
 fn write_manifest(dir: &Path, manifest: &SessionManifestFile) -> Result<(), RecordError> {
     let path = dir.join("session.json");
-    let tmp = dir.join(".session.json.tmp");
     let text = serde_json::to_string_pretty(manifest).map_err(|e| io(&path, "encode", e))?;
-    let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| io(&tmp, "write", e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io(&path, "replace", e))
+    // Written beside, synced, renamed: a crash leaves the previous manifest whole.
+    crate::files::write_atomically(&path, text.as_bytes()).map_err(|e| io(&path, "write", e))
 }
 
 /// One `events.jsonl` line for an event.

@@ -11,7 +11,7 @@
 //! extraction leaves no partial video under the requested name. The video shows the
 //! participant's face: it is made only on request, from a file the user already holds.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nalgebra::Vector3;
 use opencv::core::{Mat, Point, Rect, Scalar, Size};
@@ -25,6 +25,7 @@ use crate::features::face::au::AU_R;
 use crate::features::face::crop::mat_of;
 use crate::features::face::pose::Intrinsics;
 use crate::features::face::FaceObservation;
+use crate::files::Partial;
 
 /// Gaze lines' length (mm).
 const GAZE_LENGTH_MM: f64 = 60.0;
@@ -39,11 +40,10 @@ fn bgr(b: f64, g: f64, r: f64) -> Scalar {
 /// A Motion-JPEG AVI being written.
 pub struct TrackedVideo {
     writer: VideoWriter,
-    partial: PathBuf,
-    path: PathBuf,
+    /// Where the frames go until [`TrackedVideo::finish`] renames it (removed if dropped).
+    partial: Option<Partial>,
     size: (u32, u32),
     written: u64,
-    finished: bool,
 }
 
 impl TrackedVideo {
@@ -61,8 +61,9 @@ impl TrackedVideo {
                 return Err(format!("no such directory: {}", dir.display()));
             }
         }
-        let partial = path.with_extension("partial.avi");
+        let partial = Partial::reserve_keeping_extension(path).map_err(|e| e.to_string())?;
         let name = partial
+            .path()
             .to_str()
             .ok_or_else(|| "the path is not valid UTF-8".to_string())?;
         let fourcc = VideoWriter::fourcc('M', 'J', 'P', 'G').map_err(|e| e.to_string())?;
@@ -84,16 +85,14 @@ impl TrackedVideo {
         if !writer.is_opened().map_err(|e| e.to_string())? {
             return Err(format!(
                 "OpenCV cannot open {} for writing (directory missing or not writable?)",
-                partial.display()
+                partial.path().display()
             ));
         }
         Ok(Self {
             writer,
-            partial,
-            path: path.to_path_buf(),
+            partial: Some(partial),
             size: (width, height),
             written: 0,
-            finished: false,
         })
     }
 
@@ -122,7 +121,11 @@ impl TrackedVideo {
     /// full disk), and moves it to its name. On error the partial file is removed (drop).
     pub fn finish(mut self) -> Result<(), String> {
         self.writer.release().map_err(|e| e.to_string())?;
-        let declared = FileVideoSource::open(&self.partial)
+        let partial = self
+            .partial
+            .take()
+            .ok_or_else(|| "the tracked video was already finished".to_string())?;
+        let declared = FileVideoSource::open(partial.path())
             .ok()
             .and_then(|source| source.info().declared_frames);
         if declared != Some(self.written) {
@@ -132,18 +135,16 @@ impl TrackedVideo {
                 self.written
             ));
         }
-        std::fs::rename(&self.partial, &self.path).map_err(|e| e.to_string())?;
-        self.finished = true;
-        Ok(())
+        partial.commit().map_err(|e| e.to_string())
     }
 }
 
 impl Drop for TrackedVideo {
     /// An unfinished video (an error anywhere in the extraction) leaves no file behind.
     fn drop(&mut self) {
-        if !self.finished {
+        if self.partial.is_some() {
+            // Closed before the partial file is removed (the `Partial`'s own drop).
             let _ = self.writer.release();
-            let _ = std::fs::remove_file(&self.partial);
         }
     }
 }

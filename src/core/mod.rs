@@ -12,13 +12,15 @@
 //!   ([`TranscriptSource`]);
 //! - [`choices`]: what a configuration chooses ([`LldSet`], [`Policy`], the built-in
 //!   predictors);
-//! - [`rated`]: a stored prediction against its rating ([`RatedWindow`]).
+//! - [`rated`]: a stored prediction against its rating ([`RatedWindow`]);
+//! - [`vector`]: the one [`cosine`] between embeddings.
 
 pub mod choices;
 pub mod modality;
 pub mod phase;
 pub mod quality;
 pub mod rated;
+pub mod vector;
 pub mod window;
 
 pub use choices::{LldSet, Policy, BUILTIN_PREDICTORS, COMPARE_LLDS};
@@ -28,4 +30,5 @@ pub use modality::{
 pub use phase::{Phase, TranscriptSource};
 pub use quality::{QualitySources, WindowQuality};
 pub use rated::RatedWindow;
+pub use vector::cosine;
 pub use window::{FrameRecord, StoryInPlay, Window};

@@ -12,11 +12,17 @@ use ort::value::ValueType;
 
 use crate::features::appearance::{test_pattern, AppearanceEncoder};
 use crate::features::face::models::BlendshapeModel;
-use crate::features::text::{cosine, SentenceEncoder};
+use crate::features::text::SentenceEncoder;
 use crate::models::manifest::{
     Dim, KnownAnswer, Manifest, ModelEntry, ModelKind, TensorSpec, Weights,
 };
 use crate::models::{onnx, ModelError};
+
+/// The cosine of a model's output to its reference; 0 (a failed known answer) when either
+/// is zero or their lengths differ.
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    crate::core::cosine(a, b).unwrap_or(0.0)
+}
 
 /// What one model's verification found.
 #[derive(Debug, Clone, PartialEq)]

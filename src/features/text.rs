@@ -191,22 +191,6 @@ impl SentenceEncoder {
     }
 }
 
-/// Cosine similarity of two vectors (0 when either is zero).
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x), f64::from(y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa > 0.0 && bb > 0.0 {
-        ab / (aa.sqrt() * bb.sqrt())
-    } else {
-        0.0
-    }
-}
-
 /// The participant's words per frame: the embedding of the utterance being spoken at a
 /// frame, or of the most recent one that ended at most `horizon_ns` before it.
 ///
@@ -555,12 +539,5 @@ mod tests {
         assert_eq!(within_window("short"), "short");
         let spaced = format!("{}{}", " ".repeat(100_000), "words after spaces");
         assert_eq!(within_window(&spaced), spaced.as_str());
-    }
-
-    #[test]
-    fn cosine_of_parallel_and_orthogonal_vectors() {
-        assert!((cosine(&[1.0, 2.0], &[2.0, 4.0]) - 1.0).abs() < 1e-12);
-        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
-        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
     }
 }

@@ -23,6 +23,7 @@ pub mod zero_shot;
 
 use std::collections::BTreeMap;
 
+use crate::core::cosine;
 use crate::core::Phase;
 use crate::core::{ModalityId, ModalityLayout, Window};
 
@@ -234,21 +235,6 @@ pub struct FusionStage {
     predict_unphased: bool,
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> Option<f64> {
-    if a.len() != b.len() {
-        return None;
-    }
-    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    let norm = (na * nb).sqrt();
-    (norm > 0.0).then(|| dot / norm)
-}
-
 impl FusionStage {
     /// Checks every predictor against the session's `layout`.
     pub fn new(layout: ModalityLayout, predictors: Vec<Configured>) -> Result<Self, FusionError> {
@@ -441,9 +427,6 @@ mod tests {
 
     #[test]
     fn cosine_and_population_map() {
-        assert_eq!(cosine(&[1.0, 0.0], &[2.0, 0.0]), Some(1.0));
-        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 0.0]), None);
-        assert_eq!(cosine(&[1.0], &[1.0, 2.0]), None);
         let m = PopulationMap {
             intercept: 1.0,
             slope: 4.0,

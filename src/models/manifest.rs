@@ -7,11 +7,9 @@
 //! pinned registry package, so the repository carries only the graph. Shapes list
 //! fixed dimensions as numbers and dynamic ones as names.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::ModelError;
 
@@ -211,24 +209,7 @@ impl ModelEntry {
     }
 }
 
-/// The hex sha256 of a file.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
+use crate::digest::sha256_file;
 
 fn check_sha256(name: &str, path: &Path, expected: &str) -> Result<(), ModelError> {
     if !path.is_file() {

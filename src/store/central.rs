@@ -15,69 +15,7 @@ use std::path::Path;
 use rusqlite::{types::ValueRef, Transaction, TransactionBehavior};
 
 use super::replica as apply;
-use super::{Store, StoreError};
-use crate::exit::{Classify, ExitKind};
-
-/// What went wrong with a central database (a SQLite file or PostgreSQL), classified into
-/// exit codes like every error of the crate.
-#[derive(Debug, thiserror::Error)]
-pub enum CentralError {
-    /// The target is no central database this build can use (a typo, a station's store, an
-    /// unparsable URL): bad input.
-    #[error("{target}: {reason}")]
-    NotCentral { target: String, reason: String },
-    /// The database could not be reached, or failed a statement: a runtime failure.
-    #[error("central database: {doing}: {message}")]
-    Database { doing: String, message: String },
-    /// A record that cannot be applied as it is (its content): quarantined with this
-    /// reason, never retried as it is.
-    #[error("{0}")]
-    Record(String),
-    /// What was asked cannot be done as asked (an unknown study or station, a key of the
-    /// wrong kind, a record of a kind this build does not know): bad input.
-    #[error("{0}")]
-    Refused(String),
-    /// A read or write of the station-schema tables of a SQLite central database.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl CentralError {
-    /// A failed statement or connection while `doing` something.
-    pub fn database(doing: impl Into<String>, message: impl std::fmt::Display) -> Self {
-        CentralError::Database {
-            doing: doing.into(),
-            message: message.to_string(),
-        }
-    }
-}
-
-impl CentralError {
-    /// The same error, said of `what` (a record, a target).
-    pub fn of(self, what: &str) -> Self {
-        match self {
-            CentralError::Database { doing, message } => CentralError::Database {
-                doing: format!("{what}: {doing}"),
-                message,
-            },
-            CentralError::Record(m) => CentralError::Record(format!("{what}: {m}")),
-            CentralError::Refused(m) => CentralError::Refused(format!("{what}: {m}")),
-            other => other,
-        }
-    }
-}
-
-impl Classify for CentralError {
-    fn exit_kind(&self) -> ExitKind {
-        match self {
-            CentralError::NotCentral { .. }
-            | CentralError::Record(_)
-            | CentralError::Refused(_) => ExitKind::BadInput,
-            CentralError::Database { .. } => ExitKind::Runtime,
-            CentralError::Store(e) => e.exit_kind(),
-        }
-    }
-}
+use super::{CentralError, Store};
 
 /// A value bound to or read from the central database (only integers and text are used,
 /// so both databases agree on every column's type).
@@ -471,6 +409,7 @@ impl CentralTx for SqliteTx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::{Classify, ExitKind};
 
     #[test]
     fn central_errors_are_classified_by_whose_fault_they_are() {

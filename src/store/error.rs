@@ -1,4 +1,5 @@
-//! The store's errors: each names what was being done and the file, and says whether it is
+//! The store's errors (the station store's, [`StoreError`], and a central database's,
+//! [`CentralError`]): each names what was being done and the file, and says whether it is
 //! bad input (a file the user can fix) or a runtime failure (disk, lock).
 
 use std::path::PathBuf;
@@ -86,5 +87,66 @@ pub(crate) fn sql(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError +
             context.to_string()
         };
         StoreError::Sqlite { context, source }
+    }
+}
+
+/// What went wrong with a central database (a SQLite file or PostgreSQL), classified into
+/// exit codes like every error of the crate.
+#[derive(Debug, thiserror::Error)]
+pub enum CentralError {
+    /// The target is no central database this build can use (a typo, a station's store, an
+    /// unparsable URL): bad input.
+    #[error("{target}: {reason}")]
+    NotCentral { target: String, reason: String },
+    /// The database could not be reached, or failed a statement: a runtime failure.
+    #[error("central database: {doing}: {message}")]
+    Database { doing: String, message: String },
+    /// A record that cannot be applied as it is (its content): quarantined with this
+    /// reason, never retried as it is.
+    #[error("{0}")]
+    Record(String),
+    /// What was asked cannot be done as asked (an unknown study or station, a key of the
+    /// wrong kind, a record of a kind this build does not know): bad input.
+    #[error("{0}")]
+    Refused(String),
+    /// A read or write of the station-schema tables of a SQLite central database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl CentralError {
+    /// A failed statement or connection while `doing` something.
+    pub fn database(doing: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        CentralError::Database {
+            doing: doing.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl CentralError {
+    /// The same error, said of `what` (a record, a target).
+    pub fn of(self, what: &str) -> Self {
+        match self {
+            CentralError::Database { doing, message } => CentralError::Database {
+                doing: format!("{what}: {doing}"),
+                message,
+            },
+            CentralError::Record(m) => CentralError::Record(format!("{what}: {m}")),
+            CentralError::Refused(m) => CentralError::Refused(format!("{what}: {m}")),
+            other => other,
+        }
+    }
+}
+
+impl Classify for CentralError {
+    fn exit_kind(&self) -> ExitKind {
+        match self {
+            CentralError::NotCentral { .. }
+            | CentralError::Record(_)
+            | CentralError::Refused(_) => ExitKind::BadInput,
+            CentralError::Database { .. } => ExitKind::Runtime,
+            CentralError::Store(e) => e.exit_kind(),
+        }
     }
 }

@@ -36,7 +36,7 @@ pub use connect::ConnectOptions;
 pub(crate) use connect::{connect, connect_read_only};
 use connect::{current_version, migrate};
 pub(crate) use error::sql;
-pub use error::StoreError;
+pub use error::{CentralError, StoreError};
 pub use read::{
     ExportReads, ModalityRow, PhaseRow, SessionDetail, SessionSummary, StoryExposureRow,
     StoryPrediction,

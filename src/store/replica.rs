@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use rusqlite::{types::Value, Transaction};
 
-use super::central::CentralError;
+use super::CentralError;
 use crate::config::SyncContent;
 use crate::store::sql::outbox::RECORD_TABLES;
 

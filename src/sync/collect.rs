@@ -28,7 +28,7 @@ use rumqttc::{Client, Event, MqttOptions, Packet, Publish, QoS};
 pub use super::central::{Central, Gate, Stored, MAX_ENVELOPE_BYTES};
 use super::keys::SigningKey;
 use crate::exit::{Classify, ExitKind};
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 use crate::sync::SyncError;
 
 /// The largest packet MQTT can carry (its remaining-length field's maximum).

@@ -405,14 +405,7 @@ pub fn signed_refusal(
     .into_bytes()
 }
 
-/// The sha256 of `bytes`, lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+use crate::digest::sha256_hex;
 
 #[cfg(test)]
 mod tests {

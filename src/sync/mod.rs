@@ -93,7 +93,7 @@ impl SyncOptions {
             sealing
         ])
         .to_string();
-        keys::sha256_hex(text.as_bytes())
+        crate::digest::sha256_hex(text.as_bytes())
     }
 }
 

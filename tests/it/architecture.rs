@@ -226,21 +226,24 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("exit", &[]),
     ("clock", &[]),
     ("named_thread", &[]),
+    ("digest", &[]),
     ("files", &["exit"]),
     ("session", &["core", "clock", "exit"]),
-    ("models", &["exit"]),
+    ("models", &["exit", "digest"]),
     ("config", &["core", "exit", "models", "session"]),
-    ("capture", &["core", "clock", "exit", "session"]),
+    ("capture", &["core", "clock", "exit", "files", "session"]),
     (
         "features",
         &["core", "exit", "capture", "config", "models", "session"],
     ),
     ("windows", &["core", "features"]),
     ("fusion", &["core", "exit", "features", "models"]),
-    ("store", &["core", "exit", "config", "session"]),
+    ("store", &["core", "exit", "digest", "config", "session"]),
     (
         "sync",
-        &["core", "clock", "exit", "config", "session", "store"],
+        &[
+            "core", "clock", "exit", "digest", "config", "session", "store",
+        ],
     ),
     (
         "stories",

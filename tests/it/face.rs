@@ -687,7 +687,7 @@ fn appearance_follows_the_face_crop_and_is_absent_without_a_face() {
         .process(&frame, &mut FrameContext::default())
         .unwrap()
         .unwrap();
-    let cos = empathic::features::text::cosine(&on_face, &on_frame);
+    let cos = empathic::core::cosine(&on_face, &on_frame).unwrap();
     assert!(cos < 0.95, "{cos}");
 }
 

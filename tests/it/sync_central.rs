@@ -12,7 +12,7 @@ use crate::common::broker::*;
 use crate::common::central::*;
 use crate::common::postgres::Postgres;
 use crate::common::*;
-use empathic::store::central::CentralError;
+use empathic::store::CentralError;
 
 fn stop(mut c: Child) {
     let _ = Command::new("kill")

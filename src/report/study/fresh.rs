@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::{Problem, StudyFacts};
 use crate::config::{CollectConfig, StudyConfig};
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 use crate::sync::central::{Central, PageView};
 
 /// The page is rebuilt at most this often after new messages.

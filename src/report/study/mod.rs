@@ -32,7 +32,7 @@ use serde::Serialize;
 use crate::config::StudyConfig;
 use crate::report::verdict::{quality_rows, Verdict, MEASURES};
 use crate::report::QualityReport;
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 use crate::store::{ScoreBins, Store};
 use crate::sync::central::{Central, PageView};
 use crate::sync::health::parse_utc_ms;

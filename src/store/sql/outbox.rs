@@ -13,18 +13,14 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::{ctx, NOW};
 use crate::config::SyncContent;
+use crate::digest::sha256_hex;
 use crate::store::StoreError;
 
 /// The version of the payloads this build writes.
 pub const PAYLOAD_VERSION: u32 = 2;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn enqueue(
     tx: &Transaction<'_>,
@@ -36,7 +32,7 @@ fn enqueue(
         what: "an outbox message",
         message: e.to_string(),
     })?;
-    let digest = hex(&Sha256::digest(text.as_bytes()));
+    let digest = sha256_hex(text.as_bytes());
     let next: i64 = tx
         .query_row("SELECT coalesce(max(seq), 0) + 1 FROM outbox", [], |r| {
             r.get(0)
@@ -47,9 +43,9 @@ fn enqueue(
             r.get(0)
         })
         .map_err(ctx("reading the station id"))?;
-    let id = hex(&Sha256::digest(
-        format!("{station}\n{subject}\n{kind}\n{digest}\n{next}").as_bytes(),
-    )[..16]);
+    // The first 16 bytes of the digest: 32 hex digits.
+    let mut id = sha256_hex(format!("{station}\n{subject}\n{kind}\n{digest}\n{next}").as_bytes());
+    id.truncate(32);
     tx.execute(
         &format!(
             "INSERT INTO outbox (message_id, kind, subject, payload, sha256, created_at)

@@ -8,7 +8,7 @@
 //! [`Central::forget_alerts`] forgets those that cleared or whose telling failed. A problem
 //! is told once until it clears, across collector restarts. SQLite and PostgreSQL alike.
 
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 use std::collections::BTreeMap;
 
 use super::Central;

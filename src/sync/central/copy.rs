@@ -13,7 +13,7 @@
 //! such. The source is only read.
 
 use super::*;
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]

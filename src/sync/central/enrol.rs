@@ -9,7 +9,7 @@
 //! quarantined. A revoked key cannot be enrolled again (make a new one).
 
 use super::*;
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 
 /// Where messages on topics whose station part is no valid id are counted.
 pub const INVALID_NAME: &str = "(invalid name)";

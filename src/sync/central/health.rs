@@ -14,8 +14,8 @@
 //! ([`STRANGER_EXPIRY_DAYS`]). Both hold for SQLite and PostgreSQL alike.
 
 use super::{plain_admitted, signer_enrolled, Central, Gate, Stored};
-use crate::store::central::CentralError;
 use crate::store::central::Val;
+use crate::store::CentralError;
 use crate::sync::health::{self, Health};
 use crate::sync::keys;
 use crate::sync::status;

@@ -37,7 +37,7 @@ mod health;
 mod quarantine;
 mod rules;
 mod withdraw;
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 use envelope::*;
 use rules::*;
 
@@ -647,7 +647,7 @@ fn open_payload(env: &Envelope, wire: String, gate: &Gate) -> Result<String, (Re
     } else {
         wire
     };
-    let digest = keys::sha256_hex(whole.as_bytes());
+    let digest = crate::digest::sha256_hex(whole.as_bytes());
     if digest != env.sha {
         return Err((
             Refused::new(

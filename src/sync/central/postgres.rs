@@ -9,7 +9,7 @@
 //! with the same [`super::apply`] the SQLite collector uses. Plain TCP (no TLS): keep the
 //! database on the collector's host or behind a tunnel.
 
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Transaction};
 

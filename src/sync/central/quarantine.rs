@@ -9,7 +9,7 @@
 //! station's next resend, if any, is judged again.
 
 use super::*;
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 
 /// One quarantined message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

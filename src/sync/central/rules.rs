@@ -2,7 +2,7 @@
 //! de-duplicated and ordered by `seq`, tombstones, purges, chunk bounds.
 
 use super::*;
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 
 /// The flags a stored record gets.
 pub(super) struct Flags {

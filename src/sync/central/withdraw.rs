@@ -13,7 +13,7 @@
 //! [`Withdrawn`] report says what is left, and the command exits 0 only when nothing is.
 
 use super::{Central, Val};
-use crate::store::central::CentralError;
+use crate::store::CentralError;
 
 /// What [`Central::withdraw`] removed and what it still found.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
