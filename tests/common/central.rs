@@ -106,7 +106,7 @@ pub fn quarantined(target: &str) -> i64 {
             .map(|r| r.get(0))
             .unwrap_or(0)
     } else {
-        rusqlite::Connection::open(target)
+        crate::common::store::try_open_db(target)
             .and_then(|c| c.query_row("SELECT count(*) FROM collect_quarantine", [], |r| r.get(0)))
             .unwrap_or(0)
     }

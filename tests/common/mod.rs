@@ -135,6 +135,7 @@ pub mod broker;
 pub mod central;
 pub mod chromium;
 pub mod csv;
+pub mod live;
 pub mod postgres;
 pub mod speech;
 pub mod store;

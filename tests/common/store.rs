@@ -5,9 +5,27 @@
 //! times, the owning process, the folder the session was read from) are left out, so two
 //! runs of one session give the same lines.
 
+use std::path::Path;
+use std::time::Duration;
+
 use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 use sha2::{Digest, Sha256};
+
+/// The one way a test opens a database file raw (a station store or a SQLite central
+/// database) to read what the code under test stored: it waits up to 5 s for a writer's
+/// lock, and a failure names the file.
+pub fn open_db(path: impl AsRef<Path>) -> Connection {
+    let path = path.as_ref();
+    try_open_db(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()))
+}
+
+/// [`open_db`] for a test that polls a database that may not exist yet.
+pub fn try_open_db(path: impl AsRef<Path>) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
 
 /// Columns that differ between two runs of the same input by design.
 const RUN_COLUMNS: &[&str] = &[

@@ -280,7 +280,7 @@ fn replay_stores_the_pooled_acoustic_vector_of_every_frame() {
     .unwrap();
     let (_, rows) = read_csv(&csv);
 
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let present: i64 = conn
         .query_row(
             "SELECT count(*) FROM frame_features WHERE modality = 'acoustic_compare' AND present = 1",
@@ -356,7 +356,7 @@ fn replay_with_the_egemaps_set_stores_25_values_a_frame() {
     let db = tmp.path().join("e.db");
     let o = replay_cli(&demo_session(), &db, Some(&config));
     assert!(o.status.success(), "{}", stderr(&o));
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let (dims, present): (i64, i64) = conn
         .query_row(
             "SELECT m.dims, (SELECT count(*) FROM frame_features f WHERE f.modality = m.name AND f.present = 1)

@@ -4,11 +4,10 @@
 use std::path::Path;
 
 use crate::common::*;
-use rusqlite::Connection;
 
 /// (status, reason, frames rows, windows rows) of a session in `db`.
 fn stored(db: &Path, id: &str) -> (String, String, i64, i64) {
-    let conn = Connection::open(db).unwrap();
+    let conn = crate::common::store::open_db(db);
     let (status, reason): (String, Option<String>) = conn
         .query_row(
             "SELECT status, status_reason FROM sessions WHERE id = ?1",
@@ -68,7 +67,7 @@ fn corrupt_video_fails_the_session_and_keeps_nothing_half_written() {
     assert!(reason.contains("decoding stopped"), "{reason}");
     assert_eq!((frames, windows), (0, 0));
     // The events are kept: they were read whole before any media.
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let events: i64 = conn
         .query_row(
             "SELECT count(*) FROM events WHERE session_id = 'demo-0001'",

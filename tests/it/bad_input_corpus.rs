@@ -10,7 +10,6 @@ use std::process::Output;
 
 use crate::common::store::{count, session_digests};
 use crate::common::*;
-use rusqlite::Connection;
 
 /// The session every case's database holds complete before the case runs.
 const BASE: &str = "demo-0001";
@@ -377,12 +376,12 @@ fn base_db(dir: &Path) -> (PathBuf, Vec<(String, String)>) {
     let fast = config_without_vision_models(dir);
     let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     (db.clone(), session_digests(&conn, BASE))
 }
 
 fn assert_base_unchanged(db: &Path, before: &[(String, String)], case: &str) {
-    let conn = Connection::open(db).unwrap();
+    let conn = crate::common::store::open_db(db);
     assert_eq!(
         session_digests(&conn, BASE),
         before,
@@ -397,7 +396,7 @@ fn assert_base_unchanged(db: &Path, before: &[(String, String)], case: &str) {
 }
 
 fn stored_status(db: &Path, id: &str) -> Option<(String, String)> {
-    let conn = Connection::open(db).unwrap();
+    let conn = crate::common::store::open_db(db);
     conn.query_row(
         "SELECT status, COALESCE(status_reason, '') FROM sessions WHERE id = ?1",
         [id],
@@ -446,7 +445,7 @@ fn every_bad_input_is_refused_and_nothing_stored_is_lost() {
         text.push_str("\n[face]\nenabled = false\n");
         std::fs::write(&config, text).unwrap();
         let sessions_before = count(
-            &Connection::open(&db).unwrap(),
+            &crate::common::store::open_db(&db),
             "SELECT count(*) FROM sessions",
         );
 
@@ -474,7 +473,7 @@ fn every_bad_input_is_refused_and_nothing_stored_is_lost() {
             }
             None if !c.replace_base => {
                 let after = count(
-                    &Connection::open(&db).unwrap(),
+                    &crate::common::store::open_db(&db),
                     "SELECT count(*) FROM sessions",
                 );
                 assert_eq!(
@@ -512,7 +511,7 @@ fn a_mistyped_folder_records_nothing() {
         let o = replay_cli(&target, &db, None);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         let n = count(
-            &Connection::open(&db).unwrap(),
+            &crate::common::store::open_db(&db),
             "SELECT count(*) FROM sessions",
         );
         assert_eq!(n, 1, "{}: a session row was written", target.display());
@@ -528,7 +527,7 @@ fn a_successful_replace_stores_what_a_fresh_replay_stores() {
     let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_base_unchanged(&db, &before, "replace");
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     // No staged copy is left behind, and the survey response belongs to the session.
     assert_eq!(count(&conn, "SELECT count(*) FROM sessions"), 1);
     assert_eq!(
@@ -552,7 +551,7 @@ fn a_full_database_fails_the_session_with_that_reason() {
     let (status, reason) = stored_status(&db, BASE).expect("a session row");
     assert_eq!(status, "failed");
     assert!(reason.contains("database or disk is full"), "{reason}");
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     assert_eq!(count(&conn, "SELECT count(*) FROM frames"), 0);
 }
 
@@ -566,7 +565,7 @@ fn a_lock_held_elsewhere_is_waited_for_up_to_the_busy_timeout() {
         let t = std::thread::Builder::new()
             .name("lock-holder".into())
             .spawn(move || {
-                let conn = Connection::open(&db).unwrap();
+                let conn = crate::common::store::open_db(&db);
                 conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
                 ready_tx.send(()).unwrap();
                 std::thread::sleep(std::time::Duration::from_secs_f64(secs));
@@ -852,7 +851,7 @@ fn audio_at_a_rate_the_extractors_cannot_use_is_refused_by_every_reader() {
 fn export_refuses_a_stored_session_id_that_would_leave_its_folder() {
     let tmp = tempfile::tempdir().unwrap();
     let (db, _) = base_db(tmp.path());
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     conn.execute_batch(&format!(
         "PRAGMA foreign_keys = OFF;
          UPDATE sessions SET id = '..' WHERE id = '{BASE}';

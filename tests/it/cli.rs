@@ -161,7 +161,7 @@ fn a_participants_later_session_is_calibrated_on_earlier_ones_only() {
     // Replaced now, the later session learns from the earlier one's three ratings.
     let o = replay_cli_with(&later, &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let labels: Vec<(String, String)> = conn
         .prepare("SELECT DISTINCT session_id, calibration FROM predictions ORDER BY 1")
         .unwrap()
@@ -193,7 +193,7 @@ fn stories_retrieved_while_sharing_are_in_play_until_one_is_shown() {
         "{}",
         stdout(&o)
     );
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let first_shown: i64 = conn
         .query_row("SELECT min(shown_ns) FROM story_exposures", [], |r| {
             r.get(0)
@@ -327,7 +327,7 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
     let text = ndarray::Array2::<f32>::read_npy(open("text.npy")).unwrap();
     let mask = ndarray::Array1::<u8>::read_npy(open("text_mask.npy")).unwrap();
     assert_eq!(text.dim(), (420, 384));
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let present: i64 = conn
         .query_row(
             "SELECT count(*) FROM frame_features WHERE modality = 'text' AND present = 1",

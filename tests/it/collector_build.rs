@@ -165,7 +165,7 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
     assert!(o.status.success(), "sync: {}", stderr(&o));
     wait_until("the demo session in the central database", || {
         central.exists()
-            && rusqlite::Connection::open(&central)
+            && crate::common::store::try_open_db(&central)
                 .map(|c| sessions_in(&c) == ["demo-0001"])
                 .unwrap_or(false)
     });
@@ -276,8 +276,7 @@ fn the_collector_build_links_no_sensing_library_and_does_the_staff_job() {
     assert!(out.join("manifest.json").is_file());
     // A bank the central database holds without embeddings cannot be embedded by this
     // build: the export says so (and is otherwise whole).
-    let stories: i64 = rusqlite::Connection::open(&central)
-        .unwrap()
+    let stories: i64 = crate::common::store::open_db(&central)
         .query_row("SELECT COUNT(*) FROM stories", [], |r| r.get(0))
         .unwrap();
     assert!(stories > 0, "the shown stories reach the central database");

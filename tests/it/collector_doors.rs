@@ -19,7 +19,7 @@ const STUDY: &str = "test-study";
 use crate::common::key_init as key;
 
 fn status_of(central: &Path, station: &str) -> Option<(String, Option<String>)> {
-    rusqlite::Connection::open(central)
+    crate::common::store::try_open_db(central)
         .ok()?
         .query_row(
             "SELECT status, connection FROM collect_status WHERE station = ?1",
@@ -30,7 +30,7 @@ fn status_of(central: &Path, station: &str) -> Option<(String, Option<String>)> 
 }
 
 fn health_sent_at(central: &Path, station: &str) -> Option<String> {
-    rusqlite::Connection::open(central)
+    crate::common::store::try_open_db(central)
         .ok()?
         .query_row(
             "SELECT sent_at FROM collect_health WHERE station = ?1",
@@ -234,8 +234,7 @@ fn strangers_change_nothing_staff_see_and_a_flood_does_not_drown_genuine_health(
 
     // Lost however it was (the broker dropped it; here: deleted), the retained message
     // comes again at the next sweep and is stored.
-    rusqlite::Connection::open(&central)
-        .unwrap()
+    crate::common::store::open_db(&central)
         .execute("DELETE FROM collect_health WHERE station = 'st-a'", [])
         .unwrap();
     wait_until("the genuine health stored again by the sweep", || {

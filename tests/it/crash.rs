@@ -6,7 +6,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use rusqlite::Connection;
 
 fn start_realtime(db: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
@@ -29,7 +28,7 @@ fn start_realtime(db: &std::path::Path) -> Child {
 fn wait_for_windows(db: &std::path::Path, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Ok(conn) = Connection::open(db) {
+        if let Ok(conn) = crate::common::store::try_open_db(db) {
             let got: i64 = conn
                 .query_row("SELECT count(*) FROM windows", [], |r| r.get(0))
                 .unwrap_or(0);
@@ -52,7 +51,7 @@ fn sigkill_mid_run_leaves_a_clean_database() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let check: String = conn
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
@@ -83,7 +82,7 @@ fn sigkill_mid_run_leaves_a_clean_database() {
     assert!(s["windows"].as_i64().unwrap() >= 1);
     // Marked incomplete and announced for sync in one transaction: exactly one record,
     // saying incomplete.
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let announced: Vec<String> = conn
         .prepare("SELECT payload FROM outbox WHERE kind = 'session'")
         .unwrap()
@@ -119,7 +118,7 @@ fn sigterm_stops_gracefully_and_flushes() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stdout(&out).contains("incomplete"), "{}", stdout(&out));
 
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let (status, frames, windows): (String, i64, i64) = conn
         .query_row("SELECT status, frames, windows FROM sessions", [], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))

@@ -9,8 +9,6 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use rusqlite::Connection;
-
 use crate::common::{
     config_without_vision_models_and, demo_session, empathic, fixtures_or_skip, path_str, stderr,
     stdout,
@@ -36,15 +34,13 @@ fn replay_failing(
 }
 
 fn number(db: &Path, sql: &str) -> i64 {
-    Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .query_row(sql, [], |r| r.get(0))
         .unwrap()
 }
 
 fn text(db: &Path, sql: &str) -> String {
-    Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .query_row(sql, [], |r| r.get(0))
         .unwrap()
 }

@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::*;
-use rusqlite::Connection;
 
 fn config(dir: &Path, name: &str, predictors: &[&Path]) -> PathBuf {
     let list: Vec<String> = predictors
@@ -39,7 +38,7 @@ fn the_reference_model_matches_the_rust_predictor_window_by_window() {
     );
     let o = replay_cli(&demo_session(), &db, Some(&both));
     assert!(o.status.success(), "{}", stderr(&o));
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let pairs: Vec<(f64, f64)> = conn
         .prepare(
             "SELECT a.raw_cosine, b.raw_cosine FROM predictions a JOIN predictions b
@@ -123,8 +122,7 @@ fn the_shipped_synthetic_models_run_on_the_demo_by_name_and_say_so() {
     let o = replay_cli(&demo_session(), &db2, Some(&cfg));
     assert!(o.status.success(), "{}", stderr(&o));
     let cosines = |db: &Path| -> Vec<(String, i64, String, f64)> {
-        Connection::open(db)
-            .unwrap()
+        crate::common::store::open_db(db)
             .prepare(
                 "SELECT predictor, window_index, story_id, raw_cosine FROM predictions
                  ORDER BY 1, 2, 3",
@@ -136,7 +134,7 @@ fn the_shipped_synthetic_models_run_on_the_demo_by_name_and_say_so() {
             .unwrap()
     };
     assert_eq!(cosines(&db), cosines(&db2));
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let rows: Vec<(String, i64, i64, String)> = conn
         .prepare(
             "SELECT predictor, count(*), max(synthetic), min(modalities) FROM predictions

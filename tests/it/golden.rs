@@ -67,7 +67,7 @@ fn cpu_class() -> String {
 
 /// `key value` lines describing what a replay stored for session `id`.
 fn describe(db: &Path, id: &str) -> BTreeMap<String, String> {
-    let conn = Connection::open(db).unwrap();
+    let conn = crate::common::store::open_db(db);
     let mut out = BTreeMap::new();
     for (table, key) in SESSION_TABLES {
         if matches!(*table, "frame_features" | "window_features") {

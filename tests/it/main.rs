@@ -1,7 +1,7 @@
 //! The end-to-end tests as one binary (ripgrep's `tests/tests.rs` pattern): the native
 //! stack (OpenCV, ONNX Runtime, ALSA) is linked once instead of once per file. Each module
 //! is one concern's tests; `common` holds what they share. The live service's tests are
-//! their own binary (`tests/live.rs`), so they run alone, as real-time capture needs.
+//! their own binary (`tests/live/`), so they run alone, as real-time capture needs.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -20,7 +20,6 @@ use empathic::runtime::{RunError, WriterThread};
 use empathic::session::RecordedSession;
 use empathic::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use empathic::store::Store;
-use rusqlite::Connection;
 
 /// Records what it is given: (first frame index, frames, phase) per window.
 struct Recorder(Arc<Mutex<Vec<(u64, usize, String)>>>);
@@ -150,7 +149,7 @@ fn an_added_window_consumer_sees_every_stored_window() {
         .iter()
         .any(|t| t.thread == "recorder-windows" && t.items == 21));
     // Same windows, same order, same phases as the store kept.
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let starts: Vec<i64> = column(
         &conn,
         "SELECT start_frame FROM windows ORDER BY window_index",
@@ -178,7 +177,7 @@ fn a_drop_oldest_video_queue_counts_its_evictions_into_the_stored_report() {
     assert!(q.video_queue_drops > 0, "nothing was dropped");
     // Every frame of the file was either decoded into a stored frame or evicted.
     assert_eq!(q.video.frames_decoded + q.video_queue_drops, 420, "{q:?}");
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let decoded: Vec<i64> = column(&conn, "SELECT COUNT(*) FROM frames WHERE decoded = 1");
     assert_eq!(decoded[0] as u64, q.video.frames_decoded);
     let stored: Vec<String> = column(&conn, "SELECT quality_json FROM sessions");

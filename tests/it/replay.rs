@@ -8,7 +8,6 @@ use empathic::clock::{Clock, ManualClock, Speed};
 use empathic::config::Config;
 use empathic::runtime::replay::{replay, ReplayOptions};
 use empathic::store::Store;
-use rusqlite::Connection;
 
 fn options(dir: &std::path::Path, db: &std::path::Path, speed: Speed) -> ReplayOptions {
     ReplayOptions {
@@ -180,7 +179,7 @@ fn demo_session_replays_end_to_end() {
 
 /// Everything stored about a session's frames and windows, in a stable order.
 fn derived_rows(db: &std::path::Path, id: &str) -> Vec<String> {
-    let conn = Connection::open(db).unwrap();
+    let conn = crate::common::store::open_db(db);
     let mut out = Vec::new();
     for (table, order) in [
         ("frames", "frame_index"),

@@ -6,8 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::Connection;
-
 use crate::common::{
     config_without_vision_models_and, copy_session, demo_session, empathic, fixtures_or_skip,
     path_str, replay_cli, root, stderr, stdout,
@@ -186,7 +184,7 @@ type Said = (String, i64, i64, String, Option<String>, String);
 
 /// The session's utterances, in time order.
 fn utterances(db: &Path, id: &str) -> Vec<Said> {
-    let c = Connection::open(db).unwrap();
+    let c = crate::common::store::open_db(db);
     let mut s = c
         .prepare(
             "SELECT speaker, start_ns / 1000000, end_ns / 1000000, source, model, text
@@ -209,15 +207,13 @@ fn utterances(db: &Path, id: &str) -> Vec<Said> {
 }
 
 fn one_number(db: &Path, sql: &str) -> i64 {
-    Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .query_row(sql, [], |r| r.get(0))
         .unwrap()
 }
 
 fn one_text(db: &Path, sql: &str) -> String {
-    Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .query_row(sql, [], |r| r.get(0))
         .unwrap()
 }

@@ -58,7 +58,7 @@ fn search_finds_the_closest_demo_stories() {
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     // Importing again replaces rather than duplicates.
     import(&db);
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let n: i64 = conn
         .query_row("SELECT count(*) FROM story_embeddings", [], |r| r.get(0))
         .unwrap();

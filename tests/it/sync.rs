@@ -90,8 +90,7 @@ fn messages(got: &[(String, String)]) -> BTreeMap<String, (String, String, Strin
 }
 
 fn outbox(db: &Path) -> Vec<(String, String, String, String)> {
-    rusqlite::Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .prepare("SELECT message_id, kind, subject, state FROM outbox ORDER BY seq")
         .unwrap()
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
@@ -185,8 +184,7 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
     // announced by --backfill, once.
     let copy = tmp.path().join("old.db");
     std::fs::copy(&db, &copy).unwrap();
-    rusqlite::Connection::open(&copy)
-        .unwrap()
+    crate::common::store::open_db(&copy)
         .execute("DELETE FROM outbox", [])
         .unwrap();
     for _ in 0..2 {
@@ -319,7 +317,7 @@ fn a_broker_down_at_first_is_waited_for_and_an_unreachable_one_is_given_up_on() 
 }
 
 fn central_records(central: &Path) -> Vec<(String, String, String, i64)> {
-    let conn = rusqlite::Connection::open(central).unwrap();
+    let conn = crate::common::store::open_db(central);
     conn.prepare(
         "SELECT message_id, station, kind, voided FROM collect_records ORDER BY message_id",
     )
@@ -414,8 +412,7 @@ fn the_collector_stores_every_stations_records_exactly_once_across_its_own_crash
         "two records each, a tombstone and a new record"
     );
     let quarantine = || -> i64 {
-        rusqlite::Connection::open(&central)
-            .unwrap()
+        crate::common::store::open_db(&central)
             .query_row("SELECT count(*) FROM collect_quarantine", [], |r| r.get(0))
             .unwrap_or(0)
     };
@@ -468,8 +465,7 @@ fn a_withdrawal_purges_the_participant_on_the_station_and_at_the_collector() {
     };
     sync_now();
     let records = |kind: &str| -> i64 {
-        rusqlite::Connection::open(&central)
-            .unwrap()
+        crate::common::store::open_db(&central)
             .query_row(
                 "SELECT count(*) FROM collect_records WHERE kind = ?1",
                 [kind],
@@ -493,7 +489,7 @@ fn a_withdrawal_purges_the_participant_on_the_station_and_at_the_collector() {
         "{}",
         stdout(&o)
     );
-    let station = rusqlite::Connection::open(&db).unwrap();
+    let station = crate::common::store::open_db(&db);
     let count = |sql: &str| -> i64 { station.query_row(sql, [], |r| r.get(0)).unwrap() };
     assert_eq!(count("SELECT count(*) FROM sessions"), 0);
     assert_eq!(count("SELECT count(*) FROM participants"), 0);
@@ -528,8 +524,7 @@ fn a_withdrawal_purges_the_participant_on_the_station_and_at_the_collector() {
         0,
         "the participant's records are deleted centrally"
     );
-    let audit: (String, i64) = rusqlite::Connection::open(&central)
-        .unwrap()
+    let audit: (String, i64) = crate::common::store::open_db(&central)
         .query_row(
             "SELECT participant_id, records FROM collect_purges",
             [],

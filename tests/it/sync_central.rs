@@ -85,14 +85,14 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
 
     // Every carried row, equal to the station's, in both.
     let check = |db: &Path, id: &str, transcripts: bool| {
-        let station = rusqlite::Connection::open(db).unwrap();
+        let station = crate::common::store::open_db(db);
         let want = record_rows(&station, id, transcripts);
         assert!(want.iter().any(|l| l.starts_with("window_features ")));
         assert_eq!(
             want.iter().any(|l| l.starts_with("utterances ")),
             transcripts
         );
-        let lite = rusqlite::Connection::open(&central).unwrap();
+        let lite = crate::common::store::open_db(&central);
         same_rows(
             &record_rows(&lite, id, transcripts),
             &want,
@@ -341,7 +341,7 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
             && sessions_in(pg_view(&pg_url).connection_for_tests()) == two
     });
     check(&db1, "demo-0001", false);
-    let lite = rusqlite::Connection::open(&central).unwrap();
+    let lite = crate::common::store::open_db(&central);
     for sql in [
         "SELECT count(*) FROM utterances",
         "SELECT count(*) FROM participants WHERE id = 'P-OTHER'",
@@ -413,14 +413,14 @@ fn sqlite_and_postgresql_central_databases_hold_what_the_stations_hold() {
     // Each central database holds each station message once.
     let station_ids = |db: &Path| -> Vec<String> {
         crate::common::store::column(
-            &rusqlite::Connection::open(db).unwrap(),
+            &crate::common::store::open_db(db),
             "SELECT message_id FROM outbox",
         )
     };
     let mut want: Vec<String> = station_ids(&db1);
     want.extend(station_ids(&db2));
     want.sort();
-    let lite = rusqlite::Connection::open(&central).unwrap();
+    let lite = crate::common::store::open_db(&central);
     let mut lite_ids: Vec<String> =
         crate::common::store::column(&lite, "SELECT message_id FROM collect_records");
     lite_ids.sort();
@@ -500,7 +500,7 @@ fn out_of_order_duplicated_and_malformed_messages_do_no_harm_in_either_database(
         ]
     );
     assert!(msgs[2].3.len() > 1, "the record spans several chunks");
-    let station = rusqlite::Connection::open(&db).unwrap();
+    let station = crate::common::store::open_db(&db);
     let want = record_rows(&station, "demo-0001", false);
     let want_later = record_rows(&station, "demo-0002", false);
     assert!(want_later
@@ -924,8 +924,7 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
         sessions_in(lite.connection_for_tests()) == both
             && sessions_in(pg_view(&pg_url).connection_for_tests()) == both
     });
-    let participant: String = rusqlite::Connection::open(&db1)
-        .unwrap()
+    let participant: String = crate::common::store::open_db(&db1)
         .query_row("SELECT participant_id FROM sessions", [], |r| r.get(0))
         .unwrap();
     for c in collectors {
@@ -1090,8 +1089,7 @@ fn consent_changes_reach_the_study_page_within_one_sync_in_either_database() {
     assert!(replay_cli(&demo_session(), &db, Some(&fast))
         .status
         .success());
-    let participant: String = rusqlite::Connection::open(&db)
-        .unwrap()
+    let participant: String = crate::common::store::open_db(&db)
         .query_row("SELECT participant_id FROM sessions", [], |r| r.get(0))
         .unwrap();
     consent(&participant, "--given");
@@ -1122,7 +1120,7 @@ fn consent_changes_reach_the_study_page_within_one_sync_in_either_database() {
             page_consent(target, "P-NEW").as_deref() == Some("withdrawn")
         });
     }
-    let lite = rusqlite::Connection::open(&central).unwrap();
+    let lite = crate::common::store::open_db(&central);
     let left: i64 = lite
         .query_row(
             "SELECT count(*) FROM collect_records WHERE participant = 'P-NEW' AND kind <> 'purge'",
@@ -1204,7 +1202,7 @@ fn a_new_central_database_is_filled_with_the_history_without_duplicates() {
             let mut c = ::postgres::Client::connect(target, ::postgres::NoTls).unwrap();
             c.query(q, &[]).unwrap().iter().map(|r| r.get(0)).collect()
         } else {
-            crate::common::store::column(&rusqlite::Connection::open(target).unwrap(), q)
+            crate::common::store::column(&crate::common::store::open_db(target), q)
         }
     };
     let want = records(path_str(&central));

@@ -59,7 +59,7 @@ fn session_as(dir: &Path, id: &str, participant: &str, station: &str) -> PathBuf
 
 fn outbox_ids(db: &Path) -> Vec<String> {
     crate::common::store::column(
-        &rusqlite::Connection::open(db).unwrap(),
+        &crate::common::store::open_db(db),
         "SELECT message_id FROM outbox ORDER BY message_id",
     )
 }
@@ -101,7 +101,7 @@ fn three_stations_sync_exactly_once_through_broker_station_and_collector_crashes
         stations.push(db);
     }
     let heavy_record: i64 = crate::common::store::count(
-        &rusqlite::Connection::open(&stations[2]).unwrap(),
+        &crate::common::store::open_db(&stations[2]),
         "SELECT max(length(payload)) FROM outbox",
     );
     assert!(heavy_record > 8 * 64 * 1024, "{heavy_record} characters");
@@ -164,7 +164,7 @@ fn three_stations_sync_exactly_once_through_broker_station_and_collector_crashes
     };
     let ids_in_lite = || -> Vec<String> {
         let mut ids: Vec<String> = crate::common::store::column(
-            &rusqlite::Connection::open(&central).unwrap(),
+            &crate::common::store::open_db(&central),
             "SELECT message_id FROM collect_records",
         );
         ids.sort();
@@ -174,10 +174,10 @@ fn three_stations_sync_exactly_once_through_broker_station_and_collector_crashes
     // stations called it synced: nothing to wait for.
     assert_eq!(ids_in_lite(), want, "SQLite: every message once");
     assert_eq!(ids_in_pg(), want, "PostgreSQL: every message once");
-    let lite = rusqlite::Connection::open(&central).unwrap();
+    let lite = crate::common::store::open_db(&central);
     let view = pg_view(&pg_url);
     for (k, db) in stations.iter().enumerate() {
-        let station = rusqlite::Connection::open(db).unwrap();
+        let station = crate::common::store::open_db(db);
         for n in 1..=3 {
             let id = format!("st{}-{n:04}", k + 1);
             let want = record_rows(&station, &id, false);
@@ -204,7 +204,7 @@ fn three_stations_sync_exactly_once_through_broker_station_and_collector_crashes
     assert!(frames(&lite) > 0);
     assert_eq!(
         frames(&lite),
-        frames(&rusqlite::Connection::open(&stations[2]).unwrap())
+        frames(&crate::common::store::open_db(&stations[2]))
     );
     for mut c in [lite_collector, pg_collector] {
         let _ = Command::new("kill")

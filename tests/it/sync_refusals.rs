@@ -104,8 +104,7 @@ fn refused_rows(target: &str, id: &str) -> i64 {
         let mut c = ::postgres::Client::connect(target, ::postgres::NoTls).unwrap();
         c.query_one(q, &[&id]).unwrap().get(0)
     } else {
-        rusqlite::Connection::open(target)
-            .unwrap()
+        crate::common::store::open_db(target)
             .query_row(&q.replace("$1", "?1"), [id], |r| r.get(0))
             .unwrap()
     }

@@ -151,7 +151,7 @@ fn opts(station: &str) -> SyncOptions {
 
 /// A session message of `db`'s outbox (its latest of `kind`), as the station stored it.
 fn outbox_message(db: &Path, kind: &str) -> Pending {
-    let c = rusqlite::Connection::open(db).unwrap();
+    let c = crate::common::store::open_db(db);
     c.query_row(
         "SELECT seq, message_id, kind, subject, payload, sha256 FROM outbox WHERE kind = ?1
          ORDER BY seq DESC LIMIT 1",
@@ -202,7 +202,7 @@ fn forged(
 
 /// What the central file holds: every session's carried rows, and the collector's records.
 fn central_state(central: &Path) -> Vec<String> {
-    let c = rusqlite::Connection::open(central).unwrap();
+    let c = crate::common::store::open_db(central);
     let mut all = Vec::new();
     for id in sessions_in(&c) {
         all.push(format!("session {id}"));
@@ -216,7 +216,7 @@ fn central_state(central: &Path) -> Vec<String> {
 }
 
 fn quarantine_reasons(central: &Path) -> Vec<String> {
-    let c = rusqlite::Connection::open(central).unwrap();
+    let c = crate::common::store::open_db(central);
     column(&c, "SELECT reason FROM collect_quarantine ORDER BY id")
 }
 
@@ -344,13 +344,13 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
         (Some(1), Some("sealed"))
     );
     wait_until("demo-0001 centrally", || {
-        sessions_in(&rusqlite::Connection::open(&central).unwrap()) == ["demo-0001"]
+        sessions_in(&crate::common::store::open_db(&central)) == ["demo-0001"]
     });
 
     // The broker and anyone on it saw envelopes, never the words or the ratings: the
     // record (as the station holds it) names them, no payload on the wire does.
     let record = outbox_message(&db1, "session").payload;
-    let station = rusqlite::Connection::open(&db1).unwrap();
+    let station = crate::common::store::open_db(&db1);
     let words: Vec<String> = column(&station, "SELECT text FROM utterances");
     assert!(!words.is_empty());
     let mut secrets: Vec<String> = words.into_iter().filter(|w| w.len() >= 12).collect();
@@ -535,7 +535,7 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(sync_status(&db2, &cfg2)["synced"].as_u64(), Some(1));
     wait_until("other-0001 centrally", || {
-        sessions_in(&rusqlite::Connection::open(&central).unwrap()) == ["demo-0001", "other-0001"]
+        sessions_in(&crate::common::store::open_db(&central)) == ["demo-0001", "other-0001"]
     });
 
     // Rotation: station 1 gets a new key, staff enrol it, the old one is revoked: later
@@ -587,7 +587,7 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     wait_until("demo-0002 centrally", || {
-        sessions_in(&rusqlite::Connection::open(&central).unwrap()).len() == 3
+        sessions_in(&crate::common::store::open_db(&central)).len() == 3
     });
     let before = central_state(&central);
     let s2 = SigningKey::load(&keys.join("s2.key")).unwrap();

@@ -247,7 +247,7 @@ fn tls_passwords_and_the_acl_hold() {
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = collector.kill();
     let _ = collector.wait();
-    let c = rusqlite::Connection::open(&central).unwrap();
+    let c = crate::common::store::open_db(&central);
     let rows: Vec<(String, i64)> = c
         .prepare(
             "SELECT station, count(*) FROM collect_records WHERE kind = 'session' GROUP BY station",

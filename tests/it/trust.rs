@@ -22,8 +22,7 @@ fn replay_realtime(session: &Path, db: &Path, extra: &[&str]) -> Child {
 }
 
 fn count(db: &Path, sql: &str) -> i64 {
-    Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .query_row(sql, [], |r| r.get(0))
         .unwrap_or(0)
 }
@@ -41,8 +40,7 @@ fn wait_count(db: &Path, sql: &str, n: i64) {
 }
 
 fn session_row(db: &Path, id: &str) -> (String, i64, i64) {
-    Connection::open(db)
-        .unwrap()
+    crate::common::store::open_db(db)
         .query_row(
             "SELECT status, frames, (SELECT count(*) FROM frames WHERE session_id = ?1)
              FROM sessions WHERE id = ?1",
@@ -227,7 +225,7 @@ fn add_row(record: &mut serde_json::Value, table: &str, row: &[(&str, serde_json
 }
 
 fn central_rows(central: &Path) -> Vec<String> {
-    let conn = Connection::open(central).unwrap();
+    let conn = crate::common::store::open_db(central);
     let mut lines = Vec::new();
     for table in [
         "sessions",
@@ -402,8 +400,7 @@ fn a_record_writes_only_its_own_session_and_what_that_session_owns() {
         forger.send(&mut central, &rewrite),
         Stored::Record { .. }
     ));
-    let text: String = Connection::open(&central_path)
-        .unwrap()
+    let text: String = crate::common::store::open_db(&central_path)
         .query_row(
             "SELECT text FROM stories WHERE id = ?1",
             [story.as_str().unwrap()],
@@ -453,8 +450,7 @@ fn one_oversized_message_never_stops_collection_and_incomplete_chunks_are_bounde
         .status
         .success());
     sync_ok(&db, broker.port, "station-1");
-    let reasons: Vec<String> = Connection::open(&central)
-        .unwrap()
+    let reasons: Vec<String> = crate::common::store::open_db(&central)
         .prepare("SELECT reason FROM collect_quarantine")
         .unwrap()
         .query_map([], |r| r.get(0))
@@ -486,7 +482,7 @@ fn one_oversized_message_never_stops_collection_and_incomplete_chunks_are_bounde
             .unwrap();
         assert!(matches!(stored, Stored::Chunk));
     }
-    let conn = Connection::open(tmp.path().join("chunks.db")).unwrap();
+    let conn = crate::common::store::open_db(tmp.path().join("chunks.db"));
     let kept: i64 = conn
         .query_row("SELECT sum(length(data)) FROM collect_chunks", [], |r| {
             r.get(0)
@@ -615,8 +611,7 @@ fn sequence_numbers_and_receipts_are_not_taken_on_trust() {
         }
         other => panic!("an absurd sequence number was taken: {other:?}"),
     }
-    let sessions: i64 = Connection::open(&central_path)
-        .unwrap()
+    let sessions: i64 = crate::common::store::open_db(&central_path)
         .query_row(
             "SELECT count(*) FROM sessions WHERE id = 'demo-0001'",
             [],
@@ -681,7 +676,7 @@ fn an_exposure_keeps_the_words_the_participant_saw() {
     let o = replay_cli(&later, &db, Some(&config));
     assert!(o.status.success(), "{}", stderr(&o));
 
-    let conn = Connection::open(&db).unwrap();
+    let conn = crate::common::store::open_db(&db);
     let shown = |session: &str, story: &str| -> (Option<String>, Option<String>) {
         conn.query_row(
             "SELECT shown_title, shown_text FROM story_exposures
