@@ -33,38 +33,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The station's commands (`cli::station`), in the sensing build only.
     #[cfg(feature = "sensing")]
-    Replay(cli::replay::Args),
+    #[command(flatten)]
+    Station(cli::station::StationCommand),
     Sessions(cli::sessions::Args),
-    #[cfg(feature = "sensing")]
-    Extract(cli::extract::Args),
-    #[cfg(feature = "sensing")]
-    Embed(cli::embed::Args),
-    #[cfg(feature = "sensing")]
-    Stories(cli::stories::Args),
-    #[cfg(feature = "sensing")]
-    Models(cli::models::Args),
     Export(cli::export::Args),
     Evaluate(cli::evaluate::Args),
     Report(cli::report::Args),
     Sync(cli::sync::SyncArgs),
-    #[cfg(feature = "sensing")]
-    Run(cli::live::RunArgs),
-    #[cfg(feature = "sensing")]
-    Ctl(cli::live::CtlArgs),
-    #[cfg(feature = "sensing")]
-    Status(cli::live::StatusArgs),
-    #[cfg(feature = "sensing")]
-    Recording(cli::live::RecordingArgs),
     Participant(cli::participant::Args),
     Collect(cli::collect::Args),
     /// The study at a glance from the central database (`study report`).
     Study(cli::study::Args),
     Keys(cli::keys::Args),
-    #[cfg(feature = "sensing")]
-    Transcribe(cli::transcribe::Args),
-    #[cfg(feature = "sensing")]
-    Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -131,36 +113,16 @@ fn init_logging() {
 fn dispatch(command: Command) -> Result<ExitCode, Failure> {
     match command {
         #[cfg(feature = "sensing")]
-        Command::Replay(a) => a.run(),
+        Command::Station(c) => c.run(),
         Command::Sessions(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Extract(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Embed(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Stories(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Models(a) => a.run(),
         Command::Export(a) => a.run(),
         Command::Evaluate(a) => a.run(),
         Command::Report(a) => a.run(),
         Command::Sync(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Run(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Ctl(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Status(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Recording(a) => a.run(),
         Command::Participant(a) => a.run(),
         Command::Collect(a) => a.run(),
         Command::Study(a) => a.run(),
         Command::Keys(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Transcribe(a) => a.run(),
-        #[cfg(feature = "sensing")]
-        Command::Doctor(a) => a.run(),
     }
 }
 

@@ -15,7 +15,7 @@ pub mod audio_file;
 pub mod avi;
 #[cfg(feature = "sensing")]
 pub mod camera;
-pub mod control;
+pub mod control_protocol;
 pub mod events;
 #[cfg(feature = "sensing")]
 pub mod microphone;

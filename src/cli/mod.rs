@@ -30,37 +30,17 @@ macro_rules! out {
 }
 
 pub mod collect;
-#[cfg(feature = "sensing")]
-pub mod doctor;
-#[cfg(feature = "sensing")]
-pub mod embed;
 pub mod evaluate;
 pub mod export;
-#[cfg(feature = "sensing")]
-pub mod extract;
-#[cfg(feature = "sensing")]
-pub mod extract_audio;
-#[cfg(feature = "sensing")]
-pub mod extract_face;
 pub mod keys;
-#[cfg(feature = "sensing")]
-pub mod live;
-#[cfg(feature = "sensing")]
-pub mod models;
 pub mod options;
 pub mod participant;
-#[cfg(feature = "sensing")]
-pub mod replay;
 pub mod report;
 pub mod sessions;
 #[cfg(feature = "sensing")]
-pub mod stories;
+pub mod station;
 pub mod study;
 pub mod sync;
-#[cfg(feature = "sensing")]
-pub mod tracked_video;
-#[cfg(feature = "sensing")]
-pub mod transcribe;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

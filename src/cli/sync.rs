@@ -431,7 +431,7 @@ fn central_purge(id: &str, target: &str, study: Option<&str>) -> Result<ExitCode
 /// When the station's service runs a session of participant `id`, stops it and waits until
 /// it has ended (its rows are then complete and closed, ready to be purged).
 fn stop_live_session_of(id: &str, config: &crate::config::Config) -> Result<(), Failure> {
-    use crate::capture::control::request_ok as request;
+    use crate::capture::control_protocol::request_ok as request;
     let socket = &config.live.socket;
     let running_for =
         |status: &serde_json::Value| status["session"]["participant_id"].as_str() == Some(id);

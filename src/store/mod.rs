@@ -14,7 +14,7 @@
 //!
 //! Files: `mod.rs` the `Store` (open, recovery, consent, erasure), `connect.rs` the
 //! connection and migrations, `error.rs`, `read.rs` the read models and queries,
-//! `writer.rs` the batched writer, `outbox.rs`, `central.rs` and `replica.rs` for sync,
+//! `writer.rs` the batched writer, `outbox.rs` (the `Outbox` handle), `central.rs` and `replica.rs` for sync,
 //! `rows.rs` the stored forms, `schema.rs` the migrations' SQL, `sql/` every statement.
 
 pub mod central;
@@ -41,8 +41,8 @@ pub use read::{
     ExportReads, ModalityRow, PhaseRow, SessionDetail, SessionSummary, StoryExposureRow,
     StoryPrediction,
 };
+pub use sql::announce::CONSENT_VERSION;
 pub use sql::export::{ExportModality, ExportWindow};
-pub use sql::outbox::CONSENT_VERSION;
 pub use sql::report::{PredictionPoint, SurveyRow, UtteranceRow};
 pub use sql::stories::StoredEmbedding;
 pub use sql::study::{ParticipantRow, RatedStory, ScoreBins};
@@ -145,7 +145,7 @@ impl Store {
 
     /// Records what session records carry from now on (`[sync]` switches).
     pub fn set_sync_content(&self, content: &crate::config::SyncContent) -> Result<(), StoreError> {
-        sql::outbox::set_content(&self.conn, content)
+        sql::announce::set_content(&self.conn, content)
     }
 
     /// The schema version of the file.
@@ -170,7 +170,7 @@ impl Store {
             if owner.is_alive(current) {
                 continue;
             }
-            if id.ends_with(sql::sessions::STAGING_SUFFIX) {
+            if id.ends_with(sql::session_rows::STAGING_SUFFIX) {
                 // A replacement abandoned before it completed: the session it was to
                 // replace is still stored complete; the partial copy goes.
                 self.conn
@@ -198,7 +198,7 @@ impl Store {
                 params![id, reason],
             )
             .map_err(sql("marking an abandoned session incomplete"))?;
-            sql::outbox::announce_session(&tx, &id)?;
+            sql::announce::announce_session(&tx, &id)?;
             tx.commit()
                 .map_err(sql("marking an abandoned session incomplete"))?;
             tracing::warn!(session = %id, "{reason}");

@@ -1,18 +1,18 @@
 //! The outbox as the sync publisher and the commands see it: a handle on a store that reads
 //! and moves its messages through their states, never a connection.
 //!
-//! Contract: every method is one statement or one transaction of `sql::outbox` on the
+//! Contract: every method is one statement or one transaction of `sql::announce` on the
 //! store's connection; the message formats, the record tables and the states are written
 //! there, once. Enqueueing happens inside the store (a session's end, a tombstone, a
 //! purge) in the same transaction as the change it announces.
 
-use super::sql::{self, delivery, outbox};
+use super::sql::{self, announce, delivery};
 use super::{Store, StoreError};
 
+pub use announce::{Include, RecordTable, PAYLOAD_VERSION, RECORD_TABLES, STATION_LOCAL};
 pub use delivery::{
     BrokerState, OutboxStatus, Pending, RefusalNote, REFUSAL_PROBE_SECS, RESEND_AFTER_SECS,
 };
-pub use outbox::{Include, RecordTable, PAYLOAD_VERSION, RECORD_TABLES, STATION_LOCAL};
 
 /// The outbox of one store.
 pub struct Outbox<'a>(&'a Store);
@@ -134,7 +134,7 @@ impl Outbox<'_> {
             .connection()
             .unchecked_transaction()
             .map_err(sql::ctx("beginning the outbox backfill"))?;
-        let n = outbox::backfill(&tx)?;
+        let n = announce::backfill(&tx)?;
         tx.commit()
             .map_err(sql::ctx("committing the outbox backfill"))?;
         Ok(n)

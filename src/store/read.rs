@@ -451,7 +451,7 @@ impl Store {
 
     /// The stored status of session `id`, if it is stored.
     pub fn session_status(&self, id: &str) -> Result<Option<String>, StoreError> {
-        sql::sessions::status(&self.conn, id)
+        sql::session_rows::status(&self.conn, id)
     }
 
     /// In a central database, which optional tables session `id`'s record carried; `None`

@@ -16,7 +16,7 @@ use rusqlite::{types::Value, Transaction};
 
 use super::CentralError;
 use crate::config::SyncContent;
-use crate::store::sql::outbox::RECORD_TABLES;
+use crate::store::sql::announce::RECORD_TABLES;
 
 /// What a session record is about.
 #[derive(Debug, Clone, PartialEq)]
@@ -494,14 +494,14 @@ pub(super) fn apply_record_without(
                 .map_err(|e| CentralError::database(format!("applying {} row {i}", t.name), e))?;
         }
     }
-    crate::store::sql::sessions::set_synced_content(tx, &head.session_id, &content)
+    crate::store::sql::session_rows::set_synced_content(tx, &head.session_id, &content)
         .map_err(|e| CentralError::database("cannot record what the record carried", e))?;
     Ok(head)
 }
 
 /// Removes session `id`'s rows (as a station removes a session it replaces).
 pub(super) fn remove_session(tx: &Transaction<'_>, id: &str) -> Result<(), CentralError> {
-    crate::store::sql::sessions::delete(tx, id).map_err(|e| {
+    crate::store::sql::session_rows::delete(tx, id).map_err(|e| {
         CentralError::database(format!("removing session {id} from the central tables"), e)
     })
 }

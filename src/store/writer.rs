@@ -20,7 +20,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
 use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionSource, SessionStart, WindowRow};
-use super::sql::sessions::{self, EventCursor, Failure};
+use super::sql::session_rows::{self, EventCursor, Failure};
 use super::sql::{frames, predictions};
 use super::{connect, ConnectOptions, Owner, StoreError};
 use crate::core::FrameRecord;
@@ -347,8 +347,8 @@ impl WriterActor {
             |what: &str| StoreError::WriterGone(format!("{what} arrived with no session started"));
         for cmd in batch {
             let step = match cmd {
-                Command::Begin(start, _) => sessions::begin(&tx, start, &self.owner, &self.path)
-                    .map(|begun| {
+                Command::Begin(start, _) => {
+                    session_rows::begin(&tx, start, &self.owner, &self.path).map(|begun| {
                         session = Some(ActiveSession {
                             id: begun.row_id,
                             replaces: begun.replaces,
@@ -358,9 +358,10 @@ impl WriterActor {
                             layout: start.layout.clone(),
                             events: EventCursor::default(),
                         });
-                    }),
+                    })
+                }
                 Command::Events(events) => match &mut session {
-                    Some(s) => sessions::write_events(
+                    Some(s) => session_rows::write_events(
                         &tx,
                         &s.id,
                         s.participant_id.as_deref(),
@@ -401,11 +402,11 @@ impl WriterActor {
                             "the replacement failed; the stored session is kept unchanged: {}",
                             f.reason
                         );
-                        sessions::delete(&tx, &s.id)
+                        session_rows::delete(&tx, &s.id)
                     }
                     other => {
                         session = other.filter(|s| s.id != f.id);
-                        sessions::fail(&tx, f, &self.owner)
+                        session_rows::fail(&tx, f, &self.owner)
                     }
                 },
                 Command::Flush(_) => Ok(()),
@@ -434,19 +435,19 @@ fn finish(
             session = final_id.as_str(),
             "the replacement stopped before its end; the stored complete session is kept"
         );
-        return sessions::delete(tx, &s.id);
+        return session_rows::delete(tx, &s.id);
     }
-    sessions::finish(tx, &s.id, end)?;
+    session_rows::finish(tx, &s.id, end)?;
     if let Some(final_id) = &s.replaces {
         // The replaced session's record is void; the replacement's is announced below, in
         // the same transaction.
-        crate::store::sql::outbox::tombstone(tx, final_id, "replaced")?;
-        sessions::swap_in(tx, &s.id, final_id)?;
+        crate::store::sql::announce::tombstone(tx, final_id, "replaced")?;
+        session_rows::swap_in(tx, &s.id, final_id)?;
         for e in &s.deferred_surveys {
-            sessions::write_survey(tx, final_id, s.participant_id.as_deref(), e)?;
+            session_rows::write_survey(tx, final_id, s.participant_id.as_deref(), e)?;
         }
     }
     // The session's record goes into the outbox with the commit that ends it (sync).
-    crate::store::sql::outbox::announce_session(tx, s.replaces.as_ref().unwrap_or(&s.id))?;
+    crate::store::sql::announce::announce_session(tx, s.replaces.as_ref().unwrap_or(&s.id))?;
     Ok(())
 }

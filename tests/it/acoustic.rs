@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::common::csv::read_csv;
 use crate::common::*;
-use empathic::cli::extract_audio::extract_audio_csv;
+use empathic::cli::station::extract_audio::extract_audio_csv;
 use empathic::core::LldSet;
 use empathic::features::acoustic::{column_names, LldExtractor};
 use proptest::prelude::*;

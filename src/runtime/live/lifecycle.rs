@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::capture::control::Request;
+use crate::capture::control_protocol::Request;
 
 /// How a running session is kept alive.
 pub(super) struct Tie {

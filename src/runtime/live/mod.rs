@@ -4,7 +4,7 @@
 //! Contract: [`serve`] binds the control socket (mode and group from config), finishes
 //! recordings a crash interrupted, applies the raw-media retention, tells systemd it is
 //! ready (`READY=1`, then `WATCHDOG=1` at half the unit's interval) and answers requests
-//! (`capture::control`) until the stop flag is set. `start_session` (a participant with
+//! (`capture::control_protocol`) until the stop flag is set. `start_session` (a participant with
 //! consent `given`) loads the stages, opens the session row (`source = live`), starts
 //! recording (when enabled) and runs the pipeline with live sources: camera frames
 //! (drop-oldest queue, counted), microphone blocks (never dropped) and the control
@@ -29,7 +29,7 @@ use serde::Serialize;
 use super::queues::PolicySender;
 use super::RunError;
 use crate::capture::camera::CameraOpener;
-use crate::capture::control::SessionRules;
+use crate::capture::control_protocol::SessionRules;
 use crate::capture::microphone::MicStream;
 use crate::capture::record::{free_bytes, Recording};
 use crate::clock::Clock;
@@ -44,22 +44,22 @@ use crate::Nanos;
 pub(crate) const BUSY: &str = "busy: ";
 
 /// Camera buffers waiting for the video-capture thread (the oldest goes when full).
-mod control;
+mod control_socket;
 mod devices;
 mod health;
 mod lifecycle;
 mod recommend;
 mod retention;
-mod session;
+mod session_run;
 mod subscribe;
 mod watch;
 
-use control::{accept_loop, bind_socket};
+use control_socket::{accept_loop, bind_socket};
 use devices::pause;
 use retention::{apply_retention, finish_interrupted_recordings};
 
-pub use crate::capture::control::{request, request_ok};
-pub use control::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
+pub use crate::capture::control_protocol::{request, request_ok};
+pub use control_socket::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
 
 /// A device as `status` reports it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -169,7 +169,7 @@ struct Service<'a> {
     /// The control socket's subscribers (`subscribe`), the pipeline's observer.
     subscribers: Arc<subscribe::Subscribers>,
     /// Refused requests, logged without their content and rate-limited.
-    refusals: control::RefusalLog,
+    refusals: control_socket::RefusalLog,
     /// `recommend` requests, answered one at a time by the `recommend` thread.
     recommender: recommend::Recommender,
 }
@@ -253,7 +253,7 @@ pub fn serve(
         connections: AtomicU64::new(0),
         store: Mutex::new(store),
         subscribers,
-        refusals: control::RefusalLog::default(),
+        refusals: control_socket::RefusalLog::default(),
         recommender: recommend::Recommender::default(),
     };
     let service = &service;
@@ -317,7 +317,7 @@ pub fn serve(
 /// Ends the running session at once when its participant's consent is no longer `given`
 /// (withdrawn by `participant consent`, from any process, at any moment): nothing is
 /// captured without consent, like at the start. The session is stored `incomplete` with the
-/// reason, its raw recording deleted when it ends (`session::run_session`); what it
+/// reason, its raw recording deleted when it ends (`session_run::run_session`); what it
 /// stored until then stays until a purge (`participant purge`) erases it.
 fn end_withdrawn_session(service: &Service<'_>) {
     let Some((id, participant)) = service

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::capture::control::Topic;
+pub use crate::capture::control_protocol::Topic;
 use crate::core::{FrameRecord, ModalityId, ModalityLayout};
 use crate::features::signal::VoiceChange;
 

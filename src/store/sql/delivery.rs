@@ -2,12 +2,12 @@
 //! acknowledged every chunk (`sent`), `synced` once the collectors required sent receipts
 //! naming it (`outbox_receipts`); its sealed payload kept for resends; the broker's last
 //! state; the counts `sync status` shows. What is enqueued, and in which record format, is
-//! `outbox.rs`.
+//! `announce.rs`.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-use super::outbox::{get_setting, put_setting};
+use super::announce::{get_setting, put_setting};
 use super::{ctx, NOW};
 use crate::store::StoreError;
 

@@ -8,14 +8,14 @@
 //! - [`stories`]: the story bank and its embeddings, and a session's retrieval context.
 //! - [`study`]: whole-database aggregates for the study page.
 
+pub mod announce;
 pub mod delivery;
 pub mod export;
 pub mod frames;
-pub mod outbox;
 pub mod participants;
 pub mod predictions;
 pub mod report;
-pub mod sessions;
+pub mod session_rows;
 pub mod stories;
 pub mod study;
 

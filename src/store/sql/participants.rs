@@ -2,13 +2,13 @@
 //! withdrawal that removes them and what was derived from them and tells the collector.
 //!
 //! Contract: [`record_consent`] and [`purge_participant`] run inside the caller's transaction, so a withdrawal is
-//! whole or not at all. It uses the sessions (`sessions::delete`) and the outbox
-//! (`outbox::forget`, `outbox::announce_purge`); neither of them uses it, which keeps the
+//! whole or not at all. It uses the sessions (`session_rows::delete`) and the outbox
+//! (`announce::forget`, `announce::announce_purge`); neither of them uses it, which keeps the
 //! sessions and the outbox free of each other's lifecycle.
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use super::{ctx, outbox, sessions, NOW};
+use super::{announce, ctx, session_rows, NOW};
 use crate::store::StoreError;
 
 /// Removes participant `id` from the store (a withdrawal): their sessions with everything
@@ -41,11 +41,11 @@ pub fn purge_participant(
         })
         .map_err(ctx("listing the participant's sessions"))?;
     for s in &removed {
-        sessions::delete(tx, s)?;
-        outbox::forget(tx, "session", s)?;
+        session_rows::delete(tx, s)?;
+        announce::forget(tx, "session", s)?;
     }
     // Their consent messages: the purge message withdraws whatever of them was sent.
-    outbox::forget(tx, "consent", id)?;
+    announce::forget(tx, "consent", id)?;
     tx.execute(
         "DELETE FROM survey_responses WHERE participant_id = ?1",
         [id],
@@ -53,7 +53,7 @@ pub fn purge_participant(
     .map_err(ctx("removing the participant's survey answers"))?;
     tx.execute("DELETE FROM participants WHERE id = ?1", [id])
         .map_err(ctx("removing the participant"))?;
-    outbox::announce_purge(tx, id, &removed)?;
+    announce::announce_purge(tx, id, &removed)?;
     tx.execute(
         &format!("INSERT INTO purges (participant_id, sessions, purged_at) VALUES (?1, ?2, {NOW})"),
         params![id, removed.len() as i64],
@@ -80,5 +80,5 @@ pub fn record_consent(
         params![id, consent, i64::from(raw_media)],
     )
     .map_err(ctx("recording a participant's consent"))?;
-    outbox::announce_consent(tx, id)
+    announce::announce_consent(tx, id)
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::capture::camera::Grab;
-use crate::capture::control::SessionRules;
+use crate::capture::control_protocol::SessionRules;
 use crate::capture::record::{Recording, RecordingStart};
 use crate::capture::{AudioBlock, AudioInfo, VideoInfo};
 use crate::clock::{Clock, Pacer, Speed};

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::options::{ConfigOption, JsonOption};
-use super::{fail, load_config, print_json, Failure};
 use crate::capture::camera::opener_for;
+use crate::cli::options::{ConfigOption, JsonOption};
+use crate::cli::{fail, load_config, print_json, Failure};
 use crate::clock::MonotonicClock;
 use crate::exit::ExitKind;
 use crate::runtime::live::{request, request_ok, serve};
@@ -304,7 +304,7 @@ pub fn status(
             .get("last_refusal")
             .and_then(|v| serde_json::from_value(v.clone()).ok());
         for line in
-            super::sync::refusal_lines(count("refused"), count("quarantined"), last.as_ref())
+            crate::cli::sync::refusal_lines(count("refused"), count("quarantined"), last.as_ref())
         {
             outln!("{line}");
         }

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::options::ConfigOption;
-use super::{exit_code, fail, load_config, Failure};
+use crate::cli::options::ConfigOption;
+use crate::cli::{exit_code, fail, load_config, Failure};
 use crate::doctor::models::verify_all;
 use crate::exit::ExitKind;
 

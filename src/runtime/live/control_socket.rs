@@ -1,6 +1,6 @@
 //! The control socket's server side: bind, accept, one thread per client, bounded lines,
 //! idle timeout, answers. The client side (`request`, used by `empathic ctl`, `status` and
-//! `participant purge`) is in `capture::control` with the protocol, so the collector build
+//! `participant purge`) is in `capture::control_protocol` with the protocol, so the collector build
 //! has it too.
 
 use std::io::{BufReader, Write};
@@ -9,14 +9,14 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::capture::control::{parse_request, Request, Topic};
+use crate::capture::control_protocol::{parse_request, Request, Topic};
 use crate::capture::CaptureError;
 use crate::config::Config;
 use crate::runtime::RunError;
 use crate::session::Event;
 
 use super::lifecycle::check_addressed;
-use super::session::start_session;
+use super::session_run::start_session;
 
 /// The subscription stream's version (docs/station.md, "Subscriptions"). 2: `voice` also
 /// from the energy rule, with `decided_ms` and `handed_ms`; `quality` for darkness,
@@ -524,14 +524,14 @@ mod tests {
     #[test]
     fn a_refusal_is_logged_without_what_it_quotes() {
         let line = r#"{"type":"utterance","speaker":"participant","text":"my mother died in May","start_ms":"x"}"#;
-        let reason = crate::capture::control::parse_request(line).unwrap_err();
+        let reason = crate::capture::control_protocol::parse_request(line).unwrap_err();
         let logged = loggable_reason(&reason);
         assert!(!logged.contains("mother"), "{logged}");
         let words = format!(
             r#"{{"type":"subscribe","topics":["{}"]}}"#,
             "w".repeat(250_000)
         );
-        let reason = crate::capture::control::parse_request(&words).unwrap_err();
+        let reason = crate::capture::control_protocol::parse_request(&words).unwrap_err();
         let logged = loggable_reason(&reason);
         assert!(
             logged.chars().count() <= 300 && !logged.contains("www"),

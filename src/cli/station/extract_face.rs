@@ -12,9 +12,9 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 
 use super::tracked_video::TrackedVideo;
-use super::ModelFiles;
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{CaptureError, VideoSource};
+use crate::cli::ModelFiles;
 use crate::exit::{Classify, ExitKind};
 use crate::features::face::pose::{Intrinsics, IntrinsicsArgs};
 use crate::features::face::{openface, FaceAnalyzer, GazeModel, Mode};

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::options::ConfigOption;
-use super::{exit_code, Failure};
+use crate::cli::options::ConfigOption;
+use crate::cli::{exit_code, Failure};
 use crate::doctor;
 use crate::exit::ExitKind;
 

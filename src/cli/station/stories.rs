@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::options::{ConfigOption, DbOption, ReadOptions};
-use super::{
+use crate::cli::options::{ConfigOption, DbOption, ReadOptions};
+use crate::cli::{
     db_path, fail, load_config, open_existing_store, print_json, progress_bar, Failure, ModelFiles,
 };
 use crate::config::Config;

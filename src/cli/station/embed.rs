@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::options::ConfigOption;
-use super::{fail, load_config, print_json, Failure, ModelFiles};
+use crate::cli::options::ConfigOption;
+use crate::cli::{fail, load_config, print_json, Failure, ModelFiles};
 
 /// Print the sentence embedding of TEXT as a JSON array.
 #[derive(clap::Args)]

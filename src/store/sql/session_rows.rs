@@ -149,7 +149,7 @@ pub fn begin(
         Some(_) => {
             // An earlier failed run (no rows but its reason), announced when it ended:
             // void it.
-            super::outbox::tombstone(tx, &s.id, "rerun")?;
+            super::announce::tombstone(tx, &s.id, "rerun")?;
             delete(tx, &s.id)?
         }
         None => {}
@@ -533,7 +533,7 @@ pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), Stor
         }
     }
     if status(tx, &f.id)?.as_deref() != Some("complete") {
-        super::outbox::announce_session(tx, &f.id)?;
+        super::announce::announce_session(tx, &f.id)?;
     }
     Ok(())
 }

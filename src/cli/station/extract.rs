@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use super::extract_audio::extract_audio_csv;
 use super::extract_face::{extract_face_csv, FaceExtractOptions};
-use super::options::ConfigOption;
-use super::{fail, load_config, progress_bar, Failure, ModelFiles};
+use crate::cli::options::ConfigOption;
+use crate::cli::{fail, load_config, progress_bar, Failure, ModelFiles};
 use crate::core::LldSet;
 use crate::features::face::pose::IntrinsicsArgs;
 

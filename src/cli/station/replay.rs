@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::options::{ConfigOption, DbOption, JsonOption};
-use super::{db_path, exit_code, fail, load_config, print_json, progress_bar, Failure};
+use crate::cli::options::{ConfigOption, DbOption, JsonOption};
+use crate::cli::{db_path, exit_code, fail, load_config, print_json, progress_bar, Failure};
 use crate::clock::{MonotonicClock, Speed};
 use crate::exit::ExitKind;
 use crate::runtime::replay::{replay as run_replay, ReplayOptions};
@@ -80,7 +80,7 @@ pub fn replay(
         config,
         speed,
         replace,
-        progress: Arc::new(super::Bar(progress.clone())),
+        progress: Arc::new(crate::cli::Bar(progress.clone())),
         emit,
     };
     let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);

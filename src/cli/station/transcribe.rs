@@ -14,10 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::options::ConfigOption;
-use super::{fail, load_config, progress_bar, Failure};
 use crate::capture::audio_file::WavAudioSource;
 use crate::capture::AudioSource;
+use crate::cli::options::ConfigOption;
+use crate::cli::{fail, load_config, progress_bar, Failure};
 use crate::exit::ExitKind;
 use crate::features::speech::stream::SpeechStream;
 use crate::features::speech::{is_robot, word_errors, Recogniser, SpeechModels, Utterance};
