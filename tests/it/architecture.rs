@@ -621,6 +621,49 @@ fn threads_start_only_where_the_rule_says() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
+/// The runtime reads in one sitting: no function under `src/runtime/` is longer than 120
+/// lines (from its `fn` line to its closing brace at the same indentation).
+#[test]
+fn no_function_in_the_runtime_is_over_120_lines() {
+    let mut long = Vec::new();
+    for f in sources(&root().join("src/runtime")) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            let indent = line.len() - line.trim_start().len();
+            let head = line.trim_start();
+            let is_fn = ["fn ", "pub fn ", "pub(super) fn ", "pub(crate) fn "]
+                .iter()
+                .any(|p| head.starts_with(p));
+            // A declaration without a body (a trait's) ends with `;` before any `{`.
+            let body_at = (i..lines.len()).find(|&k| {
+                let l = lines[k].trim_end();
+                l.ends_with('{') || l.ends_with(';')
+            });
+            match body_at {
+                Some(k) if is_fn && lines[k].trim_end().ends_with('{') => {
+                    let close = format!("{}}}", " ".repeat(indent));
+                    let end = (k + 1..lines.len())
+                        .find(|&e| lines[e].starts_with(&close))
+                        .unwrap_or(lines.len() - 1);
+                    if end - i + 1 > 120 {
+                        long.push(format!("{}:{} ({} lines)", f.display(), i + 1, end - i + 1));
+                    }
+                    i = end + 1;
+                }
+                _ => i += 1,
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 120 lines:\n{}",
+        long.join("\n")
+    );
+}
+
 #[test]
 fn the_store_is_reached_only_through_its_types() {
     let src = root().join("src");
