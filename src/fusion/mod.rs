@@ -168,10 +168,6 @@ pub trait Predictor: Send {
     fn population_map(&self) -> PopulationMap;
 }
 
-/// Ids of the predictors built into this build (config names them; anything else is the
-/// path of a fusion model, `*.onnx`).
-pub const BUILTIN: &[&str] = crate::core::BUILTIN_PREDICTORS;
-
 /// The built-in predictor `id`: the one place config validation, set-up and evaluation
 /// learn which predictors exist.
 pub fn builtin(id: &str) -> Option<Box<dyn Predictor>> {
@@ -183,7 +179,7 @@ pub fn builtin(id: &str) -> Option<Box<dyn Predictor>> {
 /// having been fitted to any ratings: a built-in predictor's population map (a trained
 /// model's map was fitted in training; `participant:N` to the person's own ratings).
 pub fn uncalibrated(predictor: &str, calibration: &str) -> bool {
-    calibration == "population" && BUILTIN.contains(&predictor)
+    calibration == "population" && crate::core::BUILTIN_PREDICTORS.contains(&predictor)
 }
 
 /// The population map of a built-in predictor as a function of the raw cosine alone, by

@@ -232,7 +232,7 @@ fn open_predictor(
                 .iter()
                 .find(|m| m.name == *p && m.kind == ModelKind::FusionModel)
                 .ok_or_else(|| {
-                    let known: Vec<&str> = crate::fusion::BUILTIN
+                    let known: Vec<&str> = crate::core::BUILTIN_PREDICTORS
                         .iter()
                         .copied()
                         .chain(

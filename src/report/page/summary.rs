@@ -66,7 +66,7 @@ pub(super) fn predictors_appendix(out: &mut String, d: &SessionDetail) {
             producer_html(Some(id)),
             if synthetic {
                 "synthetic (trained on generated data: not an empathy model)"
-            } else if crate::fusion::BUILTIN.contains(&id) {
+            } else if crate::core::BUILTIN_PREDICTORS.contains(&id) {
                 "built in (cosine of what was said to the story; trained on no ratings)"
             } else {
                 "trained fusion model"
