@@ -136,6 +136,7 @@ pub mod central;
 pub mod chromium;
 pub mod csv;
 pub mod live;
+pub mod old_store;
 pub mod postgres;
 pub mod speech;
 pub mod store;

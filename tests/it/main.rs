@@ -33,3 +33,4 @@ mod sync_sealed;
 mod sync_secure;
 mod systemd;
 mod trust;
+mod upgrade;
