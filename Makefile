@@ -7,7 +7,7 @@ DEMO_REPORT ?= demo-report.html
 # benchmarks that load models in their own process.
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: setup build demo test lint bench clean train-demo install collector install-collector
+.PHONY: setup build demo test lint bench clean train-demo install collector install-collector deb
 
 setup:
 	./scripts/setup.sh
@@ -95,6 +95,13 @@ install: build
 COLLECTOR_TARGET ?= target/collector
 collector:
 	$(CARGO) build --release --locked --no-default-features --target-dir $(COLLECTOR_TARGET)
+
+# Debian packages (docs/station.md, "Packages"), into target/deb/: empathic (the station),
+# empathic-models (architecture-independent, versioned by models/), empathic-collector, and
+# the debug symbols of both binaries. `VERSION=...` overrides the version (default: Cargo's
+# version + the commit's date and hash).
+deb: build collector
+	./packaging/build-debs.sh
 
 # The collector as a service (docs/sync.md, "Running the collector as a service"): the
 # binary, its systemd unit, its config (kept when present) and its user.

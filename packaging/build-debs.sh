@@ -15,7 +15,7 @@
 #   VERSION        the version of the station and collector packages (default: Cargo's
 #                  version + the commit's date and hash, so every build sorts after the last)
 #   PACKAGES       which to build, of: station models collector (default all three)
-#   COMPRESS       dpkg-deb compression: xz (default) or none (tests)
+#   COMPRESS       dpkg-deb compression: xz (default), gzip (quicker; the tests) or none
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

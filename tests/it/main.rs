@@ -20,6 +20,7 @@ mod fusion_onnx;
 mod golden;
 mod install;
 mod models;
+mod package;
 mod pipeline;
 mod replay;
 mod report;
