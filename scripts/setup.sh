@@ -3,7 +3,8 @@
 #  1. Debian packages needed to build (OpenCV headers, clang for the opencv bindings, ALSA headers
 #     for the microphone) and to test (a user-space PulseAudio as the live tests' microphone,
 #     headless Chromium and a font to open the HTML reports the way staff do), and to package
-#     (dpkg-dev, binutils and lintian for `make deb` and its test).
+#     (dpkg-dev, binutils and lintian for `make deb` and its test), and libfaketime (the soak
+#     steps the service's wall clock as NTP would).
 #  2. The ONNX Runtime shared library, taken out of the PyPI `onnxruntime` wheel (pinned version
 #     and sha256), into third_party/onnxruntime/. Wheels are fetched by scripts/fetch_wheel.py
 #     (standard library only: stock Debian has no pip).
@@ -21,7 +22,7 @@ declare -A ORT_WHEEL_SHA256=(
   [x86_64]=5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f
   [aarch64]=da05378364c44d4407e463982d2bf8d5e4cfea873283757e48beeb41df97b7f3
 )
-APT_PACKAGES=(clang libclang-dev libopencv-dev libasound2-dev pkg-config sqlite3 python3 python3-numpy ffmpeg chromium fonts-dejavu-core mosquitto postgresql pulseaudio pulseaudio-utils libasound2-plugins systemd dpkg-dev binutils lintian adduser)
+APT_PACKAGES=(clang libclang-dev libopencv-dev libasound2-dev pkg-config sqlite3 python3 python3-numpy ffmpeg chromium fonts-dejavu-core mosquitto postgresql pulseaudio pulseaudio-utils libasound2-plugins systemd dpkg-dev binutils lintian adduser libfaketime)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,7 +1,8 @@
 //! Exit-code classification shared by every command.
 //!
 //! Contract: 0 ok, 1 runtime failure (something on this machine went wrong: disk, database,
-//! thread, signal), 2 bad input or usage (a file, config or argument the user can fix).
+//! thread, signal), 2 bad input or usage (a file, config or argument the user can fix); and
+//! the live service's 75 ([`RESTART_NEW_BUILD`]).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -17,6 +18,11 @@ pub fn stop_flag() -> std::io::Result<Arc<AtomicBool>> {
     }
     Ok(stop)
 }
+
+/// The live service's exit code when its binary was replaced (an upgrade) and it ended
+/// between sessions to be started anew (EX_TEMPFAIL): the unit's
+/// `RestartForceExitStatus=75` restarts it, `SuccessExitStatus=75` does not count it failed.
+pub const RESTART_NEW_BUILD: u8 = 75;
 
 /// What kind of failure an error is, which decides the process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

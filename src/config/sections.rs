@@ -126,7 +126,8 @@ pub struct RecordingConfig {
     pub on_start: String,
     pub on_stop: String,
     /// Raw media (video.avi, audio.wav) of sessions older than this many days are deleted
-    /// when the service starts (events and session.json are kept). 0: kept forever.
+    /// when the service starts and before every session (events and session.json are
+    /// kept). 0: kept forever.
     pub retention_days: u64,
 }
 

@@ -162,6 +162,8 @@ impl Pulse {
 /// `empathic run` as a child process.
 pub struct Station {
     pub child: Option<Child>,
+    /// The `empathic` binary it runs (the build under test unless a test gives a copy).
+    pub binary: PathBuf,
     pub config: PathBuf,
     pub socket: PathBuf,
     pub db: PathBuf,
@@ -215,6 +217,7 @@ impl Station {
         let mut s = Station {
             envs,
             child: None,
+            binary: PathBuf::from(env!("CARGO_BIN_EXE_empathic")),
             config: config.to_path_buf(),
             socket: dir.join("control.sock"),
             db: dir.join("station.db"),
@@ -231,7 +234,7 @@ impl Station {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        let child = Command::new(&self.binary)
             .args(["run", "--config", path_str(&self.config)])
             .env("XDG_RUNTIME_DIR", pulse_runtime)
             .env("EMPATHIC_LOG", "info,ort=warn")

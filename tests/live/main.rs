@@ -17,8 +17,9 @@
 //!
 //! One concern per module: `session` (a session end to end, stops and faults), `devices`
 //! (camera and microphone lost and back), `control` (the control socket and the app's
-//! tie), `study` (sync and the study page), `dialogue` (the reference dialogue app). The
-//! harness is `tests/common/live.rs`.
+//! tie), `study` (sync and the study page), `dialogue` (the reference dialogue app),
+//! `upgrade` (a replaced binary restarts between sessions), `soak` (a month of sessions
+//! with faults, accelerated). The harness is `tests/common/live.rs`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -27,4 +28,6 @@ mod control;
 mod devices;
 mod dialogue;
 mod session;
+mod soak;
 mod study;
+mod upgrade;

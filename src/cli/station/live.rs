@@ -10,7 +10,7 @@ use crate::cli::options::{ConfigOption, JsonOption};
 use crate::cli::{fail, load_config, print_json, Failure};
 use crate::clock::MonotonicClock;
 use crate::exit::ExitKind;
-use crate::runtime::live::{request, request_ok, serve};
+use crate::runtime::live::{request, request_ok, serve, Served};
 use crate::runtime::stop_flag;
 
 /// The live station service: camera, microphone and the control socket, one session at
@@ -167,14 +167,17 @@ pub fn run(config_path: Option<&Path>) -> Result<ExitCode, Failure> {
     })?;
     let v = &config.video;
     let camera = opener_for(&v.device, v.width, v.height, v.nominal_fps);
-    serve(
+    let served = serve(
         &config,
         camera.as_ref(),
         Arc::new(MonotonicClock::new()),
         &stop,
     )
     .map_err(fail)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(match served {
+        Served::Stopped => ExitCode::SUCCESS,
+        Served::Replaced => ExitCode::from(crate::exit::RESTART_NEW_BUILD),
+    })
 }
 
 fn socket_of(socket: Option<PathBuf>, config: Option<&Path>) -> Result<PathBuf, Failure> {

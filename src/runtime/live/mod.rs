@@ -214,13 +214,31 @@ impl Service<'_> {
     }
 }
 
-/// Runs the service until `stop` is set.
+/// Why [`serve`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// `stop` was set (SIGTERM, SIGINT).
+    Stopped,
+    /// The binary on disk was replaced (a package upgrade, `make install`) and no session
+    /// was running: the service ends so that systemd starts the new build
+    /// (`RestartForceExitStatus=`), between sessions rather than in the middle of one.
+    Replaced,
+}
+
+/// Whether this process's executable was replaced on disk since it started: the kernel
+/// names a deleted executable `... (deleted)`.
+fn binary_replaced() -> bool {
+    std::fs::read_link("/proc/self/exe").is_ok_and(|p| p.to_string_lossy().ends_with(" (deleted)"))
+}
+
+/// Runs the service until `stop` is set, or until its binary was replaced and no session
+/// runs.
 pub fn serve(
     config: &Config,
     camera: &dyn CameraOpener,
     clock: Arc<dyn Clock>,
     stop: &AtomicBool,
-) -> Result<(), RunError> {
+) -> Result<Served, RunError> {
     let store = Store::open_with(&config.store.db_path, (&config.store).into())?;
     store.set_sync_content(&config.sync.content())?;
     finish_interrupted_recordings(config);
@@ -257,6 +275,7 @@ pub fn serve(
         recommender: recommend::Recommender::default(),
     };
     let service = &service;
+    let mut replaced = false;
     std::thread::scope(|scope| -> Result<(), RunError> {
         spawn(scope, "control-listener", move || {
             accept_loop(scope, service, &listener);
@@ -288,7 +307,22 @@ pub fn serve(
             // Every 5 s: the disk's free space, and, when idle, the devices (so status
             // shows them appear and go).
             if last_probe.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
-                if service.state().running.is_none() {
+                // Checked and claimed under the lock a start takes: no session can begin
+                // between "idle" and the end (a start is refused as busy meanwhile).
+                let upgrade = {
+                    let mut state = service.state();
+                    let claim = state.running.is_none() && !state.starting && binary_replaced();
+                    state.starting |= claim;
+                    claim
+                };
+                if upgrade {
+                    tracing::info!("the binary was replaced (an upgrade): ending between sessions so systemd starts the new build");
+                    replaced = true;
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+                let idle = service.state().running.is_none();
+                if idle {
                     probe_devices(service);
                 }
                 let free = free_bytes(&config.recording.dir).or_else(|| free_bytes(Path::new("/")));
@@ -311,7 +345,11 @@ pub fn serve(
         Ok(())
     })?;
     let _ = std::fs::remove_file(&config.live.socket);
-    Ok(())
+    Ok(if replaced {
+        Served::Replaced
+    } else {
+        Served::Stopped
+    })
 }
 
 /// Ends the running session at once when its participant's consent is no longer `given`

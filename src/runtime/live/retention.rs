@@ -1,5 +1,5 @@
-//! At service start: finish recordings a crash interrupted, and delete raw media past
-//! `recording.retention_days`.
+//! At service start: finish recordings a crash interrupted. At start and before every
+//! session's recording: delete raw media past `recording.retention_days`.
 
 use std::time::Duration;
 

@@ -67,6 +67,9 @@ pub(super) fn start_session_checked<'scope>(
     let id = new_session_id(service, session_id, &start_time)?;
     let camera = intrinsics(config);
     let (stages, sessions) = begin_session(service, &participant, &id, &start_time, camera)?;
+    // Retention holds on a service that runs for weeks without a restart: applied before
+    // every session's recording, not only at start (issue 46's soak found it only at start).
+    super::retention::apply_retention(config);
     let recording = match create_recording(config, &participant, &id, &start_time, camera) {
         Ok(recording) => recording,
         Err(reason) => {
