@@ -57,9 +57,10 @@ train-demo: build
 	test -x .venv-fusion/bin/python || (python3 -m venv .venv-fusion && .venv-fusion/bin/pip install -q -r tools/fusion/requirements.txt)
 	./tools/fusion/train_demo.sh
 
-# A station: the binary, ONNX Runtime, the models, the config (kept when present), the
-# systemd unit and the service user (README, "Installing a station"). DESTDIR stages a
-# package instead (no user is created then).
+# A station from a checkout (the packages are `make deb`): the binary, ONNX Runtime, the
+# models, the config (kept when present), the systemd unit and the service user
+# (docs/station.md, "Installing a station from a checkout"). DESTDIR stages the same files
+# elsewhere (no user is created then).
 PREFIX ?= /usr
 install: build
 	@# Stripped (about 124 MB with line tables, see README); the debug info is kept beside

@@ -5,9 +5,10 @@
 //! reads a station one record version older; a record newer than the collector knows is
 //! refused with the reason and nothing of it applied.
 
-use crate::common::broker::{free_port, start_broker, start_collector};
+use crate::common::broker::{free_port, start_broker, start_collector_as};
 use crate::common::central::{sync_ok, wait_subscribed};
 use crate::common::old_store::{self, store_at};
+use crate::common::postgres::Postgres;
 use crate::common::store::{column, open_db};
 use crate::common::*;
 
@@ -107,6 +108,32 @@ fn count(conn: &rusqlite::Connection, sql: &str, p: &str) -> i64 {
     conn.query_row(sql, [p], |r| r.get(0)).unwrap()
 }
 
+/// Text of the first column of `sql`'s rows in a central database: a SQLite file, or a
+/// `postgres://` URL read through the collector's own view of it (`Central::read_view`:
+/// the session tables as of now; `collect_*` are the PostgreSQL tables themselves).
+fn central_strings(target: &str, sql: &str) -> Vec<String> {
+    if target.starts_with("postgres://") {
+        let view = crate::common::central::pg_view(target);
+        column(view.connection_for_tests(), sql)
+    } else {
+        column(&open_db(target), sql)
+    }
+}
+
+/// `SELECT count(*) ...` in a central database (a `collect_*` table of PostgreSQL is
+/// counted there; session tables through the view).
+fn central_count(target: &str, sql: &str) -> i64 {
+    if target.starts_with("postgres://") && sql.contains("collect_") {
+        let mut c = ::postgres::Client::connect(target, ::postgres::NoTls).unwrap();
+        c.query_one(sql, &[]).unwrap().get(0)
+    } else if target.starts_with("postgres://") {
+        let view = crate::common::central::pg_view(target);
+        view.connection_for_tests().query_row(sql, [], |r| r.get(0)).unwrap()
+    } else {
+        open_db(target).query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+}
+
 /// A store of every schema version the project has had (1 to today) is opened by this
 /// build: every row of every table is still there (compared over the columns the table
 /// had; version 3 renamed the predictions' `model`/`value` to `predictor`/`score`), each
@@ -115,21 +142,28 @@ fn count(conn: &rusqlite::Connection, sql: &str, p: &str) -> i64 {
 /// own era, a consent record at 11) reach a collector exactly once while synced ones are
 /// not sent again.
 #[test]
-fn a_store_of_every_earlier_schema_keeps_every_row_and_then_syncs_exactly_once() {
+fn a_store_of_every_earlier_schema_keeps_every_row_and_syncs_once_into_sqlite() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = start_broker(tmp.path(), port);
     let central = tmp.path().join("central.db");
-    let mut collector = start_collector(&central, port);
-    wait_subscribed(
-        port,
-        &[path_str(&central)],
-        std::time::Duration::from_secs(20),
-    );
+    every_schema_upgrades_and_syncs(path_str(&central), tmp.path());
+}
+
+#[test]
+fn a_store_of_every_earlier_schema_keeps_every_row_and_syncs_once_into_postgresql() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = Postgres::start();
+    every_schema_upgrades_and_syncs(&pg.url(), tmp.path());
+}
+
+fn every_schema_upgrades_and_syncs(central: &str, dir: &std::path::Path) {
+    let port = free_port();
+    let _broker = start_broker(dir, port);
+    let mut collector = start_collector_as(central, port, "test-collector");
+    wait_subscribed(port, &[central], std::time::Duration::from_secs(20));
     let newest = empathic::store::schema::MIGRATIONS.last().unwrap().0;
     for v in 1..=newest {
         let station = format!("st-v{v}");
-        let db = tmp.path().join(format!("v{v}.db"));
+        let db = dir.join(format!("v{v}.db"));
         let seeded = store_at(&db, v, &station);
         let (before, cols_before) = {
             let conn = open_db(&db);
@@ -218,28 +252,20 @@ fn a_store_of_every_earlier_schema_keeps_every_row_and_then_syncs_exactly_once()
             "v{v}: a message synced before the upgrade was sent again"
         );
         drop(conn);
-        let c = open_db(&central);
+        let ids = format!("SELECT id FROM sessions WHERE station_id = '{station}' ORDER BY id");
         crate::common::central::wait_until("the pending sessions centrally", || {
-            count(
-                &c,
-                "SELECT count(*) FROM sessions WHERE station_id = ?1",
-                &station,
-            ) == seeded.pending_sessions.len() as i64
+            central_strings(central, &ids).len() == seeded.pending_sessions.len()
         });
-        let got: Vec<String> = column(
-            &c,
-            &format!("SELECT id FROM sessions WHERE station_id = '{station}' ORDER BY id"),
-        );
+        let got = central_strings(central, &ids);
         let mut want = seeded.pending_sessions.clone();
         want.sort();
         assert_eq!(
             got, want,
             "v{v}: the central database holds each pending session once"
         );
-        let ratings = count(
-            &c,
-            "SELECT count(*) FROM self_ratings WHERE session_id IN (SELECT id FROM sessions WHERE station_id = ?1)",
-            &station,
+        let ratings = central_count(
+            central,
+            &format!("SELECT count(*) FROM self_ratings WHERE session_id IN (SELECT id FROM sessions WHERE station_id = '{station}')"),
         );
         assert_eq!(
             ratings,
@@ -247,26 +273,22 @@ fn a_store_of_every_earlier_schema_keeps_every_row_and_then_syncs_exactly_once()
             "v{v}: every pending session's rating"
         );
         // A second sync sends nothing: the central database is unchanged.
-        let quarantine = count(
-            &c,
-            "SELECT count(*) FROM collect_quarantine WHERE ?1 = ?1",
-            "",
+        let records = format!("SELECT count(*) FROM collect_records WHERE station = '{station}'");
+        let (received, quarantine) = (
+            central_count(central, &records),
+            central_count(central, "SELECT count(*) FROM collect_quarantine"),
+        );
+        assert_eq!(
+            received,
+            seeded.pending.len() as i64,
+            "v{v}: one record per pending message"
         );
         sync_ok(&db, port, &station);
-        assert_eq!(
-            got,
-            column::<String>(
-                &c,
-                &format!("SELECT id FROM sessions WHERE station_id = '{station}' ORDER BY id")
-            )
-        );
+        assert_eq!(got, central_strings(central, &ids));
+        assert_eq!(received, central_count(central, &records));
         assert_eq!(
             quarantine,
-            count(
-                &c,
-                "SELECT count(*) FROM collect_quarantine WHERE ?1 = ?1",
-                ""
-            )
+            central_count(central, "SELECT count(*) FROM collect_quarantine")
         );
     }
     let _ = collector.kill();
@@ -278,19 +300,26 @@ fn a_store_of_every_earlier_schema_keeps_every_row_and_then_syncs_exactly_once()
 /// station keeps it in its outbox with that reason) and applies nothing of it; the
 /// station's other records are stored as usual.
 #[test]
-fn a_record_newer_than_the_collector_is_refused_with_the_reason_and_nothing_applied() {
+fn a_record_newer_than_a_sqlite_collector_is_refused_with_the_reason_and_nothing_applied() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _broker = start_broker(tmp.path(), port);
     let central = tmp.path().join("central.db");
-    let mut collector = start_collector(&central, port);
-    wait_subscribed(
-        port,
-        &[path_str(&central)],
-        std::time::Duration::from_secs(20),
-    );
+    newer_record_refused(path_str(&central), tmp.path());
+}
+
+#[test]
+fn a_record_newer_than_a_postgresql_collector_is_refused_with_the_reason_and_nothing_applied() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pg = Postgres::start();
+    newer_record_refused(&pg.url(), tmp.path());
+}
+
+fn newer_record_refused(central: &str, dir: &std::path::Path) {
+    let port = free_port();
+    let _broker = start_broker(dir, port);
+    let mut collector = start_collector_as(central, port, "test-collector");
+    wait_subscribed(port, &[central], std::time::Duration::from_secs(20));
     let newest = empathic::store::schema::MIGRATIONS.last().unwrap().0;
-    let db = tmp.path().join("station.db");
+    let db = dir.join("station.db");
     let seeded = store_at(&db, newest, "st-new");
     // The newest pending session record, as a future build would write it: version 3.
     let future = seeded.pending_sessions.last().unwrap().clone();
@@ -326,8 +355,10 @@ fn a_record_newer_than_the_collector_is_refused_with_the_reason_and_nothing_appl
         reason.contains("record version") && reason.contains("reads 1 and 2"),
         "the station keeps why: {state} {code:?} {reason}"
     );
-    let c = open_db(&central);
-    let applied = count(&c, "SELECT count(*) FROM sessions WHERE id = ?1", &future);
+    let applied = central_count(
+        central,
+        &format!("SELECT count(*) FROM sessions WHERE id = '{future}'"),
+    );
     assert_eq!(applied, 0, "nothing of a refused record is applied");
     for table in [
         "phases",
@@ -336,10 +367,9 @@ fn a_record_newer_than_the_collector_is_refused_with_the_reason_and_nothing_appl
         "windows",
         "predictions",
     ] {
-        let n = count(
-            &c,
-            &format!("SELECT count(*) FROM {table} WHERE session_id = ?1"),
-            &future,
+        let n = central_count(
+            central,
+            &format!("SELECT count(*) FROM {table} WHERE session_id = '{future}'"),
         );
         assert_eq!(n, 0, "{table} of the refused record");
     }
@@ -349,8 +379,8 @@ fn a_record_newer_than_the_collector_is_refused_with_the_reason_and_nothing_appl
         .filter(|s| **s != future)
         .cloned()
         .collect();
-    let got: Vec<String> = column(
-        &c,
+    let got = central_strings(
+        central,
         "SELECT id FROM sessions WHERE station_id = 'st-new' ORDER BY id",
     );
     assert_eq!(
