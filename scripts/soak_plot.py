@@ -27,7 +27,7 @@ def main(src, out):
     w, h, pad, cols = 440, 190, 46, 2
     n = len(rows)
     fig_w = cols * w
-    fig_h = 60 + ((len(PANELS) + cols - 1) // cols) * h + 40
+    fig_h = 60 + ((len(PANELS) + cols - 1) // cols) * h + 56
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{fig_w}" height="{fig_h}" '
            f'font-family="DejaVu Sans, sans-serif" font-size="11">',
            f'<rect width="{fig_w}" height="{fig_h}" fill="white"/>',
@@ -65,12 +65,12 @@ def main(src, out):
         svg.append(f'<text x="{x0 + pw}" y="{y0 + ph + 14}" text-anchor="end" fill="#666">session {n - 1}</text>')
         svg.append(f'<text x="{x0}" y="{y0 + ph + 14}" fill="#666">0</text>')
     lx = 10
-    ly = fig_h - 14
+    ly = fig_h - 30
     for name, c in COLOURS.items():
         svg.append(f'<circle cx="{lx + 5}" cy="{ly - 4}" r="4" fill="{c}"/>'
                    f'<text x="{lx + 13}" y="{ly}">{name}</text>')
         lx += 14 + 8 * len(name) + 14
-    svg.append(f'<text x="{lx + 10}" y="{ly}" fill="#666">hollow: measured in a process that had run no '
+    svg.append(f'<text x="10" y="{ly + 18}" fill="#666">hollow: measured in a process that had run no '
                f'session yet; red lines: the service restarted</text>')
     svg.append("</svg>")
     open(out, "w").write("\n".join(svg) + "\n")
