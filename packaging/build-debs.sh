@@ -67,6 +67,16 @@ doc_files() { # package-name staging-dir: copyright, changelog, README and the d
     | gzip -9n > "$d/changelog.gz"
 }
 
+service_files() { # package staging-dir scripts-folder conffile: what both services ship alike
+  local pkg=$1 d=$2 scripts=packaging/$3
+  doc_files "$pkg" "$d" "$VERSION"
+  install -m 0644 README.md "$d/usr/share/doc/$pkg/"
+  install -d -m 0755 "$d/usr/share/doc/$pkg/docs" "$d/DEBIAN"
+  install -m 0644 docs/*.md "$d/usr/share/doc/$pkg/docs/"
+  install -m 0755 "$scripts/postinst" "$scripts/prerm" "$scripts/postrm" "$d/DEBIAN/"
+  echo "$4" > "$d/DEBIAN/conffiles"
+}
+
 strip_and_split() { # binary staged-path package-name debug-staging: strips, keeps symbols apart
   local bin=$1 staged=$2 dbgdir=$3 id
   id=$(readelf -n "$bin" | sed -n 's/^ *Build ID: *\([0-9a-f]*\)$/\1/p' | head -n1)
@@ -151,13 +161,8 @@ station() {
   install -D -m 0644 packaging/empathic.sysusers "$d/usr/lib/sysusers.d/empathic.conf"
   install -D -m 0644 packaging/empathic.lintian-overrides "$d/usr/share/lintian/overrides/empathic"
   install -D -m 0644 firmware-config/station.toml "$d/etc/empathic/station.toml"
-  doc_files empathic "$d" "$VERSION"
-  install -m 0644 README.md systemd/70-empathic-devices.rules.example "$d/usr/share/doc/empathic/"
-  install -d -m 0755 "$d/usr/share/doc/empathic/docs"
-  install -m 0644 docs/*.md "$d/usr/share/doc/empathic/docs/"
-  install -d -m 0755 "$d/DEBIAN"
-  install -m 0755 packaging/station/postinst packaging/station/prerm packaging/station/postrm "$d/DEBIAN/"
-  echo /etc/empathic/station.toml > "$d/DEBIAN/conffiles"
+  service_files empathic "$d" station /etc/empathic/station.toml
+  install -m 0644 systemd/70-empathic-devices.rules.example "$d/usr/share/doc/empathic/"
   local libs
   libs=$(shlib_depends "$d/usr/bin/empathic" "$d/usr/lib/empathic/libonnxruntime.so.1")
   [ -n "$libs" ] || die "dpkg-shlibdeps found no dependency of the station binary"
@@ -214,13 +219,7 @@ collector() {
   install -D -m 0644 systemd/empathic-collect.service "$d/lib/systemd/system/empathic-collect.service"
   install -D -m 0644 packaging/empathic-collect.sysusers "$d/usr/lib/sysusers.d/empathic-collect.conf"
   install -D -m 0644 firmware-config/collect.toml "$d/etc/empathic/collect.toml"
-  doc_files empathic-collector "$d" "$VERSION"
-  install -m 0644 README.md "$d/usr/share/doc/empathic-collector/"
-  install -d -m 0755 "$d/usr/share/doc/empathic-collector/docs"
-  install -m 0644 docs/*.md "$d/usr/share/doc/empathic-collector/docs/"
-  install -d -m 0755 "$d/DEBIAN"
-  install -m 0755 packaging/collector/postinst packaging/collector/prerm packaging/collector/postrm "$d/DEBIAN/"
-  echo /etc/empathic/collect.toml > "$d/DEBIAN/conffiles"
+  service_files empathic-collector "$d" collector /etc/empathic/collect.toml
   local libs
   libs=$(shlib_depends "$d/usr/bin/empathic")
   [ -n "$libs" ] || die "dpkg-shlibdeps found no dependency of the collector binary"

@@ -128,7 +128,9 @@ fn central_count(target: &str, sql: &str) -> i64 {
         c.query_one(sql, &[]).unwrap().get(0)
     } else if target.starts_with("postgres://") {
         let view = crate::common::central::pg_view(target);
-        view.connection_for_tests().query_row(sql, [], |r| r.get(0)).unwrap()
+        view.connection_for_tests()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
     } else {
         open_db(target).query_row(sql, [], |r| r.get(0)).unwrap()
     }
