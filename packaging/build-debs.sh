@@ -86,10 +86,10 @@ strip_and_split() { # binary staged-path package-name debug-staging: strips, kee
   objcopy --only-keep-debug --compress-debug-sections "$bin" "$debug"
   chmod 0644 "$debug"
   install -D -m 0755 "$bin" "$staged"
-  objcopy --strip-all --remove-section=.comment --remove-section=.note "$staged"
-  # Keep the build id (stripped with .note above only when not named): gdb and
-  # debuginfod find the symbols by it.
-  objcopy --add-gnu-debuglink="$debug" "$staged" 2>/dev/null || true
+  # --strip-all keeps the build-id note: gdb and debuginfod find the symbols by it (the
+  # debug link below is for tools that look beside the binary instead).
+  objcopy --strip-all --remove-section=.comment "$staged"
+  objcopy --add-gnu-debuglink="$debug" "$staged"
   echo "$id"
 }
 
