@@ -82,6 +82,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub models: ModelsConfig,
     pub face: FaceConfig,
+    pub body: BodyConfig,
     pub fusion: FusionConfig,
     pub report: ReportConfig,
     pub sync: SyncConfig,
@@ -188,6 +189,7 @@ impl Config {
             10_000,
         )?;
         within("asr.pad_ms", u64::from(self.asr.pad_ms), 0, 1_000)?;
+        within("asr.pre_roll_ms", u64::from(self.asr.pre_roll_ms), 0, 2_000)?;
         within(
             "asr.max_utterance_ms",
             u64::from(self.asr.max_utterance_ms),
@@ -427,6 +429,7 @@ mod tests {
             ("store", fields_of::<StoreConfig>()),
             ("models", fields_of::<ModelsConfig>()),
             ("face", fields_of::<FaceConfig>()),
+            ("body", fields_of::<BodyConfig>()),
             ("fusion", fields_of::<FusionConfig>()),
             ("report", fields_of::<ReportConfig>()),
             ("sync", fields_of::<SyncConfig>()),

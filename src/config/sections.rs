@@ -21,8 +21,11 @@ pub struct AsrConfig {
     pub text_from: TextFrom,
     /// Silence that ends an utterance.
     pub min_silence_ms: u32,
-    /// Audio kept before and after each utterance.
+    /// Audio kept after each utterance.
     pub pad_ms: u32,
+    /// Audio kept before the moment speech was detected (the detector lags a word's
+    /// onset); never reaches back into the previous utterance.
+    pub pre_roll_ms: u32,
     /// Unbroken speech is cut into utterances of at most this (the recogniser's window).
     pub max_utterance_ms: u32,
     /// Speech probability (Silero VAD) at which speech starts.
@@ -35,8 +38,9 @@ impl Default for AsrConfig {
             enabled: true,
             source: AsrSource::Auto,
             text_from: TextFrom::Station,
-            min_silence_ms: 300,
+            min_silence_ms: 200,
             pad_ms: 100,
+            pre_roll_ms: 200,
             max_utterance_ms: 20_000,
             threshold: 0.5,
         }
@@ -602,6 +606,21 @@ impl Default for ModelsConfig {
             appearance_encoder: "efficientnet-lite0-160".into(),
             appearance_input: AppearanceInput::Face,
         }
+    }
+}
+
+/// The body stage (`features::body`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BodyConfig {
+    /// MediaPipe's BlazePose GHUM 3D on every frame: the `body` modality (33 landmarks in
+    /// pixels with visibility and presence, 33 world points in metres).
+    pub enabled: bool,
+}
+
+impl Default for BodyConfig {
+    fn default() -> Self {
+        Self { enabled: true }
     }
 }
 

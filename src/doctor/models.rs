@@ -137,7 +137,11 @@ fn verify_one(
                 .map_err(|e| known(m, dir, &ka.file, e))?;
             at_least(m, dir, ka, c, true, "cosine", "point pattern cosine")
         }
-        ModelKind::FaceDetector | ModelKind::FaceLandmarks | ModelKind::IrisLandmarks => {
+        ModelKind::FaceDetector
+        | ModelKind::FaceLandmarks
+        | ModelKind::IrisLandmarks
+        | ModelKind::PoseDetector
+        | ModelKind::PoseLandmarks => {
             let worst = tensor_known_answer(dir, m, &reference, onnxruntime_library)
                 .map_err(|e| known(m, dir, &ka.file, e))?;
             at_least(

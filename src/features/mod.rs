@@ -16,6 +16,8 @@ pub mod acoustic;
 #[cfg(feature = "sensing")]
 pub mod appearance;
 #[cfg(feature = "sensing")]
+pub mod body;
+#[cfg(feature = "sensing")]
 pub mod face;
 pub mod retrieval;
 pub mod signal;

@@ -40,6 +40,10 @@ pub enum ModelKind {
     /// MediaPipe's blendshape model: 146 face-mesh points (x, y in pixels) named `image` in,
     /// 52 coefficients out; known answer on a fixed point pattern.
     FaceBlendshapes,
+    /// MediaPipe's pose models (BlazePose detector, GHUM 3D full landmarks): an NHWC RGB
+    /// image named `image` in, named output tensors out; known answer on a fixed pattern.
+    PoseDetector,
+    PoseLandmarks,
     /// A fusion model under ONNX contract v1 (`src/fusion/onnx_model.rs`): windows in, `z`
     /// out; known answer: `z` of fixed windows (`<id>.z.npy`, inputs `window.<modality>.npy`
     /// and `window.<modality>_mask.npy` beside it), from PyTorch at export.

@@ -9,6 +9,8 @@ use crate::config::Config;
 use crate::core::{ModalityId, ModalityLayout, Stream};
 use crate::features::acoustic::LldExtractor;
 use crate::features::appearance::AppearanceEncoder;
+use crate::features::body::stage::BodyStage;
+use crate::features::body::BodyTracker;
 use crate::features::face::pose::IntrinsicsArgs;
 use crate::features::face::{FaceAnalyzer, FaceStage, Mode};
 use crate::features::signal::{AudioSignalStage, VideoSignalStage};
@@ -139,7 +141,7 @@ impl Stages {
 }
 
 /// The frame stages after the signal stage, in pipeline order: the facial stage (and its
-/// blendshapes), then the appearance encoder, as the configuration asks.
+/// blendshapes), the body, then the appearance encoder, as the configuration asks.
 fn open_frame_stages(
     config: &Config,
     manifest: &Manifest,
@@ -171,6 +173,13 @@ fn open_frame_stages(
             // After the facial stage, whose blendshapes it stores.
             frame_stages.push(Box::new(blendshapes));
         }
+    }
+    if config.body.enabled {
+        frame_stages.push(Box::new(BodyStage::new(BodyTracker::open(
+            &models.dir,
+            manifest,
+            models.onnxruntime_library.as_deref(),
+        )?)));
     }
     if !models.appearance_encoder.is_empty() {
         let entry = manifest.get(&models.appearance_encoder, &models.dir)?;

@@ -74,7 +74,7 @@ NP_TYPES = {tflite.TensorType.FLOAT32: np.float32, tflite.TensorType.FLOAT16: np
 
 
 class Converter:
-    def __init__(self, model_bytes, outputs, dense_1x1=False):
+    def __init__(self, model_bytes, outputs, dense_1x1=False, dense_constants=None):
         # dense_1x1: a 1x1, stride-1 CONV_2D over a tensor of height 1 (the blendshape
         # MLP-mixer's dense layers) is written as MatMul + Add on the NHWC tensor instead of
         # a Conv between two transposes: the same arithmetic, one GEMM, and no NCHWc
@@ -83,7 +83,7 @@ class Converter:
         self.m = tflite.Model.GetRootAsModel(model_bytes, 0)
         self.g = self.m.Subgraphs(0)
         self.outputs = outputs
-        self.nodes, self.inits, self.consts = [], [], {}
+        self.nodes, self.inits, self.consts = [], [], dict(dense_constants or {})
         self.counter = 0
 
     def tensor(self, i):
@@ -161,6 +161,44 @@ class Converter:
         ins = [op.Inputs(k) for k in range(op.InputsLength())]
         outs = [op.Outputs(k) for k in range(op.OutputsLength())]
         out = self.name(outs[0])
+        if kind == "DENSIFY":
+            # A sparse constant made dense: its values come from the TFLite interpreter
+            # (`dense_constants`), which densifies it once at load.
+            if outs[0] not in self.consts:
+                raise SystemExit("DENSIFY without its densified constant (pass dense_constants)")
+            return
+        if kind == "DEPTH_TO_SPACE":
+            opt = self.options(op, tflite.DepthToSpaceOptions())
+            y = self.fresh("d2s")
+            # TensorFlow's depth-to-space is ONNX's DCR mode, on NCHW.
+            self.node("DepthToSpace", [self.nchw(self.name(ins[0]))], [y],
+                      blocksize=opt.BlockSize(), mode="DCR")
+            self.node("Transpose", [y], [out], perm=[0, 2, 3, 1])
+            return
+        if kind == "RESIZE_BILINEAR":
+            opt = self.options(op, tflite.ResizeBilinearOptions())
+            if opt.AlignCorners():
+                mode = "align_corners"
+            elif opt.HalfPixelCenters():
+                mode = "half_pixel"
+            else:
+                mode = "asymmetric"
+            size = self.shape(outs[0])
+            y = self.fresh("resize")
+            x = self.nchw(self.name(ins[0]))
+            sizes = self.fresh("sizes")
+            # The output's height and width, the batch and channels of the input.
+            shape = self.fresh("shape")
+            self.node("Shape", [x], [shape])
+            nc = self.fresh("nc")
+            self.node("Slice", [shape, self.init(np.array([0], np.int64), "s0"),
+                                self.init(np.array([2], np.int64), "s2")], [nc])
+            self.node("Concat", [nc, self.init(np.array(size[1:3], np.int64), "hw")], [sizes],
+                      axis=0)
+            self.node("Resize", [x, "", "", sizes], [y], mode="linear",
+                      coordinate_transformation_mode=mode)
+            self.node("Transpose", [y], [out], perm=[0, 2, 3, 1])
+            return
         if kind == "DEQUANTIZE":
             value = self.const(ins[0])
             if value is None:
@@ -349,6 +387,17 @@ class Converter:
             return
         raise SystemExit(f"unsupported operator {kind}")
 
+    def prune(self, outputs):
+        """Drops the nodes and initialisers no graph output depends on (the pose landmark
+        model's segmentation mask, which the runtime does not read)."""
+        needed, keep = set(outputs), []
+        for n in reversed(self.nodes):
+            if any(o in needed for o in n.output):
+                keep.append(n)
+                needed.update(i for i in n.input if i)
+        self.nodes = list(reversed(keep))
+        self.inits = [t for t in self.inits if t.name in needed]
+
     @staticmethod
     def options(op, opt):
         """`opt` (an empty options table of the operator's type) read from `op`."""
@@ -370,6 +419,8 @@ class Converter:
         for k in range(self.g.OutputsLength()):
             i = self.g.Outputs(k)
             tfl_name = self.tensor(i).Name().decode()
+            if tfl_name not in self.outputs:
+                continue  # an output the runtime never reads (pruned below)
             onnx_name = self.outputs[tfl_name]
             self.node("Identity", [self.name(i)], [onnx_name])
             shape = self.shape(i)
@@ -378,6 +429,7 @@ class Converter:
             graph_outputs.append(
                 helper.make_tensor_value_info(onnx_name, TensorProto.FLOAT, dims))
         self.nodes.insert(0, helper.make_node("Identity", ["image"], [self.name(in_idx)]))
+        self.prune([o.name for o in graph_outputs])
         graph = helper.make_graph(
             self.nodes, "mediapipe",
             [helper.make_tensor_value_info("image", TensorProto.FLOAT,
@@ -434,10 +486,16 @@ def verify(tfl_path, onnx_path, outputs, images):
             got = sess.run(None, {"image": scaled[None]})
             names = [o.name for o in sess.get_outputs()]
             for det in interp.get_output_details():
+                if det["name"] not in outputs:
+                    continue
                 ref = interp.get_tensor(det["index"])
                 ours = got[names.index(outputs[det["name"]])]
-                err = float(np.max(np.abs(ref - ours)) / (np.max(np.abs(ref)) + 1e-6))
-                worst[det["name"]] = max(worst.get(det["name"], 0.0), err)
+                # Error relative to the output's scale over all inputs: a presence score
+                # near 0 on random input has no meaningful relative error of its own.
+                abs_err, scale = worst.get(det["name"], (0.0, 0.0))
+                worst[det["name"]] = (max(abs_err, float(np.max(np.abs(ref - ours)))),
+                                      max(scale, float(np.max(np.abs(ref)))))
+    worst = {k: e / (scale + 1e-6) for k, (e, scale) in worst.items()}
     print(f"  {os.path.basename(onnx_path)}: {len(inputs) * 2} inputs, "
           + ", ".join(f"{k} max rel err {v:.2e}" for k, v in worst.items()))
     if max(worst.values()) > 1e-4:
@@ -462,7 +520,7 @@ def known_answer(tfl_path, outputs, lo, dst):
     interp.set_tensor(inp["index"], x)
     interp.invoke()
     out = {outputs[d["name"]]: [round(float(v), 6) for v in interp.get_tensor(d["index"]).ravel()]
-           for d in interp.get_output_details()}
+           for d in interp.get_output_details() if d["name"] in outputs}
     with open(dst, "w") as f:
         json.dump({"source": f"TFLite interpreter (ai-edge-litert) on {os.path.basename(tfl_path)}",
                    "pattern": f"((x*7 + y*13 + c*101) % 256) / 255 mapped to [{lo}, 1], NHWC",
@@ -574,6 +632,91 @@ def convert_task(task, out_dir):
                 verify(src, dst, outputs, [])
 
 
+# MediaPipe's BlazePose GHUM 3D (PyPI `mediapipe==0.10.14`, Apache-2.0): (tflite path inside
+# the wheel, onnx file, {tflite output: onnx output name}). The landmark model's segmentation
+# mask is left out (the runtime does not read it); its heatmaps refine the landmarks.
+BODY_MODELS = [
+    ("modules/pose_detection/pose_detection.tflite", "mediapipe-pose-detection.onnx",
+     {"Identity": "regressors", "Identity_1": "classificators"}),
+    ("modules/pose_landmark/pose_landmark_full.tflite", "mediapipe-pose-landmark-full.onnx",
+     {"Identity": "landmarks", "Identity_1": "pose_flag", "Identity_3": "heatmap",
+      "Identity_4": "world_landmarks"}),
+]
+
+
+def sparse_vector(kind, table):
+    """The values of a SparseIndexVector union member."""
+    cls = {1: tflite.Int32Vector, 2: tflite.Uint16Vector, 3: tflite.Uint8Vector}[kind]
+    v = cls()
+    v.Init(table.Bytes, table.Pos)
+    return v.ValuesAsNumpy().astype(np.int64)
+
+
+def densified_constants(tfl_path):
+    """{tensor index: dense value} of every DENSIFY output: the sparse constant it reads,
+    made dense from its sparsity parameters (TFLite's format: per dimension, in traversal
+    order, DENSE with a size or CSR with segments and indices; block sparsity is refused)."""
+    data = open(tfl_path, "rb").read()
+    m = tflite.Model.GetRootAsModel(data, 0)
+    g = m.Subgraphs(0)
+    out = {}
+    for k in range(g.OperatorsLength()):
+        op = g.Operators(k)
+        oc = m.OperatorCodes(op.OpcodeIndex())
+        if OPNAMES[max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())] != "DENSIFY":
+            continue
+        t = g.Tensors(op.Inputs(0))
+        sp = t.Sparsity()
+        shape = [int(d) for d in t.ShapeAsNumpy()]
+        order = [int(d) for d in sp.TraversalOrderAsNumpy()]
+        if sp.BlockMapLength() or order != list(range(len(shape))):
+            raise SystemExit("block-sparse or reordered DENSIFY input is not supported")
+        buf = m.Buffers(t.Buffer())
+        values = np.frombuffer(buf.DataAsNumpy().tobytes(), dtype=NP_TYPES[t.Type()])
+        dims = []
+        for d in range(sp.DimMetadataLength()):
+            dm = sp.DimMetadata(d)
+            if dm.Format() == tflite.DimensionType.DENSE:
+                dims.append(("dense", dm.DenseSize(), None, None))
+            else:
+                dims.append(("csr", None,
+                             sparse_vector(dm.ArraySegmentsType(), dm.ArraySegments()),
+                             sparse_vector(dm.ArrayIndicesType(), dm.ArrayIndices())))
+        dense = np.zeros(shape, dtype=values.dtype)
+
+        def fill(level, pos, coords):
+            if level == len(dims):
+                dense[tuple(coords)] = values[pos]
+                return
+            kind, size, segments, indices = dims[level]
+            if kind == "dense":
+                for i in range(size):
+                    fill(level + 1, pos * size + i, coords + [i])
+            else:
+                for j in range(segments[pos], segments[pos + 1]):
+                    fill(level + 1, j, coords + [int(indices[j])])
+
+        fill(0, 0, [])
+        out[op.Outputs(0)] = dense
+    return out
+
+
+def convert_body(root, version, out_dir, images):
+    for rel, onnx_name, outputs in BODY_MODELS:
+        src = os.path.join(root, rel)
+        data = open(src, "rb").read()
+        model = Converter(data, outputs, dense_constants=densified_constants(src)).convert()
+        dst = os.path.join(out_dir, onnx_name)
+        onnx.save(model, dst)
+        digest = hashlib.sha256(open(dst, "rb").read()).hexdigest()
+        print(f"{dst}: {os.path.getsize(dst)} bytes, sha256 {digest}")
+        print(f"  source mediapipe {version}/{rel} sha256 {hashlib.sha256(data).hexdigest()}")
+        verify(src, dst, outputs, images)
+        lo = -1.0 if "detection" in rel else 0.0
+        known_answer(src, outputs, lo,
+                     os.path.join(out_dir, "reference", onnx_name.replace(".onnx", ".json")))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--task", help="face_landmarker.task: convert and check its 478-point "
@@ -583,6 +726,9 @@ def main():
                     help="videos whose frames (centre square) check the conversion")
     ap.add_argument("--face-mesh-npm", help="npm pack of @mediapipe/face_mesh (canonical mesh)")
     ap.add_argument("--canonical-out", default="src/features/face/canonical.rs")
+    ap.add_argument("--body", action="store_true",
+                    help="convert and check BlazePose GHUM 3D (pose detector + full landmark "
+                         "model) instead of the face models")
     args = ap.parse_args()
     if args.task:
         convert_task(args.task, args.out)
@@ -595,6 +741,9 @@ def main():
     version = md.version("mediapipe")
     if version != "0.10.14":
         sys.exit(f"mediapipe {version} found; this tool is pinned to 0.10.14")
+    if args.body:
+        convert_body(root, version, args.out, args.images)
+        return
     for rel, onnx_name, outputs in MODELS:
         src = os.path.join(root, rel)
         data = open(src, "rb").read()

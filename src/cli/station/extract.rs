@@ -1,10 +1,11 @@
-//! `empathic extract audio|face`: openSMILE- and OpenFace-compatible CSVs of any file
-//! (the CSV writers are `extract_audio.rs` and `extract_face.rs`).
+//! `empathic extract audio|face|body`: openSMILE- and OpenFace-compatible CSVs of any file
+//! (the CSV writers are `extract_audio.rs`, `extract_face.rs` and `extract_body.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::extract_audio::extract_audio_csv;
+use super::extract_body::extract_body_csv;
 use super::extract_face::{extract_face_csv, FaceExtractOptions};
 use crate::cli::options::ConfigOption;
 use crate::cli::{fail, load_config, progress_bar, Failure, ModelFiles};
@@ -70,6 +71,21 @@ enum Command {
         #[command(flatten)]
         config: ConfigOption,
     },
+    /// The body per video frame (MediaPipe's BlazePose GHUM 3D: 33 landmarks in pixels with
+    /// visibility and presence, 33 world points in metres) as CSV in OpenFace's style.
+    Body {
+        /// A video file (any format FFmpeg reads).
+        input: PathBuf,
+        /// The CSV to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Also write the video with the skeleton drawn on every frame (Motion-JPEG,
+        /// *.avi), to check the tracking by eye.
+        #[arg(long)]
+        tracked: Option<PathBuf>,
+        #[command(flatten)]
+        config: ConfigOption,
+    },
 }
 
 impl Args {
@@ -103,8 +119,39 @@ impl Args {
                 gaze_model,
                 config.path(),
             ),
+            Command::Body {
+                input,
+                out,
+                tracked,
+                config,
+            } => extract_body(&input, &out, tracked.as_deref(), config.path()),
         }
     }
+}
+
+/// `empathic extract body`.
+pub fn extract_body(
+    input: &Path,
+    out: &Path,
+    tracked: Option<&Path>,
+    config: Option<&Path>,
+) -> Result<ExitCode, Failure> {
+    let config = load_config(config)?;
+    let models = ModelFiles::open(&config)?;
+    let progress = progress_bar("frames");
+    let result = extract_body_csv(input, out, &models, tracked, &progress);
+    progress.finish_and_clear();
+    let summary = result.map_err(fail)?;
+    eprintln!(
+        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the detector run on {} frames, {:.1} ms a frame",
+        summary.rows,
+        out.display(),
+        summary.frames_with_person,
+        100.0 * summary.frames_with_person as f64 / summary.rows.max(1) as f64,
+        summary.detector_runs,
+        summary.ms_per_frame
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `empathic extract audio`.

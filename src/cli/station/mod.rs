@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod embed;
 pub mod extract;
 pub mod extract_audio;
+pub mod extract_body;
 pub mod extract_face;
 pub mod live;
 pub mod models;
@@ -32,6 +33,7 @@ pub enum StationCommand {
     Status(live::StatusArgs),
     Recording(live::RecordingArgs),
     Transcribe(transcribe::Args),
+    Words(transcribe::WordsArgs),
     Doctor(doctor::Args),
 }
 
@@ -49,6 +51,7 @@ impl StationCommand {
             StationCommand::Status(a) => a.run(),
             StationCommand::Recording(a) => a.run(),
             StationCommand::Transcribe(a) => a.run(),
+            StationCommand::Words(a) => a.run(),
             StationCommand::Doctor(a) => a.run(),
         }
     }

@@ -1,5 +1,6 @@
-//! The tracked video of `extract face --tracked`: every frame with what the facial stage
-//! found drawn over it, to check the tracking by eye (OpenFace's `-tracked` output).
+//! The tracked video of `extract face --tracked` and `extract body --tracked`: every frame
+//! with what the facial (or body) stage found drawn over it, to check the tracking by eye
+//! (OpenFace's `-tracked` output).
 //!
 //! Contract: one output frame per input frame, same size and frame rate, Motion-JPEG in
 //! AVI. Drawn on a face: the 68 landmarks (green), the measured eye landmarks (yellow),
@@ -21,6 +22,7 @@ use opencv::videoio::{self, VideoWriter};
 
 use crate::capture::video_file::FileVideoSource;
 use crate::capture::{BgrImage, VideoSource};
+use crate::features::body::{Pose, BONES};
 use crate::features::face::au::AU_R;
 use crate::features::face::crop::mat_of;
 use crate::features::face::pose::Intrinsics;
@@ -104,6 +106,27 @@ impl TrackedVideo {
         obs: &FaceObservation,
         k: &Intrinsics,
     ) -> Result<(), String> {
+        self.write_drawn(frame_number, image, |mat| draw(mat, frame_number, obs, k))
+    }
+
+    /// Appends `image` with the body's pose (or "no person") drawn over it.
+    pub fn write_body(
+        &mut self,
+        frame_number: u64,
+        image: &BgrImage,
+        pose: Option<&Pose>,
+    ) -> Result<(), String> {
+        self.write_drawn(frame_number, image, |mat| {
+            draw_body(mat, frame_number, pose)
+        })
+    }
+
+    fn write_drawn(
+        &mut self,
+        frame_number: u64,
+        image: &BgrImage,
+        draw: impl FnOnce(&mut Mat) -> opencv::Result<()>,
+    ) -> Result<(), String> {
         if (image.width, image.height) != self.size {
             return Err(format!(
                 "frame {frame_number} is {}x{}, the video {}x{}",
@@ -111,7 +134,7 @@ impl TrackedVideo {
             ));
         }
         let mut mat = mat_of(image)?.try_clone().map_err(|e| e.to_string())?;
-        draw(&mut mat, frame_number, obs, k).map_err(|e| e.to_string())?;
+        draw(&mut mat).map_err(|e| e.to_string())?;
         self.writer.write(&mat).map_err(|e| e.to_string())?;
         self.written += 1;
         Ok(())
@@ -151,6 +174,54 @@ impl Drop for TrackedVideo {
 
 fn point(p: (f64, f64)) -> Point {
     Point::new(p.0.round() as i32, p.1.round() as i32)
+}
+
+/// Draws one frame's body pose onto `img` (BGR): the bones (cyan, fading with the lower
+/// visibility of their two ends), the 33 landmarks (orange when visible >= 0.5, grey
+/// otherwise) and a panel with the frame number, the pose flag and the shoulders' depth
+/// (the world points' mean z, metres from the hips: negative leans toward the camera).
+pub fn draw_body(img: &mut Mat, frame_number: u64, pose: Option<&Pose>) -> opencv::Result<()> {
+    let aa = imgproc::LINE_AA;
+    let px = |p: [f32; 3]| point((f64::from(p[0]), f64::from(p[1])));
+    if let Some(pose) = pose {
+        for &(a, b) in &BONES {
+            let v = f64::from(pose.visibility[a].min(pose.visibility[b]));
+            let c = bgr(255.0 * v, 255.0 * v, 60.0 * v);
+            imgproc::line(img, px(pose.image[a]), px(pose.image[b]), c, 2, aa, 0)?;
+        }
+        for (i, &p) in pose.image.iter().enumerate() {
+            let colour = if pose.visibility[i] >= 0.5 {
+                bgr(0.0, 140.0, 255.0)
+            } else {
+                bgr(150.0, 150.0, 150.0)
+            };
+            imgproc::circle(img, px(p), 3, colour, -1, aa, 0)?;
+        }
+    }
+    let title = match pose {
+        Some(p) => format!(
+            "#{frame_number} body {:.2} shoulders z {:+.2} m",
+            p.confidence,
+            (p.world[11][2] + p.world[12][2]) / 2.0
+        ),
+        None => format!("#{frame_number} no person"),
+    };
+    let shade = Rect::new(0, 0, 260.min(img.cols()), 20.min(img.rows()));
+    let mut roi = Mat::roi_mut(img, shade)?;
+    let mut dark = Mat::default();
+    roi.convert_to(&mut dark, -1, 0.35, 0.0)?;
+    dark.copy_to(&mut roi)?;
+    imgproc::put_text(
+        img,
+        &title,
+        Point::new(4, 14),
+        imgproc::FONT_HERSHEY_SIMPLEX,
+        0.4,
+        bgr(255.0, 255.0, 255.0),
+        1,
+        aa,
+        false,
+    )
 }
 
 /// Draws one frame's observation onto `img` (BGR).

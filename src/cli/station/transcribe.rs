@@ -40,6 +40,41 @@ pub struct Args {
     config: ConfigOption,
 }
 
+/// The words a word error rate is counted on: each line of standard input (or FILE)
+/// printed under the project's scoring normalisation (lower case, numbers spelled as read,
+/// punctuation out; docs/features.md "Scoring words"), so every tool scores alike.
+#[derive(clap::Args)]
+pub struct WordsArgs {
+    /// A text file (default: standard input).
+    input: Option<PathBuf>,
+}
+
+impl WordsArgs {
+    pub fn run(self) -> Result<ExitCode, Failure> {
+        let text = match &self.input {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                (
+                    ExitKind::BadInput,
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?,
+            None => std::io::read_to_string(std::io::stdin()).map_err(|e| {
+                (
+                    ExitKind::BadInput,
+                    format!("cannot read standard input: {e}"),
+                )
+            })?,
+        };
+        for line in text.lines() {
+            outln!(
+                "{}",
+                crate::features::speech::normalised_words(line).join(" ")
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Format {
     /// One JSON object a line: start_ms, end_ms, text, confidence, model, speaker.

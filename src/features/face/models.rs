@@ -73,15 +73,19 @@ impl Detection {
     }
 }
 
-/// One model session with its input buffer.
-struct Model {
+/// One model session with its input buffer (the body's models use it too).
+pub(crate) struct Model {
     name: String,
     session: Session,
     input: Vec<f32>,
 }
 
 impl Model {
-    fn open(dir: &Path, entry: &ModelEntry, library: Option<&Path>) -> Result<Self, ModelError> {
+    pub(crate) fn open(
+        dir: &Path,
+        entry: &ModelEntry,
+        library: Option<&Path>,
+    ) -> Result<Self, ModelError> {
         Ok(Self {
             name: entry.name.clone(),
             session: onnx::open_session(&entry.name, &entry.path(dir), 1, library)?,
@@ -90,7 +94,7 @@ impl Model {
     }
 
     /// Crops `roi` into `self.input` (see [`crop_to_tensor`]), naming this model on error.
-    fn crop(
+    pub(crate) fn crop(
         &mut self,
         frame: &FrameMat<'_>,
         roi: &Roi,
@@ -104,7 +108,7 @@ impl Model {
     }
 
     /// An inference error naming this model.
-    fn error(&self, message: String) -> ModelError {
+    pub(crate) fn error(&self, message: String) -> ModelError {
         ModelError::Inference {
             name: self.name.clone(),
             message,
@@ -113,7 +117,7 @@ impl Model {
 
     /// Runs the model on `self.input` (a batch of NHWC `size` x `size` x 3 images) and
     /// returns its outputs, flattened, in the order of `names`.
-    fn run(&mut self, size: i32, names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub(crate) fn run(&mut self, size: i32, names: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         let s = size as usize;
         let batch = self.input.len() / (s * s * 3);
         self.run_shaped(&[batch, s, s, 3], names)

@@ -1,13 +1,14 @@
 //! On-station speech recognition: what the participant said, heard on the station.
 //!
 //! Contract: [`Recogniser`] runs Silero VAD v6 ([`vad`]) over 16 kHz mono audio, cuts it into
-//! utterances ([`vad::Segmenter`]: 300 ms of silence ends one, 100 ms of padding, a forced
+//! utterances ([`vad::Segmenter`]: 200 ms of silence ends one, 200 ms kept before it and 100 ms after, a forced
 //! cut at the quietest moment before 20 s of unbroken speech) and recognises each with Moonshine tiny-en
-//! ([`moonshine`]), giving [`Utterance`]s stamped in milliseconds from the audio's first
+//! ([`moonshine`]) unless the no-speech check ([`nospeech`]) finds it does not change as
+//! speech does, giving [`Utterance`]s stamped in milliseconds from the audio's first
 //! sample, with the model's id and a confidence (mean token log-probability). Nothing
 //! leaves the process: the models are local files fetched at set-up (`scripts/setup.sh`,
 //! `models/speech/`), never at run time. [`word_error_rate`] scores a transcript against a
-//! reference, normalised for case and punctuation.
+//! reference under the project's one scoring normalisation ([`score`]).
 //!
 //! [`is_robot`] tells the robot's voice from the participant's by overlap with the robot's
 //! own utterances. [`stream::SpeechStream`] is the recogniser as the pipeline runs it (the
@@ -15,6 +16,8 @@
 
 pub mod activity;
 pub mod moonshine;
+pub mod nospeech;
+pub mod score;
 pub mod stream;
 pub mod tokenizer;
 pub mod vad;
@@ -22,6 +25,8 @@ pub mod vad;
 use std::path::{Path, PathBuf};
 
 use crate::models::ModelError;
+
+pub use score::{normalised_words, word_error_rate, word_errors};
 
 /// The recogniser's id, as stored with each utterance.
 pub const MODEL_ID: &str = "moonshine-tiny-en";
@@ -68,6 +73,7 @@ pub struct Recogniser {
     vad: vad::SileroVad,
     asr: moonshine::Moonshine,
     rules: vad::SegmentRules,
+    spectral_change: nospeech::SpectralChange,
 }
 
 impl Recogniser {
@@ -85,7 +91,28 @@ impl Recogniser {
                 onnxruntime_library,
             )?,
             rules: vad::SegmentRules::default(),
+            spectral_change: nospeech::SpectralChange::new(),
         })
+    }
+
+    /// The words of one segment, or `None` when the no-speech check ([`nospeech`]) finds
+    /// it does not change as speech does: such a segment never reaches the decoder.
+    pub fn recognise_segment(
+        &mut self,
+        samples: &[f32],
+        start_ms: u64,
+    ) -> Result<Option<moonshine::Recognised>, ModelError> {
+        let change = self.spectral_change.of(samples);
+        if !nospeech::is_speech_like(change) {
+            tracing::debug!(
+                start_ms,
+                ms = samples.len() / 16,
+                change_db = change,
+                "segment not sent to the recogniser: its spectrum does not change as speech does"
+            );
+            return Ok(None);
+        }
+        Ok(Some(self.asr.transcribe(samples)?))
     }
 
     /// The same recogniser with other segment rules.
@@ -115,11 +142,11 @@ impl Recogniser {
         let total = samples.len() as u64;
         for seg in segments {
             let (a, b) = (seg.start.min(total) as usize, seg.end.min(total) as usize);
-            let r = self.asr.transcribe(&samples[a..b])?;
+            let r = self.recognise_segment(&samples[a..b], a as u64 / 16)?;
             progress(total / 2 + b as u64 / 2);
-            if r.text.is_empty() {
+            let Some(r) = r.filter(|r| !r.text.is_empty()) else {
                 continue;
-            }
+            };
             out.push(Utterance {
                 start_ms: a as u64 / 16,
                 end_ms: b as u64 / 16,
@@ -146,51 +173,6 @@ pub fn is_robot(u: &Utterance, robot: &[(u64, u64)]) -> bool {
     overlap * 2 >= len
 }
 
-/// Lower case, punctuation out (apostrophes inside words kept), split on white space.
-pub fn normalised_words(text: &str) -> Vec<String> {
-    text.to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == '\'' {
-                c
-            } else {
-                ' '
-            }
-        })
-        .collect::<String>()
-        .split_whitespace()
-        .map(|w| w.trim_matches('\'').to_string())
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Word errors (substitutions + deletions + insertions, by edit distance) of `hypothesis`
-/// against `reference`, and the reference's word count.
-pub fn word_errors(reference: &str, hypothesis: &str) -> (usize, usize) {
-    let r = normalised_words(reference);
-    let h = normalised_words(hypothesis);
-    let mut prev: Vec<usize> = (0..=h.len()).collect();
-    for (i, rw) in r.iter().enumerate() {
-        let mut cur = vec![i + 1; h.len() + 1];
-        for (j, hw) in h.iter().enumerate() {
-            let sub = prev[j] + usize::from(rw != hw);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    (prev[h.len()], r.len())
-}
-
-/// Word error rate of `hypothesis` against `reference` (0 for an empty reference).
-pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
-    let (errors, words) = word_errors(reference, hypothesis);
-    if words == 0 {
-        0.0
-    } else {
-        errors as f64 / words as f64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,14 +193,5 @@ mod tests {
         assert!(!is_robot(&u(2_500, 5_000), &robot)); // 0.5 of 2.5 s
         assert!(!is_robot(&u(4_000, 9_000), &robot));
         assert!(!is_robot(&u(4_000, 9_000), &[]));
-    }
-
-    #[test]
-    fn word_error_rate_counts_edits_after_normalising() {
-        assert_eq!(word_errors("Hello, world!", "hello world"), (0, 2));
-        assert_eq!(word_errors("he was not ill", "he was ill"), (1, 4));
-        assert_eq!(word_errors("a b c", "a x c d"), (2, 3));
-        assert_eq!(word_errors("don't stop", "Don't STOP."), (0, 2));
-        assert_eq!(word_error_rate("", "anything"), 0.0);
     }
 }

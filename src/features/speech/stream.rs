@@ -197,12 +197,16 @@ impl SpeechStream {
             let a = seg.start.clamp(self.held_from, written);
             let b = seg.end.clamp(a, written);
             let slice = &self.held[(a - self.held_from) as usize..(b - self.held_from) as usize];
-            let r = self.recogniser.asr.transcribe(slice)?;
-            if r.text.is_empty() {
+            let start_ms = self.placement.time_ns(a) / 1_000_000;
+            let Some(r) = self
+                .recogniser
+                .recognise_segment(slice, start_ms)?
+                .filter(|r| !r.text.is_empty())
+            else {
                 continue;
-            }
+            };
             out.push(Utterance {
-                start_ms: self.placement.time_ns(a) / 1_000_000,
+                start_ms,
                 end_ms: self.placement.time_ns(b) / 1_000_000,
                 text: r.text,
                 confidence: r.mean_logprob,
@@ -236,6 +240,7 @@ pub fn rules_of(asr: &crate::config::AsrConfig) -> vad::SegmentRules {
         off: (asr.threshold - (d.on - d.off)).max(0.01),
         min_silence_ms: asr.min_silence_ms,
         pad_ms: asr.pad_ms,
+        pre_roll_ms: asr.pre_roll_ms,
         max_speech_ms: asr.max_utterance_ms,
         ..d
     }

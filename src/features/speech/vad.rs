@@ -7,9 +7,10 @@
 //!   (inputs `input` [1, 576], `state` [2, 1, 128], `sr`; outputs `output`, `stateN`). The
 //!   probabilities do not depend on how the audio was split into blocks.
 //! - [`Segmenter`] turns the probabilities into speech segments the usual way for this model:
-//!   speech starts at a chunk at or above `on` (0.5), ends after `min_silence_ms` (300 ms)
-//!   below `off` (0.35), a segment shorter than `min_speech_ms` (250 ms) is dropped, each is
-//!   padded by `pad_ms` (100 ms, never into its neighbour), and unbroken speech is cut every
+//!   speech starts at a chunk at or above `on` (0.5), ends after `min_silence_ms` (200 ms)
+//!   below `off` (0.35), a segment shorter than `min_speech_ms` (250 ms) is dropped, each
+//!   keeps `pre_roll_ms` (200 ms) before its detected start and `pad_ms` (100 ms) after its
+//!   end (never reaching into its neighbour), and unbroken speech is cut every
 //!   `max_speech_ms` (20 s) so no utterance grows without bound. A forced cut falls where
 //!   the voice is quietest (lowest loudness over about 100 ms) in the last 4 s before the
 //!   limit, so a monologue is cut between words, not mid-word, whenever a pause-like dip
@@ -151,6 +152,10 @@ pub struct SegmentRules {
     pub min_silence_ms: u32,
     pub min_speech_ms: u32,
     pub pad_ms: u32,
+    /// Audio kept before the chunk where speech was detected (never reaching back into the
+    /// previous segment): the model's probability rises a few chunks after a word's onset,
+    /// and a soft onset ("printing", "he") lost to it is a word lost.
+    pub pre_roll_ms: u32,
     pub max_speech_ms: u32,
 }
 
@@ -159,9 +164,10 @@ impl Default for SegmentRules {
         Self {
             on: 0.5,
             off: 0.35,
-            min_silence_ms: 300,
+            min_silence_ms: 200,
             min_speech_ms: 250,
             pad_ms: 100,
+            pre_roll_ms: 200,
             max_speech_ms: 20_000,
         }
     }
@@ -301,7 +307,7 @@ impl Segmenter {
     pub fn settled_until(&self) -> u64 {
         self.start
             .unwrap_or(self.at)
-            .saturating_sub(samples(self.rules.pad_ms))
+            .saturating_sub(samples(self.rules.pre_roll_ms))
             .max(self.last_end)
     }
 
@@ -317,10 +323,11 @@ impl Segmenter {
         if end - start < samples(self.rules.min_speech_ms) {
             return None;
         }
-        let pad = samples(self.rules.pad_ms);
         let seg = Segment {
-            start: start.saturating_sub(pad).max(self.last_end),
-            end: (end + pad).min(self.at.max(end)),
+            start: start
+                .saturating_sub(samples(self.rules.pre_roll_ms))
+                .max(self.last_end),
+            end: (end + samples(self.rules.pad_ms)).min(self.at.max(end)),
         };
         self.last_end = seg.end;
         Some(seg)
@@ -329,7 +336,7 @@ impl Segmenter {
     fn close_unpadded(&mut self, start: u64, end: u64) -> Option<Segment> {
         let seg = Segment {
             start: start
-                .saturating_sub(samples(self.rules.pad_ms))
+                .saturating_sub(samples(self.rules.pre_roll_ms))
                 .max(self.last_end),
             end,
         };
@@ -357,19 +364,27 @@ mod tests {
         let chunk_ms = 32.0;
         let at = |ms: f64| (ms / chunk_ms) as usize;
         // Speech 1.0-2.0 s, a dip to 0.4 (between off and on) that does not end it,
-        // a 200 ms gap that is too short to end it, then silence; speech again 4.0-4.1 s
-        // (too short).
+        // a 150 ms gap that is too short to end it (200 ms does), then silence; speech
+        // again 4.0-4.1 s (too short).
         let mut p = vec![0.0f32; at(6000.0)];
         p[at(1000.0)..at(2000.0)].fill(0.9);
         p[at(1300.0)..at(1400.0)].fill(0.4);
-        p[at(2000.0)..at(2200.0)].fill(0.1);
-        p[at(2200.0)..at(2500.0)].fill(0.9);
+        p[at(2000.0)..at(2150.0)].fill(0.1);
+        p[at(2150.0)..at(2500.0)].fill(0.9);
         p[at(4000.0)..at(4100.0)].fill(0.9);
         let segs = run(&p, SegmentRules::default());
         assert_eq!(segs.len(), 1, "{segs:?}");
         let ms = |s: u64| s as f64 / 16.0;
-        assert!((ms(segs[0].start) - 900.0).abs() < 40.0, "{segs:?}");
+        // 200 ms kept before the detected start, 100 ms after the end.
+        assert!((ms(segs[0].start) - 800.0).abs() < 40.0, "{segs:?}");
         assert!((ms(segs[0].end) - 2600.0).abs() < 40.0, "{segs:?}");
+        // A 250 ms gap ends it: two segments, the second's lead-in never reaching back
+        // into the first.
+        p[at(2000.0)..at(2250.0)].fill(0.1);
+        p[at(2250.0)..at(2500.0)].fill(0.9);
+        let segs = run(&p, SegmentRules::default());
+        assert_eq!(segs.len(), 2, "{segs:?}");
+        assert!(segs[1].start >= segs[0].end, "{segs:?}");
 
         // Unbroken speech for 50 s: cut at 20 s and 40 s, nothing lost between cuts.
         let p = vec![0.9f32; at(50_000.0)];

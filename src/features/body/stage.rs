@@ -1,0 +1,183 @@
+//! The `body` modality as the pipeline stores it (layout version [`BODY_LAYOUT_VERSION`])
+//! and [`BodyStage`], the frame stage that computes it.
+//!
+//! Contract: the vector is `confidence`, then per landmark (MediaPipe's order, 0-32) `x_i`,
+//! `y_i` in image pixels, `z_i` (relative depth at the scale of x), `visibility_i`,
+//! `presence_i`, then the world points `X_i`, `Y_i`, `Z_i` in metres; absent (no vector) on
+//! frames where no person is found. The CSV of `extract body` ([`csv_header`],
+//! [`csv_row`]) has OpenFace's leading columns and the order.
+
+use super::{BodyTracker, Pose, POINTS};
+use crate::capture::VideoFrame;
+use crate::core::ModalitySpec;
+use crate::features::face::crop::mat_of;
+use crate::features::{FrameContext, FrameStage, StageError};
+
+/// Bumped whenever a column's meaning changes.
+pub const BODY_LAYOUT_VERSION: u32 = 1;
+
+/// The `body` modality's columns.
+pub fn body_columns() -> Vec<String> {
+    let mut c = vec!["confidence".to_string()];
+    for name in ["x", "y", "z", "visibility", "presence", "X", "Y", "Z"] {
+        c.extend((0..POINTS).map(|i| format!("{name}_{i}")));
+    }
+    c
+}
+
+/// Where each group of columns starts in the vector (after `confidence`).
+pub fn column_of(name: &str, landmark: usize) -> Option<usize> {
+    let group = ["x", "y", "z", "visibility", "presence", "X", "Y", "Z"]
+        .iter()
+        .position(|g| *g == name)?;
+    (landmark < POINTS).then_some(1 + group * POINTS + landmark)
+}
+
+impl Pose {
+    /// The `body` modality vector (see [`body_columns`]).
+    pub fn vector(&self) -> Vec<f32> {
+        let mut v = Vec::with_capacity(1 + 8 * POINTS);
+        v.push(self.confidence);
+        for axis in 0..3 {
+            v.extend(self.image.iter().map(|p| p[axis]));
+        }
+        v.extend(self.visibility);
+        v.extend(self.presence);
+        for axis in 0..3 {
+            v.extend(self.world.iter().map(|p| p[axis]));
+        }
+        v
+    }
+}
+
+/// The header of `extract body`'s CSV: OpenFace's `frame, timestamp, confidence, success`,
+/// then `x_0..x_32`, `y_0..y_32` (pixels), `visibility_0..32`, `X_0..Z_32` (metres), then
+/// `z_0..32` and `presence_0..32`.
+pub fn csv_header() -> String {
+    let mut c: Vec<String> = ["frame", "timestamp", "confidence", "success"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for name in ["x", "y", "visibility", "X", "Y", "Z", "z", "presence"] {
+        c.extend((0..POINTS).map(|i| format!("{name}_{i}")));
+    }
+    c.join(",")
+}
+
+/// One CSV row: `frame` 1-based, `timestamp` in seconds; a frame without a person has
+/// `success` 0 and empty landmark fields.
+pub fn csv_row(frame: u64, timestamp_s: f64, pose: Option<&Pose>) -> String {
+    let mut row = format!("{frame},{timestamp_s:.3}");
+    match pose {
+        None => {
+            row.push_str(",0,0");
+            for _ in 0..8 * POINTS {
+                row.push(',');
+            }
+        }
+        Some(p) => {
+            row.push_str(&format!(",{:.4},1", p.confidence));
+            let mut put = |v: f32, digits: usize| row.push_str(&format!(",{v:.digits$}"));
+            for axis in 0..2 {
+                p.image.iter().for_each(|q| put(q[axis], 2));
+            }
+            p.visibility.iter().for_each(|&v| put(v, 4));
+            for axis in 0..3 {
+                p.world.iter().for_each(|q| put(q[axis], 5));
+            }
+            p.image.iter().for_each(|q| put(q[2], 2));
+            p.presence.iter().for_each(|&v| put(v, 4));
+        }
+    }
+    row
+}
+
+/// The frame stage: one tracker, one vector per frame with a person.
+pub struct BodyStage {
+    tracker: BodyTracker,
+    spec: ModalitySpec,
+}
+
+impl BodyStage {
+    pub fn new(tracker: BodyTracker) -> Self {
+        Self {
+            tracker,
+            spec: ModalitySpec::by_model(
+                "body",
+                body_columns(),
+                format!("body::BodyStage {}", super::LANDMARK_MODEL),
+                BODY_LAYOUT_VERSION,
+            ),
+        }
+    }
+}
+
+impl FrameStage for BodyStage {
+    fn spec(&self) -> &ModalitySpec {
+        &self.spec
+    }
+
+    fn process(
+        &mut self,
+        frame: &VideoFrame,
+        _ctx: &mut FrameContext,
+    ) -> Result<Option<Vec<f32>>, StageError> {
+        let fail = |message: String| StageError {
+            stage: "body",
+            message,
+        };
+        let mat = mat_of(&frame.image).map_err(fail)?;
+        let pose = self
+            .tracker
+            .track(&mat, frame.image.width, frame.image.height, frame.t_ns)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(pose.map(|p| p.vector()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_vector_and_csv_agree_on_their_shapes() {
+        let cols = body_columns();
+        assert_eq!(cols.len(), 1 + 8 * POINTS);
+        assert_eq!(cols[column_of("x", 0).unwrap()], "x_0");
+        assert_eq!(cols[column_of("Z", 32).unwrap()], "Z_32");
+        assert_eq!(cols[column_of("presence", 11).unwrap()], "presence_11");
+        let roi = crate::features::face::crop::Roi {
+            cx: 1.0,
+            cy: 2.0,
+            w: 3.0,
+            h: 3.0,
+            rotation: 0.0,
+        };
+        let mut pose = Pose {
+            confidence: 0.9,
+            image: [[0.0; 3]; POINTS],
+            visibility: [0.5; POINTS],
+            presence: [0.7; POINTS],
+            world: [[0.0; 3]; POINTS],
+            roi,
+            next_roi: roi,
+            alignment: ((0.0, 0.0), (0.0, 0.0)),
+        };
+        pose.image[11] = [320.0, 200.0, -5.0];
+        pose.world[32] = [0.1, 0.2, 0.3];
+        let v = pose.vector();
+        assert_eq!(v.len(), cols.len());
+        assert_eq!(v[column_of("x", 11).unwrap()], 320.0);
+        assert_eq!(v[column_of("z", 11).unwrap()], -5.0);
+        assert_eq!(v[column_of("Z", 32).unwrap()], 0.3);
+        let header = csv_header();
+        let row = csv_row(3, 0.1333, Some(&pose));
+        assert_eq!(header.split(',').count(), row.split(',').count());
+        assert_eq!(
+            header.split(',').count(),
+            csv_row(4, 0.2, None).split(',').count()
+        );
+        assert!(header.starts_with("frame,timestamp,confidence,success,x_0,"));
+        assert!(row.starts_with("3,0.133,0.9000,1,"));
+    }
+}
