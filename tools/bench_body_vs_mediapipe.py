@@ -17,7 +17,12 @@ same frames decoded by OpenCV. Reports per clip:
 
 Needs a virtual environment with `mediapipe==0.10.14 opencv-python-headless numpy`.
 
+`--reference-out FILE --frames N` instead writes MediaPipe's landmarks of the first N frames
+of the one VIDEO given (JSON: image x, y in pixels, visibility, world x, y, z in metres per
+frame, null where it finds no person), the reference `tests/it/body.rs` holds the station to.
+
 Usage: tools/bench_body_vs_mediapipe.py [--binary target/release/empathic] VIDEO...
+       tools/bench_body_vs_mediapipe.py --reference-out FILE --frames N VIDEO
 """
 import argparse
 import csv
@@ -83,8 +88,27 @@ def mediapipe(video):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/empathic"))
+    ap.add_argument("--reference-out")
+    ap.add_argument("--frames", type=int, default=30)
     ap.add_argument("videos", nargs="+")
     args = ap.parse_args()
+    if args.reference_out:
+        import json
+        import mediapipe as mp
+
+        ref, _, width = mediapipe(args.videos[0])
+        rnd = lambda a, d: [round(float(v), d) for v in np.asarray(a).ravel()]
+        frames = [None if r is None else {"xy": rnd(r["xy"], 2), "visibility": rnd(r["vis"], 4),
+                                          "world": rnd(r["world"], 5)}
+                  for r in ref[:args.frames]]
+        with open(args.reference_out, "w") as f:
+            json.dump({"source": f"MediaPipe {mp.__version__} solutions.pose (model_complexity=1, "
+                                 "video mode, smooth_landmarks=False, segmentation off) via "
+                                 "tools/bench_body_vs_mediapipe.py",
+                       "video": os.path.relpath(os.path.abspath(args.videos[0]), ROOT),
+                       "frames": frames}, f)
+        print(f"{args.reference_out}: {len(frames)} frames")
+        return
     print("| clip | frames | person (station / MediaPipe) | presence agreement | image error, % width (px) | visible landmarks, % width | world error (cm) | visibility diff | ms a frame (station / MediaPipe) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for video in args.videos:

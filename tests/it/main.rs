@@ -10,6 +10,7 @@ mod acoustic;
 mod architecture;
 mod bad_input;
 mod bad_input_corpus;
+mod body;
 mod cli;
 mod collector_build;
 mod collector_doors;

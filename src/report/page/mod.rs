@@ -35,7 +35,7 @@ pub const SESSION_SECTIONS: [&str; 9] = [
     "Session",
     "Timeline",
     "Predicted empathy",
-    "Facial behaviour",
+    "Facial behaviour and posture",
     "Voice",
     "Data quality",
     "Transcript",

@@ -1,6 +1,7 @@
-//! The session page's sections of the participant's face and voice: the per-frame facial
-//! behaviour and the voice's signals drawn over session time from the stored frame vectors
-//! (`frames.rs` reads them), each under the page's phases.
+//! The session page's sections of the participant's face, posture and voice: the per-frame
+//! facial behaviour, the body's nearness and lean, and the voice's signals drawn over
+//! session time from the stored frame vectors (`frames.rs` reads them), each under the
+//! page's phases.
 
 use super::*;
 
@@ -100,6 +101,106 @@ pub(super) fn face_section(out: &mut String, cx: &Section<'_>) -> Result<(), Pag
         }
     }
 
+    posture(out, cx)
+}
+
+/// The posture part of the section: how near the camera the participant sits (shoulder
+/// width against its session median: above 1 is nearer, leaning in) and how the shoulders
+/// lean from the hips (the world points' depth, cm: negative leans toward the camera),
+/// and when a body was found.
+fn posture(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> {
+    let (duration, frame_source) = (cx.duration, cx.frame_source);
+    let behind = cx.behind();
+    let wanted = |c: &str| matches!(c, "x_11" | "y_11" | "x_12" | "y_12" | "Z_11" | "Z_12");
+    let Some(body) = read_frames(frame_source, "body", &wanted)? else {
+        note(out, "No body was stored for this session (`[body] enabled = false`, or a build before the body modality).");
+        return Ok(());
+    };
+    let (Some(x11), Some(y11), Some(x12), Some(y12), Some(z11), Some(z12)) = (
+        body.column("x_11"),
+        body.column("y_11"),
+        body.column("x_12"),
+        body.column("y_12"),
+        body.column("Z_11"),
+        body.column("Z_12"),
+    ) else {
+        return Ok(());
+    };
+    let width: Vec<(f64, f64)> = x11
+        .iter()
+        .zip(y11)
+        .zip(x12.iter().zip(y12))
+        .map(|((a, b), (c, d))| (a.0, ((a.1 - c.1).powi(2) + (b.1 - d.1).powi(2)).sqrt()))
+        .collect();
+    let mut sorted: Vec<f64> = width.iter().map(|p| p.1).filter(|w| *w > 0.0).collect();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted
+        .get(sorted.len() / 2)
+        .copied()
+        .unwrap_or(1.0)
+        .max(1e-6);
+    let nearness = Series {
+        label: "shoulder width / session median".into(),
+        points: width.iter().map(|(t, w)| (*t, w / median)).collect(),
+        color: PALETTE[0],
+        dots: false,
+        dashed: false,
+    };
+    let lean = Series {
+        label: "shoulders' depth from the hips (cm)".into(),
+        points: z11
+            .iter()
+            .zip(z12)
+            .map(|(a, b)| (a.0, 100.0 * (a.1 + b.1) / 2.0))
+            .collect(),
+        color: PALETTE[1],
+        dots: false,
+        dashed: false,
+    };
+    out.push_str("<h3>Posture: nearness to the camera</h3>\n");
+    if body.from_windows {
+        note(out, FROM_WINDOWS);
+    }
+    note(out, "The distance between the shoulders in the image against its median over the session: above 1, the participant sits nearer the camera (or leans in).");
+    plot(
+        out,
+        plots::line_chart(
+            "relative shoulder width",
+            (0.5, 1.5),
+            duration,
+            std::slice::from_ref(&nearness),
+            &behind,
+        ),
+    )?;
+    out.push_str("<h3>Posture: lean toward the camera</h3>\n");
+    note(out, "How far in front of the hips the shoulders are (BlazePose's world points, the mean of both shoulders): below 0 the shoulders are nearer the camera than the hips. With the hips out of the frame the model places them itself, so read changes over the session rather than the level.");
+    plot(
+        out,
+        plots::line_chart(
+            "shoulder depth (cm)",
+            (-40.0, 40.0),
+            duration,
+            std::slice::from_ref(&lean),
+            &behind,
+        ),
+    )?;
+    out.push_str("<h3>Body presence</h3>\n");
+    plot(
+        out,
+        plots::line_chart(
+            "body found (share of frames)",
+            (0.0, 1.05),
+            duration,
+            &[Series {
+                label: "body found".into(),
+                points: body.present.clone(),
+                color: PALETTE[2],
+                dots: false,
+                dashed: false,
+            }],
+            &behind,
+        ),
+    )?;
     Ok(())
 }
 
