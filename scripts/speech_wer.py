@@ -3,9 +3,10 @@
 
 Runs the built binary on every LJ Speech clip of ../shared/fixtures/speech/ljspeech (or
 EMPATHIC_FIXTURES/speech/ljspeech) and scores the recognised words against the
-metadata.csv's normalised transcripts, with the same normalisation as
-`features::speech::normalised_words` (lower case, punctuation to spaces, apostrophes
-kept inside words). Prints per clip and the total. Standard library only.
+metadata.csv's normalised transcripts, under the project's one scoring normalisation
+(`empathic words`: docs/features.md "Scoring words"). Prints per clip and the total.
+Standard library only. `tools/asr_reference.py` compares against Moonshine's reference
+implementations.
 
 Usage: scripts/speech_wer.py [BINARY]
 """
@@ -24,8 +25,10 @@ folder = os.path.join(fixtures, "speech/ljspeech")
 
 
 def words(text):
-    text = "".join(c if c.isalnum() or c == "'" else " " for c in text.lower())
-    return [w.strip("'") for w in text.split() if w.strip("'")]
+    """The project's scoring normalisation, from the binary (`empathic words`)."""
+    out = subprocess.run([binary, "words"], input=text.replace("\n", " "),
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
 
 
 def errors(ref, hyp):

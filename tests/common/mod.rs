@@ -109,7 +109,9 @@ pub fn config_without_vision_models_and(dir: &Path, name: &str, extra: &str) -> 
     let p = dir.join(name);
     std::fs::write(
         &p,
-        format!("[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n{extra}"),
+        format!(
+            "[models]\nappearance_encoder = \"\"\n\n[face]\nenabled = false\n\n[body]\nenabled = false\n{extra}"
+        ),
     )
     .unwrap();
     p

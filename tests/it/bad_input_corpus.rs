@@ -442,7 +442,7 @@ fn every_bad_input_is_refused_and_nothing_stored_is_lost() {
         } else {
             text.push_str("appearance_encoder = \"\"\n");
         }
-        text.push_str("\n[face]\nenabled = false\n");
+        text.push_str("\n[face]\nenabled = false\n\n[body]\nenabled = false\n");
         std::fs::write(&config, text).unwrap();
         let sessions_before = count(
             &crate::common::store::open_db(&db),

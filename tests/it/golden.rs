@@ -7,7 +7,11 @@
 //! columns (`source`, `model`, `confidence`; `text_source`), the shared sessions (which have
 //! no events) gained the recogniser's utterances and so a text modality, and every session
 //! the `speech_activity` modality (the learned voice activity); every other digest stayed
-//! as it was. The recogniser's rows (`:asr`) are model outputs.
+//! as it was. The recogniser's rows (`:asr`) are model outputs. Blessed again for issue 47:
+//! every session gained the `body` modality (frame and window rows, `modalities`, the
+//! session's quality totals), and the shared sessions' recognised words changed with the
+//! segment rules and the no-speech check (`:asr` rows and the text modality built from
+//! them); every other digest stayed as it was.
 //! ONNX Runtime's kernels differ between CPU classes (AVX2 only, AVX-512, VNNI), so the
 //! rows computed by learned models are compared exactly only on the CPU class the digests
 //! were taken on; on another class they are compared by their present-frame counts (within

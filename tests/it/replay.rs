@@ -57,7 +57,8 @@ fn demo_session_replays_end_to_end() {
     );
     assert_eq!(q.phases.len(), 5);
     // The frame stages report their presence: the demo face is on every frame, and the
-    // blendshapes and the appearance encoder follow it.
+    // blendshapes, the body (the whole upper body is in view) and the appearance encoder
+    // follow it.
     let presence: Vec<(&str, u64, u64)> = q
         .modality_presence
         .iter()
@@ -68,6 +69,7 @@ fn demo_session_replays_end_to_end() {
         vec![
             ("face", 420, 420),
             ("blendshapes", 420, 420),
+            ("body", 420, 420),
             ("appearance", 420, 420)
         ]
     );
@@ -121,9 +123,9 @@ fn demo_session_replays_end_to_end() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    // video_signal, face, blendshapes, appearance, text, audio_signal, acoustic,
+    // video_signal, face, blendshapes, body, appearance, text, audio_signal, acoustic,
     // speech_activity.
-    assert_eq!(masks.len(), 21 * 8);
+    assert_eq!(masks.len(), 21 * 9);
     for (modality, mask, present) in &masks {
         assert_eq!(mask.len(), 120, "{modality}");
         assert_eq!(mask.iter().map(|&b| i64::from(b)).sum::<i64>(), *present);
@@ -214,8 +216,8 @@ fn replaying_twice_gives_identical_rows() {
     replay_max(&demo_session(), &a);
     replay_max(&demo_session(), &b);
     let (ra, rb) = (derived_rows(&a, "demo-0001"), derived_rows(&b, "demo-0001"));
-    // Frames and windows, each with its 8 modalities' vectors.
-    assert_eq!(ra.len(), 420 + 420 * 8 + 21 + 21 * 8);
+    // Frames and windows, each with its 9 modalities' vectors.
+    assert_eq!(ra.len(), 420 + 420 * 9 + 21 + 21 * 9);
     assert_eq!(ra, rb);
 }
 
@@ -332,11 +334,12 @@ fn emitted_voice_without_the_recogniser_follows_the_energy_rule() {
             v["at_ms"].as_u64().unwrap(),
             v["decided_ms"].as_u64().unwrap(),
         );
-        // A start needs 30 ms of voiced rows; a stop `[asr] min_silence_ms` (300) of quiet,
+        // A start needs 30 ms of voiced rows; a stop `[asr] min_silence_ms` of quiet,
         // except at the end of the recording.
+        let min_silence = u64::from(empathic::config::Config::default().asr.min_silence_ms);
         let least = match (k % 2, k + 1 == voice.len()) {
             (0, _) => 30,
-            (_, false) => 300,
+            (_, false) => min_silence,
             (_, true) => 0,
         };
         assert!(decided >= at + least, "{v}");

@@ -6,7 +6,8 @@
 //! `text`, `confidence`, `model`), SubRip (`srt`) or plain lines (`txt`), in milliseconds
 //! from the audio's first sample; a progress bar goes to stderr. `--score` (a session
 //! folder) also prints, on stderr, the word error rate against the participant's
-//! utterances in its `events.jsonl`, normalised for case and punctuation. In a session folder
+//! utterances in its `events.jsonl`, under the scoring normalisation (`features::speech::score`,
+//! printed by `empathic words`). In a session folder
 //! each utterance says whose voice it is (`speaker`: `robot` when at least half of it overlaps
 //! the robot's own utterances in `events.jsonl`, else `participant`); only the participant's
 //! are scored.
