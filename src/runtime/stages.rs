@@ -83,7 +83,7 @@ impl Stages {
         let entry = manifest.get(&models.sentence_encoder, &models.dir)?;
         let encoder =
             SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?;
-        let frame_stages = open_frame_stages(config, &manifest, camera)?;
+        let frame_stages = open_frame_stages(config, &manifest, camera, nominal_fps)?;
         let video_signal = VideoSignalStage::new();
         let text = TextStage::new(encoder, &config.text.speaker);
         let audio_signal = AudioSignalStage::new(&config.quality, config.audio.sample_rate_hz);
@@ -146,6 +146,7 @@ fn open_frame_stages(
     config: &Config,
     manifest: &Manifest,
     camera: Option<CameraIntrinsics>,
+    nominal_fps: f64,
 ) -> Result<Vec<Box<dyn FrameStage>>, RunError> {
     let models = &config.models;
     let mut frame_stages: Vec<Box<dyn FrameStage>> = Vec::new();
@@ -179,6 +180,7 @@ fn open_frame_stages(
             &models.dir,
             manifest,
             models.onnxruntime_library.as_deref(),
+            nominal_fps,
         )?)));
     }
     if !models.appearance_encoder.is_empty() {

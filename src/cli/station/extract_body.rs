@@ -80,8 +80,12 @@ pub fn extract_body_csv(
     }
     let mut source = FileVideoSource::open(input)?;
     let info = source.info().clone();
-    let mut tracker =
-        BodyTracker::open(models.dir(), &models.manifest, models.onnxruntime_library())?;
+    let mut tracker = BodyTracker::open(
+        models.dir(),
+        &models.manifest,
+        models.onnxruntime_library(),
+        info.declared_fps,
+    )?;
     let write_err = |source: std::io::Error| BodyExtractError::Write {
         path: output.to_path_buf(),
         source,

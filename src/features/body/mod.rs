@@ -325,13 +325,17 @@ pub struct BodyTracker {
     alignment: [OneEuro; 4],
     /// Frames on which the detector ran (for the stage's counters and tests).
     pub detections_run: u64,
+    /// The nominal frame period: the filter's clock is the frame's time rounded to it.
+    period_ns: f64,
 }
 
 impl BodyTracker {
+    /// The tracker for video at `nominal_fps`.
     pub fn open(
         dir: &Path,
         manifest: &Manifest,
         library: Option<&Path>,
+        nominal_fps: f64,
     ) -> Result<Self, ModelError> {
         Ok(Self {
             detector: Model::open(dir, manifest.get(DETECTOR_MODEL, dir)?, library)?,
@@ -340,6 +344,7 @@ impl BodyTracker {
             next: None,
             alignment: Default::default(),
             detections_run: 0,
+            period_ns: 1e9 / nominal_fps.max(1.0),
         })
     }
 
@@ -376,7 +381,9 @@ impl BodyTracker {
         // (whether or not it smooths the landmarks it reports).
         let (a, b) = pose.alignment;
         let scale = f64::from(((a.0 - b.0).abs() + (a.1 - b.1).abs()) / 2.0).max(1e-6);
-        let t = t_ns as f64 / 1e9;
+        // The frame's time on the nominal grid: a live capture stamp jitters by milliseconds
+        // where its recording, replayed, does not, and the filter must give both the same.
+        let t = (t_ns as f64 / self.period_ns).round() * self.period_ns / 1e9;
         let f = &mut self.alignment;
         let a = (
             f[0].apply(f64::from(a.0), t, 1.0 / scale) as f32,
