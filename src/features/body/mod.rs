@@ -11,9 +11,12 @@
 //! frame's hip centre and scale point (landmarks 33 and 34), give a crop centred on the hips,
 //! turned so the hips-to-shoulders line is upright, twice the hips-to-scale-point distance
 //! enlarged 1.25x; the landmark model (256x256, [0, 1]) gives 39 points (the first 33 are
-//! the body; each point's x, y refined by its heatmap as MediaPipe does), a pose flag (below 0.5: the person is lost and the next frame detects again)
-//! and world points turned back by the crop's rotation. No smoothing filter is applied
-//! (MediaPipe's video mode smooths): the stored values are the model's, frame by frame.
+//! the body; each point's x, y refined by its heatmap as MediaPipe does), a pose flag
+//! (below 0.5: the person is lost and the next frame detects again) and world points turned
+//! back by the crop's rotation. The two alignment points are smoothed (MediaPipe's one-euro
+//! filter, on the frame times rounded to the nominal period) before the next crop is made
+//! from them; the stored landmarks are not (MediaPipe's `smooth_landmarks` off): the
+//! model's, frame by frame.
 //!
 //! The landmark order is MediaPipe's: 0 nose, 1-3 left eye (inner, centre, outer), 4-6 right
 //! eye, 7-8 ears (left, right), 9-10 mouth (left, right), 11-12 shoulders, 13-14 elbows,
