@@ -21,8 +21,8 @@ use crate::exit::{Classify, ExitKind};
 /// Errors in a recorded session's files. All are bad input (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("not a recorded-session folder: {path}")]
-    NotAFolder { path: PathBuf },
+    #[error("not a recorded-session folder ({why}): {path}")]
+    NotAFolder { path: PathBuf, why: &'static str },
     #[error("recorded session is missing its {what}: {path}")]
     Missing { what: &'static str, path: PathBuf },
     #[error("cannot read: {source}: {path}")]
@@ -121,6 +121,11 @@ impl RecordedSession {
         if !dir.is_dir() {
             return Err(SessionError::NotAFolder {
                 path: dir.to_path_buf(),
+                why: if dir.exists() {
+                    "it is a file"
+                } else {
+                    "nothing exists at that path"
+                },
             });
         }
         let manifest = SessionManifest::load(dir, default_station_id, default_fps)?;
@@ -186,5 +191,22 @@ impl RecordedSession {
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "session".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_folder_and_a_file_are_told_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("nope");
+        let e = RecordedSession::open(&missing, "st", 15.0).unwrap_err();
+        assert!(e.to_string().contains("nothing exists at that path"), "{e}");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let e = RecordedSession::open(&file, "st", 15.0).unwrap_err();
+        assert!(e.to_string().contains("it is a file"), "{e}");
     }
 }
