@@ -28,7 +28,7 @@ pub mod stage;
 use std::path::Path;
 
 use crate::features::face::crop::{normalize_radians, rotation_between, Border, FrameMat, Roi};
-use crate::features::face::models::Model;
+use crate::features::face::models::{overlap_clusters, Model};
 use crate::models::manifest::Manifest;
 use crate::models::ModelError;
 
@@ -205,15 +205,9 @@ fn sigmoid(x: f32) -> f32 {
 
 /// Weighted non-maximum suppression: each cluster of overlapping detections becomes their
 /// score-weighted mean, with the best member's score.
-fn weighted_nms(mut dets: Vec<Detection>) -> Vec<Detection> {
-    dets.sort_by(|a, b| b.score.total_cmp(&a.score));
+fn weighted_nms(dets: Vec<Detection>) -> Vec<Detection> {
     let mut out = Vec::new();
-    while !dets.is_empty() {
-        let top = dets[0].as_box();
-        let (cluster, rest): (Vec<Detection>, Vec<Detection>) = dets
-            .into_iter()
-            .partition(|d| d.as_box().iou(&top) > NMS_IOU);
-        dets = rest;
+    for cluster in overlap_clusters(dets, NMS_IOU, |d| d.score, Detection::as_box) {
         let total: f32 = cluster.iter().map(|d| d.score).sum();
         let avg = |f: &dyn Fn(&Detection) -> f32| {
             cluster.iter().map(|d| f(d) * d.score).sum::<f32>() / total
@@ -515,8 +509,8 @@ impl BodyTracker {
             }
         }
         // The next frame's crop, from the hip centre and the scale point (landmarks 33, 34).
+        // `track` makes the next crop from them, filtered.
         pose.alignment = (aux[0], aux[1]);
-        pose.next_roi = alignment_roi(aux[0], aux[1]);
         Ok(pose)
     }
 }

@@ -247,17 +247,32 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// MediaPipe's weighted non-maximum suppression: each cluster of overlapping detections
-/// becomes their score-weighted mean, with the best member's score.
-fn weighted_nms(mut dets: Vec<Detection>) -> Vec<Detection> {
-    dets.sort_by(|a, b| b.score.total_cmp(&a.score));
+/// Detections grouped for MediaPipe's weighted non-maximum suppression (the face's and the
+/// body's detectors): best score first, each cluster the best remaining detection and every
+/// other remaining one overlapping it by more than `iou`.
+pub(crate) fn overlap_clusters<D>(
+    mut dets: Vec<D>,
+    iou: f32,
+    score: impl Fn(&D) -> f32,
+    as_box: impl Fn(&D) -> Roi,
+) -> Vec<Vec<D>> {
+    dets.sort_by(|a, b| score(b).total_cmp(&score(a)));
     let mut out = Vec::new();
     while !dets.is_empty() {
-        let top = dets[0].as_roi();
-        let (cluster, rest): (Vec<Detection>, Vec<Detection>) = dets
-            .into_iter()
-            .partition(|d| d.as_roi().iou(&top) > NMS_IOU);
+        let top = as_box(&dets[0]);
+        let (cluster, rest): (Vec<D>, Vec<D>) =
+            dets.into_iter().partition(|d| as_box(d).iou(&top) > iou);
         dets = rest;
+        out.push(cluster);
+    }
+    out
+}
+
+/// MediaPipe's weighted non-maximum suppression: each cluster of overlapping detections
+/// becomes their score-weighted mean, with the best member's score.
+fn weighted_nms(dets: Vec<Detection>) -> Vec<Detection> {
+    let mut out = Vec::new();
+    for cluster in overlap_clusters(dets, NMS_IOU, |d| d.score, Detection::as_roi) {
         let total: f32 = cluster.iter().map(|d| d.score).sum();
         let mut merged = cluster[0].clone();
         let avg = |f: &dyn Fn(&Detection) -> f32| {
