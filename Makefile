@@ -81,7 +81,9 @@ install: build
 	@# (systemd's StateDirectory= would make it only at the first start).
 	install -d -m 0750 $(DESTDIR)/var/lib/empathic
 	@if [ -z "$(DESTDIR)" ]; then \
-	  id empathic >/dev/null 2>&1 || useradd --system --home-dir /var/lib/empathic --shell /usr/sbin/nologin --groups video,audio empathic; \
+	  getent group empathic-ctl >/dev/null || groupadd --system empathic-ctl; \
+	  id empathic >/dev/null 2>&1 || useradd --system --home-dir /var/lib/empathic --shell /usr/sbin/nologin --groups video,audio,empathic-ctl empathic; \
+	  usermod -a -G empathic-ctl empathic; \
 	  chgrp empathic /etc/empathic/station.toml; \
 	  chown empathic:empathic /var/lib/empathic; \
 	  systemctl daemon-reload 2>/dev/null || true; \

@@ -83,7 +83,12 @@ impl Perceived {
                         .map(str::to_string);
                 }
                 for p in list {
-                    if p["predictor"].as_str() != self.predictor.as_deref() {
+                    // Only windows since the story was shown (`in_play: shown`): a story
+                    // retrieved while the participant shared is predicted from windows
+                    // before they read it, which say nothing of how it moved them.
+                    if p["predictor"].as_str() != self.predictor.as_deref()
+                        || p["in_play"] != "shown"
+                    {
                         continue;
                     }
                     if let (Some(id), Some(score)) = (p["story_id"].as_str(), p["score"].as_f64()) {

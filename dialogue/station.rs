@@ -69,7 +69,8 @@ impl Station {
                 Ok(_) => Ok(line),
                 Err(e) => Err(format!("{what}: no answer: {e}")),
             }
-        })();
+        })()
+        .map_err(|e| went_away(&e, &self.socket));
         *self.last_sent.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let line = match result {
             Ok(l) => l,
@@ -138,5 +139,24 @@ impl Station {
     /// Stops the session this app started (answered once the station may start another).
     pub(crate) fn stop(&self) -> Result<Value, String> {
         self.ask(json!({"type": "stop_session"}))
+    }
+}
+
+/// A request's error in plain words when the station's service is gone (a broken pipe, a
+/// reset or refused connection: it stopped, restarted or was upgraded), else as it was.
+fn went_away(error: &str, socket: &std::path::Path) -> String {
+    let gone = [
+        "Broken pipe",
+        "Connection reset",
+        "Connection refused",
+        "closed the connection",
+    ];
+    if gone.iter().any(|g| error.contains(g)) {
+        format!(
+            "the station went away ({error}): its service stopped or restarted (see `journalctl -u empathic`; socket {})",
+            socket.display()
+        )
+    } else {
+        error.to_string()
     }
 }

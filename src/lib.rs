@@ -49,3 +49,15 @@ pub type Nanos = u64;
 
 /// Nanoseconds per second, for stamp arithmetic.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// This build: Cargo's version, the commit and the commit's date (`build.rs`), as
+/// `empathic --version`, the stations' health and the pages name it, so staff can tell which
+/// stations have updated.
+pub const BUILD: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("EMPATHIC_BUILD_COMMIT"),
+    ", ",
+    env!("EMPATHIC_BUILD_DATE"),
+    ")"
+);

@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 use empathic::cli::{self, Failure};
 
 #[derive(Parser)]
-#[command(name = "empathic", version)]
+#[command(name = "empathic", version = empathic::BUILD)]
 #[cfg_attr(
     feature = "sensing",
     command(about = "Senses empathy on an in-home social robot")
@@ -49,8 +49,20 @@ enum Command {
     Keys(cli::keys::Args),
 }
 
+/// Every file and folder the program creates gets at most the permissions the service's
+/// unit gives it (`UMask=0027`: files 0640, folders 0750): a database a command creates (a
+/// first `participant consent`, `collect copy --into`), a recording or a report is not
+/// readable by other users of the machine whatever the caller's umask. A stricter umask
+/// is kept; files made public on purpose (the control socket) set their mode themselves.
+fn private_files() {
+    use rustix::fs::Mode;
+    let old = rustix::process::umask(Mode::from_raw_mode(0o027));
+    rustix::process::umask(old | Mode::from_raw_mode(0o027));
+}
+
 fn main() -> ExitCode {
     share_one_malloc_arena();
+    private_files();
     // Before any thread exists (setting the environment later would race with readers).
     #[cfg(feature = "sensing")]
     if std::env::var_os(empathic::models::onnx::TELEMETRY_OFF).is_none() {

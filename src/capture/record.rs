@@ -87,7 +87,7 @@ impl Recording {
             dir,
             info: RecordingInfo {
                 state: RecordingState::Recording,
-                software: format!("empathic {}", env!("CARGO_PKG_VERSION")),
+                software: format!("empathic {}", crate::BUILD),
                 video_frames: 0,
                 video_slots_empty: 0,
                 video_frames_duplicated: 0,

@@ -63,8 +63,28 @@ pub struct Evaluation {
 }
 
 /// What `evaluate` knows of a predictor beyond its stored rows: the participants a fusion
-/// model of the manifest was fitted on, when its provenance records them.
+/// model was fitted on, when its provenance records them, read from the model itself: a
+/// model the config names by path (`[fusion] predictors = ["my.onnx"]`, matched by the id
+/// in its metadata) or one of the manifest.
 fn fitted_participants(config: &Config, predictor: &str) -> Result<Option<Vec<String>>, String> {
+    #[cfg(feature = "sensing")]
+    for path in config
+        .fusion
+        .predictors
+        .iter()
+        .filter(|p| p.ends_with(".onnx"))
+    {
+        use crate::fusion::Predictor;
+        let Ok(model) = crate::fusion::onnx_model::OnnxPredictor::open(
+            std::path::Path::new(path),
+            config.models.onnxruntime_library.as_deref(),
+        ) else {
+            continue;
+        };
+        if model.id() == predictor {
+            return Ok(model.fitted_participants());
+        }
+    }
     let Ok(manifest) = crate::models::manifest::Manifest::load(&config.models.dir) else {
         return Err("the model manifest cannot be read".into());
     };

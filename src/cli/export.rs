@@ -79,6 +79,21 @@ enum Command {
         #[arg(long)]
         session: Option<String>,
     },
+    /// One session as CSV files that pandas and spreadsheets read as they are:
+    /// utterances, window predictions, events, and per modality its per-frame features
+    /// (`frame,timestamp,success,` then the modality's columns, as OpenFace's CSV; absent
+    /// frames have success 0 and empty values). docs/formats.md, "Session CSV export".
+    Session {
+        /// The session's id.
+        id: String,
+        #[command(flatten)]
+        db: super::options::DbOption,
+        #[command(flatten)]
+        config: super::options::ConfigOption,
+        /// A new or empty folder.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 impl Args {
@@ -97,6 +112,26 @@ impl Args {
                 phase.as_deref(),
                 session.as_deref(),
             ),
+            Command::Session {
+                id,
+                db,
+                config,
+                out,
+            } => {
+                let config = super::load_config(config.path())?;
+                let store = super::open_existing_store(&super::db_path(db.db, &config))?;
+                let written = super::export_session::export_session(&store, &id, &out)?;
+                outln!(
+                    "exported session {id} into {}: {}",
+                    out.display(),
+                    written
+                        .iter()
+                        .map(|(f, rows)| format!("{f} ({rows} rows)"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
 }

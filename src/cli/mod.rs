@@ -32,6 +32,7 @@ macro_rules! out {
 pub mod collect;
 pub mod evaluate;
 pub mod export;
+pub mod export_session;
 pub mod keys;
 pub mod options;
 pub mod participant;

@@ -385,7 +385,20 @@ fn central_purge(id: &str, target: &str, study: Option<&str>) -> Result<ExitCode
     let name = crate::sync::central::redacted(target);
     let studies = central.studies_of(id).map_err(fail)?;
     let study = match (study, studies.as_slice()) {
-        (Some(s), _) => s.to_string(),
+        (Some(s), held) if held.iter().any(|h| h == s) => s.to_string(),
+        // A study named for a pseudonym it never held is a typo, not a withdrawal: an
+        // audit line would make it look done.
+        (Some(s), held) => {
+            let elsewhere = if held.is_empty() {
+                "nothing of theirs is in any study there (never synced, or purged already)".to_string()
+            } else {
+                format!("their records are in study {}", held.join(", "))
+            };
+            return Err((
+                ExitKind::BadInput,
+                format!("no participant `{id}` in study {s} of the central database {name}: {elsewhere}; nothing was purged"),
+            ));
+        }
         (None, [one]) => one.clone(),
         (None, []) => {
             return Err((

@@ -11,6 +11,13 @@ use serde::Deserialize;
 
 use crate::exit::{Classify, ExitKind};
 
+/// The config the station's package installs and its unit runs with.
+pub const INSTALLED_CONFIG: &str = "/etc/empathic/station.toml";
+/// The camera's nominal frame rate unless `[video] nominal_fps` says otherwise.
+pub const DEFAULT_FPS: f64 = 15.0;
+/// Names the config a command reads when `--config` is not given (empty: the defaults).
+pub const CONFIG_ENV: &str = "EMPATHIC_CONFIG";
+
 mod sections;
 pub use sections::*;
 
@@ -114,12 +121,28 @@ impl Config {
         Ok(config)
     }
 
-    /// Loads `path` when given, else the defaults.
+    /// Loads the config [`Config::locate`] finds, else the built-in defaults.
     pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
-        match path {
-            Some(p) => Config::load(p),
+        match Config::locate(path) {
+            Some(p) => Config::load(&p),
             None => Ok(Config::default()),
         }
+    }
+
+    /// The one rule for which config a command reads (docs/commands.md, "Which config"):
+    /// `--config PATH` when given; else `$EMPATHIC_CONFIG` when set (set and empty: the
+    /// built-in defaults); else the installed station's [`INSTALLED_CONFIG`] when it exists,
+    /// so every command on a station reads the service's config (its database, models and
+    /// socket) as the service does; else none (the built-in defaults: `empathic.db` here).
+    pub fn locate(path: Option<&Path>) -> Option<PathBuf> {
+        if let Some(p) = path {
+            return Some(p.to_path_buf());
+        }
+        if let Some(v) = std::env::var_os(CONFIG_ENV) {
+            return (!v.is_empty()).then(|| PathBuf::from(v));
+        }
+        let installed = Path::new(INSTALLED_CONFIG);
+        installed.exists().then(|| installed.to_path_buf())
     }
 
     /// Checks values that parse but make no sense. Errors name the field and the file.

@@ -36,9 +36,13 @@ pub fn run_checks(config_path: Option<&Path>, db_path: Option<&Path>) -> Vec<Che
                 name: "config",
                 need: Need::Replay,
                 ok: true,
-                detail: match config_path {
+                detail: match Config::locate(config_path) {
                     Some(p) => format!("{} parses and validates", p.display()),
-                    None => "no --config given: built-in defaults".into(),
+                    None => format!(
+                        "no --config, no ${}, no {}: built-in defaults",
+                        crate::config::CONFIG_ENV,
+                        crate::config::INSTALLED_CONFIG
+                    ),
                 },
             });
             c
@@ -60,6 +64,7 @@ pub fn run_checks(config_path: Option<&Path>, db_path: Option<&Path>) -> Vec<Che
     checks.push(check_camera(&config));
     checks.push(check_microphone(&config));
     checks.extend(check_live_paths(&config));
+    checks.push(check_control_group(&config));
     checks.push(check_sync(&config));
     checks
 }
@@ -362,6 +367,112 @@ fn creatable(dir: &Path, probe: impl Fn(&Path) -> std::io::Result<()>) -> Result
             existing.display()
         )),
     }
+}
+
+/// What a dialogue app running as its own user will meet at the control socket: the
+/// configured group exists, this user (the service's, when doctor runs as it) may give the
+/// socket to it, and a running service's socket and folder let the group in.
+fn check_control_group(config: &Config) -> Check {
+    use std::os::unix::fs::MetadataExt;
+    let group = &config.live.socket_group;
+    let socket = &config.live.socket;
+    let check = |ok: bool, detail: String| Check {
+        name: "control group",
+        need: Need::Live,
+        ok,
+        detail,
+    };
+    if group.is_empty() {
+        return check(
+            true,
+            "none ([live] socket_group): only the service's own user can connect; an app running as its own user needs the package's group (socket_group = \"empathic-ctl\")".into(),
+        );
+    }
+    let Some((gid, members)) = group_entry(group) else {
+        return check(
+            false,
+            format!("no group `{group}` in /etc/group ([live] socket_group): the packages make `empathic-ctl`; otherwise `sudo addgroup --system {group}`"),
+        );
+    };
+    let uid = rustix::process::getuid().as_raw();
+    // As root, the packaged service's user stands for the service (the unit runs as it).
+    if uid == 0 && passwd_has("empathic") && !members.iter().any(|m| m == "empathic") {
+        return check(
+            false,
+            format!("the service's user `empathic` is not in group `{group}`: it could not give the socket to the group (`sudo adduser empathic {group}`, then restart the service)"),
+        );
+    }
+    let in_group = uid == 0
+        || rustix::process::getgid().as_raw() == gid
+        || rustix::process::getgroups()
+            .map(|g| g.iter().any(|g| g.as_raw() == gid))
+            .unwrap_or(false);
+    if !in_group {
+        return check(
+            false,
+            format!("this user (uid {uid}) is not in group `{group}`: the service running as it could not give the socket to the group (`sudo adduser USER {group}`, then log in again or restart the service)"),
+        );
+    }
+    let who = if members.is_empty() {
+        "no member yet: add the dialogue app's user with `sudo adduser APPUSER ".to_string()
+            + group
+            + "`"
+    } else {
+        format!("members: {}", members.join(", "))
+    };
+    let Ok(meta) = std::fs::metadata(socket) else {
+        return check(
+            true,
+            format!(
+                "group `{group}` (gid {gid}), {who}; the socket is made when the service starts"
+            ),
+        );
+    };
+    let dir = socket.parent().and_then(|d| std::fs::metadata(d).ok());
+    let mode = meta.mode() & 0o777;
+    let socket_ok = meta.gid() == gid && mode & 0o060 == 0o060;
+    let dir_ok = dir
+        .as_ref()
+        .is_some_and(|d| d.mode() & 0o001 != 0 || (d.gid() == gid && d.mode() & 0o010 != 0));
+    let dir_text = dir.map_or("unreadable".to_string(), |d| {
+        format!("gid {} mode {:o}", d.gid(), d.mode() & 0o777)
+    });
+    check(
+        socket_ok && dir_ok,
+        format!(
+            "group `{group}` (gid {gid}), {who}; the socket: uid {} gid {} mode {mode:o}, its folder: {dir_text}{}",
+            meta.uid(),
+            meta.gid(),
+            if socket_ok && dir_ok {
+                String::from(": the group's members can connect")
+            } else if !socket_ok {
+                format!(": members of `{group}` cannot connect (the socket is not theirs to write)")
+            } else {
+                format!(": members of `{group}` cannot reach the socket through its folder")
+            }
+        ),
+    )
+}
+
+/// Whether /etc/passwd has user `name`.
+fn passwd_has(name: &str) -> bool {
+    std::fs::read_to_string("/etc/passwd")
+        .is_ok_and(|t| t.lines().any(|l| l.split(':').next() == Some(name)))
+}
+
+/// The gid of `name` and its listed members, from /etc/group.
+fn group_entry(name: &str) -> Option<(u32, Vec<String>)> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 4 && f[0] == name).then_some(())?;
+        let members = f[3]
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect();
+        Some((f[2].parse().ok()?, members))
+    })
 }
 
 /// The control socket's folder must take a socket, and the recordings folder a file; the

@@ -182,6 +182,34 @@ pub fn uncalibrated(predictor: &str, calibration: &str) -> bool {
     calibration == "population" && crate::core::BUILTIN_PREDICTORS.contains(&predictor)
 }
 
+/// What a stored score's 1-5 map was fitted to, in the one set of words every page, the
+/// replay summary and `evaluate` use (issue 55: "calibrated" meant three things):
+/// `uncalibrated` (a built-in predictor's map, fitted to no ratings), `population` (a
+/// trained model's map, fitted to its training participants' ratings), `calibrated` (fitted
+/// to this participant's own earlier ratings: `participant:N`); `synthetic` first, since a
+/// synthetic model measures nothing whatever its map.
+pub fn calibration_word(predictor: &str, calibration: &str, synthetic: bool) -> &'static str {
+    if synthetic {
+        "synthetic"
+    } else if uncalibrated(predictor, calibration) {
+        "uncalibrated"
+    } else if calibration.starts_with("participant:") {
+        "calibrated"
+    } else {
+        "population"
+    }
+}
+
+/// [`calibration_word`] with what it means, for a label beside a predictor's name.
+pub fn calibration_label(predictor: &str, calibration: &str, synthetic: bool) -> &'static str {
+    match calibration_word(predictor, calibration, synthetic) {
+        "synthetic" => "synthetic: not an empathy model",
+        "uncalibrated" => "uncalibrated: relative to the story bank, fitted to no ratings",
+        "calibrated" => "calibrated: fitted to this participant's earlier ratings",
+        _ => "population: the model's map from its training participants",
+    }
+}
+
 /// The population map of a built-in predictor as a function of the raw cosine alone, by
 /// id; None for the zero-shot predictor, whose map is relative to the bank per window (its
 /// stored scores are the population scores).

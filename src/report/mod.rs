@@ -66,6 +66,10 @@ pub struct QualityReport {
     /// (`runtime::pipeline::StageFailures`). Absent in reports stored before issue 42.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stage_failures: Vec<StageFailure>,
+    /// Lines of `events.jsonl` a replay left out as bad (`replay --skip-bad-events`), each
+    /// with why. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_events: Vec<crate::session::events::SkippedLine>,
 }
 
 /// One stage that failed during a session, as stored in its quality report.
@@ -138,6 +142,7 @@ impl QualityReport {
             phases,
             modality_presence: i.modality_presence,
             stage_failures: Vec::new(),
+            skipped_events: Vec::new(),
         }
     }
 }
@@ -148,6 +153,9 @@ pub struct ReplaySummary {
     pub session_id: String,
     pub status: String,
     pub status_reason: Option<String>,
+    /// An input ended on bad data part of the way (what decoded before it is stored).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub input_cut: bool,
     pub db_path: String,
     pub frames: u64,
     pub windows: u64,
@@ -162,6 +170,11 @@ pub struct ReplaySummary {
     pub quality: QualityReport,
     /// Session-level predicted empathy toward each story, beside the self-ratings.
     pub predictions: Vec<crate::store::StoryPrediction>,
+    /// The store has no story bank: nothing was retrieved while the participant shared,
+    /// and only stories the session's events showed were predicted toward. Says so with
+    /// the command that imports one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_story_bank: Option<String>,
 }
 
 /// The predictions section shared by the replay summary and `sessions show`.
@@ -178,15 +191,9 @@ pub fn render_predictions(s: &mut String, predictions: &[crate::store::StoryPred
         if last != Some((p.predictor.as_str(), p.retrieved)) {
             let _ = writeln!(
                 s,
-                "empathy   predicted by {}{} (1-5, mean over {}){}:",
+                "empathy   predicted by {} [{}] (1-5, mean over {}){}:",
                 p.predictor,
-                if p.synthetic {
-                    " [synthetic: not an empathy model]"
-                } else if crate::fusion::uncalibrated(&p.predictor, &p.calibration) {
-                    " [uncalibrated: relative to the story bank, fitted to no ratings]"
-                } else {
-                    ""
-                },
+                crate::fusion::calibration_label(&p.predictor, &p.calibration, p.synthetic),
                 if p.retrieved {
                     "windows while the participant shared, toward the stories retrieved for it"
                 } else {
@@ -289,7 +296,18 @@ impl ReplaySummary {
                 .collect();
             let _ = writeln!(s, "phases    {}", list.join(", "));
         }
-        render_predictions(&mut s, &self.predictions);
+        if let Some(why) = &self.no_story_bank {
+            let _ = writeln!(s, "stories   no story bank: {why}");
+        }
+        match (&self.no_story_bank, self.predictions.is_empty()) {
+            (Some(_), true) => {
+                let _ = writeln!(
+                    s,
+                    "empathy   no predictions: no story was shown in the session's events, and with no story bank none could be retrieved"
+                );
+            }
+            _ => render_predictions(&mut s, &self.predictions),
+        }
         s
     }
 }

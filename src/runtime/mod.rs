@@ -88,6 +88,17 @@ impl Classify for RunError {
     }
 }
 
+impl RunError {
+    /// An input that went bad part of the way through (a recording cut short by a crash or
+    /// a full disk, a corrupt frame): what it gave before is good and is kept.
+    pub fn is_cut_input(&self) -> bool {
+        matches!(
+            self,
+            RunError::Capture(CaptureError::Corrupt { .. } | CaptureError::TruncatedAudio { .. })
+        )
+    }
+}
+
 pub use crate::exit::stop_flag;
 
 /// Starts `f` on a thread called `name` in `scope` ([`crate::named_thread`]); a thread

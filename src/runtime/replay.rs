@@ -50,6 +50,9 @@ pub struct ReplayOptions {
     /// Write here the stream a control-socket subscriber to every topic would have
     /// received (JSON lines), as `empathic replay --emit FILE`.
     pub emit: Option<PathBuf>,
+    /// Leave bad lines of `events.jsonl` out (each stored with why in the quality report
+    /// and named in the session's reason) instead of refusing the session.
+    pub skip_bad_events: bool,
 }
 
 /// Replays one session. On error the session row (when one could be written) says
@@ -67,6 +70,15 @@ pub fn replay(
     let store = Store::open_with(&opts.db_path, (&config.store).into())?;
     store.set_sync_content(&config.sync.content())?;
     let sessions = SessionWriter::start(&opts.db_path, &config.store, SessionSource::Replay)?;
+    // Kept on the row of a session that fails before it begins (a bad events line).
+    let participant = crate::session::SessionManifest::load(
+        &opts.session_dir,
+        &config.station.id,
+        config.video.nominal_fps,
+    )
+    .ok()
+    .and_then(|m| m.participant_id);
+    sessions.set_origin(participant, Some(display_path(&opts.session_dir)));
     let session = open_recorded(opts, &sessions)?;
     let m = &session.manifest;
     let fail = |e: RunError| -> RunError {
@@ -127,6 +139,11 @@ pub fn replay(
         clock,
         &stop,
     );
+    let skipped = session.skipped_events.clone();
+    let run = run.map(|mut o| {
+        o.quality.skipped_events = skipped;
+        o
+    });
     let ended = sessions.end(&m.session_id, &m.station_id, run, |outcome| {
         outcome.stopped.then(|| {
             format!(
@@ -151,10 +168,23 @@ pub fn replay(
         write_stream(path, &r.lines())?;
     }
     tracing::info!(session = %m.session_id, frames = outcome.frames, windows = outcome.windows, "replay finished");
+    let predictions = store.session_predictions(&m.session_id)?;
+    // Without a bank nothing is retrieved while the participant shares (and a session
+    // whose events show no story gets no prediction): said on the summary with its fix (it
+    // was only an INFO log line).
+    let no_story_bank = crate::stories::load_index(&store, &config.models.sentence_encoder)
+        .err()
+        .map(|e| {
+            format!(
+                "{e}; nothing was retrieved while the participant shared: import a bank (`empathic stories import STORIES.jsonl --db {}`), then replay again with --replace",
+                display_path(&opts.db_path)
+            )
+        });
     Ok(ReplaySummary {
         session_id: m.session_id.clone(),
         status: ended.status.as_str().to_string(),
         status_reason: ended.reason,
+        input_cut: !outcome.cut_inputs.is_empty(),
         db_path: display_path(&opts.db_path),
         frames: outcome.frames,
         windows: outcome.windows,
@@ -163,7 +193,8 @@ pub fn replay(
         setup_secs,
         speed: opts.speed.to_string(),
         quality: outcome.quality,
-        predictions: store.session_predictions(&m.session_id)?,
+        predictions,
+        no_story_bank,
     })
 }
 
@@ -175,10 +206,11 @@ fn open_recorded(
     sessions: &SessionWriter,
 ) -> Result<RecordedSession, RunError> {
     let config = &opts.config;
-    match RecordedSession::open(
+    match RecordedSession::open_skipping(
         &opts.session_dir,
         &config.station.id,
         config.video.nominal_fps,
+        opts.skip_bad_events,
     ) {
         Ok(s) => Ok(s),
         Err(e) => {

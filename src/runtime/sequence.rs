@@ -80,6 +80,9 @@ pub struct Ended {
 pub struct SessionWriter {
     thread: WriterThread,
     source: SessionSource,
+    /// The participant and source path of the session being run, as far as known: a
+    /// session that fails before its row is written keeps them.
+    origin: std::sync::Mutex<(Option<String>, Option<String>)>,
 }
 
 /// Seconds of video or of audio a session must have captured to be `complete` (below it in
@@ -96,7 +99,16 @@ impl SessionWriter {
         Ok(Self {
             thread: WriterThread::spawn(db_path, config)?,
             source,
+            origin: Default::default(),
         })
+    }
+
+    /// What is known of the session about to run (its participant, where it comes from),
+    /// kept on its row if it fails before it begins.
+    pub fn set_origin(&self, participant_id: Option<String>, source_path: Option<String>) {
+        if let Ok(mut o) = self.origin.lock() {
+            *o = (participant_id, source_path);
+        }
     }
 
     /// The handle the pipeline's threads write through.
@@ -115,10 +127,18 @@ impl SessionWriter {
     /// returns it).
     pub fn record_failure(&self, id: &str, station_id: &str, reason: &str) {
         let mut last = None;
+        let (participant_id, source_path) =
+            self.origin.lock().map(|o| o.clone()).unwrap_or_default();
         for attempt in 0..FAILURE_ATTEMPTS {
-            let result = self
-                .writer()
-                .and_then(|w| Ok(w.fail(id, station_id, self.source, reason)?));
+            let failure = crate::store::writer::Failure {
+                id: id.to_string(),
+                station_id: station_id.to_string(),
+                source: self.source,
+                reason: reason.to_string(),
+                participant_id: participant_id.clone(),
+                source_path: source_path.clone(),
+            };
+            let result = self.writer().and_then(|w| Ok(w.fail(failure)?));
             match result {
                 Ok(()) => return,
                 Err(e) => last = Some(e),
@@ -149,7 +169,28 @@ impl SessionWriter {
                 return Err(e);
             }
         };
-        let stop_reason = stopped(&outcome).or_else(|| {
+        // Why the session holds less than its inputs: stopped, an input cut short, the
+        // video ending early; each said, and the status is `incomplete`.
+        let mut short: Vec<String> = stopped(&outcome).into_iter().collect();
+        for (thread, error) in &outcome.cut_inputs {
+            let what = if thread.starts_with("video") {
+                "video"
+            } else {
+                "audio"
+            };
+            short.push(format!(
+                "the {what} ends on bad data ({error}); everything before it is stored ({} frames, {:.1} s)",
+                outcome.frames,
+                outcome.duration_ns as f64 / 1e9
+            ));
+        }
+        if let Some(secs) = outcome.video_short_by_secs {
+            short.push(format!(
+                "the video ended {secs:.1} s before the audio, at {:.1} s: the session's last {secs:.1} s have no frames and no windows",
+                outcome.quality.video_duration_secs
+            ));
+        }
+        let stop_reason = (!short.is_empty()).then(|| short.join("; ")).or_else(|| {
             // A session that captured (almost) nothing is not `complete`: it would count
             // toward a participant's plan with nothing a study can use.
             let (v, a) = (
@@ -182,6 +223,15 @@ impl SessionWriter {
                 )
             })
             .collect();
+        let mut failed = failed;
+        if let Some(first) = outcome.quality.skipped_events.first() {
+            failed.push(format!(
+                "{} bad line(s) of events.jsonl left out as asked (--skip-bad-events; the first, line {}: {})",
+                outcome.quality.skipped_events.len(),
+                first.line,
+                first.reason
+            ));
+        }
         let reason = match (stop_reason, failed.is_empty()) {
             (r, true) => r,
             (None, false) => Some(failed.join("; ")),

@@ -107,12 +107,50 @@ pub struct Event {
 
 /// Parses `events.jsonl` text. `path` is only used in error messages.
 pub fn parse_events(text: &str, path: &Path) -> Result<Vec<Event>, SessionError> {
+    parse_events_skipping(text, path, false).map(|(events, _)| events)
+}
+
+/// A line of `events.jsonl` left out (`replay --skip-bad-events`): its number and why.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SkippedLine {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// [`parse_events`]; with `skip_bad`, a line that does not parse or check is left out and
+/// returned with its reason instead of refusing the file (the cross-references of what is
+/// kept are still checked).
+pub fn parse_events_skipping(
+    text: &str,
+    path: &Path,
+    skip_bad: bool,
+) -> Result<(Vec<Event>, Vec<SkippedLine>), SessionError> {
     let mut events = Vec::new();
+    let mut skipped = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;
         if raw.trim().is_empty() {
             continue;
         }
+        match parse_line(raw, line, path) {
+            Ok(event) => events.push(event),
+            Err(SessionError::Events { message, .. }) if skip_bad => {
+                skipped.push(SkippedLine {
+                    line,
+                    reason: message,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    check_cross_references(&events, path)?;
+    events.sort_by_key(|e| e.t_ns);
+    Ok((events, skipped))
+}
+
+/// One line of `events.jsonl`.
+fn parse_line(raw: &str, line: usize, path: &Path) -> Result<Event, SessionError> {
+    {
         let err = |message: String| SessionError::Events {
             path: path.to_path_buf(),
             line,
@@ -140,19 +178,24 @@ pub fn parse_events(text: &str, path: &Path) -> Result<Vec<Event>, SessionError>
         let kind: EventKind = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| err(e.to_string()))?;
         check_kind(&kind).map_err(err)?;
-        events.push(Event {
+        Ok(Event {
             t_ns: t_ms.saturating_mul(1_000_000),
             line,
             kind,
-        });
+        })
     }
-    check_cross_references(&events, path)?;
-    events.sort_by_key(|e| e.t_ns);
-    Ok(events)
 }
 
 /// Reads and parses `events.jsonl` from a file.
 pub fn read_events(path: &Path) -> Result<Vec<Event>, SessionError> {
+    read_events_skipping(path, false).map(|(events, _)| events)
+}
+
+/// [`read_events`], leaving bad lines out with `skip_bad` ([`parse_events_skipping`]).
+pub fn read_events_skipping(
+    path: &Path,
+    skip_bad: bool,
+) -> Result<(Vec<Event>, Vec<SkippedLine>), SessionError> {
     let bytes = super::read_bounded(path, "events.jsonl", super::MAX_EVENTS_BYTES)?;
     let text = String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
@@ -169,7 +212,7 @@ pub fn read_events(path: &Path) -> Result<Vec<Event>, SessionError> {
             message: format!("not valid UTF-8 at byte {} of the line", column + 1),
         }
     })?;
-    parse_events(&text, path)
+    parse_events_skipping(&text, path, skip_bad)
 }
 
 fn check_kind(kind: &EventKind) -> Result<(), String> {
@@ -340,13 +383,18 @@ pub fn phase_spans(events: &[Event], duration_ns: Nanos) -> Vec<PhaseSpan> {
             _ => None,
         })
         .collect();
+    // A phase that starts after the session's end (an interrupted replay reads every event
+    // first) did not happen in it; one that runs past the end ends there.
     starts
         .iter()
         .enumerate()
+        .filter(|&(_, &(_, start_ns))| start_ns < duration_ns)
         .map(|(i, &(phase, start_ns))| {
             let end_ns = starts
                 .get(i + 1)
-                .map_or(duration_ns.max(start_ns), |&(_, next)| next);
+                .map_or(duration_ns.max(start_ns), |&(_, next)| {
+                    next.min(duration_ns.max(start_ns))
+                });
             PhaseSpan {
                 phase,
                 start_ns,

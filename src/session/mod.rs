@@ -108,6 +108,8 @@ pub struct RecordedSession {
     pub manifest: SessionManifest,
     /// Time-sorted events; empty when there is no `events.jsonl`.
     pub events: Vec<Event>,
+    /// Lines of `events.jsonl` left out as bad (only when asked: `open_skipping`).
+    pub skipped_events: Vec<events::SkippedLine>,
 }
 
 impl RecordedSession {
@@ -117,6 +119,17 @@ impl RecordedSession {
         dir: &Path,
         default_station_id: &str,
         default_fps: f64,
+    ) -> Result<Self, SessionError> {
+        Self::open_skipping(dir, default_station_id, default_fps, false)
+    }
+
+    /// [`RecordedSession::open`]; with `skip_bad_events`, bad lines of `events.jsonl` are
+    /// left out and listed in `skipped_events` instead of refusing the session.
+    pub fn open_skipping(
+        dir: &Path,
+        default_station_id: &str,
+        default_fps: f64,
+        skip_bad_events: bool,
     ) -> Result<Self, SessionError> {
         if !dir.is_dir() {
             return Err(SessionError::NotAFolder {
@@ -151,10 +164,10 @@ impl RecordedSession {
         let video_path = media("video", "video.avi", manifest.video_started)?;
         let audio_path = media("audio", "audio.wav", manifest.audio_started)?;
         let events_path = events::events_path(dir);
-        let events = if events_path.exists() {
-            events::read_events(&events_path)?
+        let (events, skipped_events) = if events_path.exists() {
+            events::read_events_skipping(&events_path, skip_bad_events)?
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         events::check_against_manifest(&events, manifest.participant_id.as_deref(), &events_path)?;
         Ok(Self {
@@ -163,6 +176,7 @@ impl RecordedSession {
             audio_path,
             manifest,
             events,
+            skipped_events,
         })
     }
 

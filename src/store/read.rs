@@ -117,6 +117,12 @@ impl ExportReads<'_> {
     ) -> Result<(), StoreError> {
         sql::export::frame_vectors(self.0, id, modality, each)
     }
+    pub fn events(&self, id: &str) -> Result<Vec<(u64, String, String)>, StoreError> {
+        sql::export::events(self.0, id)
+    }
+    pub fn frame_times(&self, id: &str) -> Result<Vec<(u64, u64)>, StoreError> {
+        sql::export::frame_times(self.0, id)
+    }
     pub fn windows(
         &self,
         id: &str,

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
-use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionSource, SessionStart, WindowRow};
-use super::sql::session_rows::{self, EventCursor, Failure};
+use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionStart, WindowRow};
+pub use super::sql::session_rows::Failure;
+use super::sql::session_rows::{self, EventCursor};
 use super::sql::{frames, predictions};
 use super::{connect, ConnectOptions, Owner, StoreError};
 use crate::core::FrameRecord;
@@ -164,24 +165,8 @@ impl StoreWriter {
     /// Marks session `id` failed with `reason` and removes its derived rows (frames,
     /// windows, features, predictions), in one transaction. Creates the session row if it
     /// does not exist yet; never touches a session stored complete.
-    pub fn fail(
-        &self,
-        id: &str,
-        station_id: &str,
-        source: SessionSource,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        self.request(|ack| {
-            Command::Fail(
-                Failure {
-                    id: id.to_string(),
-                    station_id: station_id.to_string(),
-                    source,
-                    reason: reason.to_string(),
-                },
-                ack,
-            )
-        })
+    pub fn fail(&self, failure: Failure) -> Result<(), StoreError> {
+        self.request(|ack| Command::Fail(failure, ack))
     }
 }
 

@@ -52,8 +52,11 @@ fn missing_video_is_named() {
     assert!(reason.contains("video.avi"), "{reason}");
 }
 
+/// Issue 55 item 14: a video cut short (a crash, a full disk) kept nothing of the 210
+/// frames that decoded. What decoded is stored, `incomplete` with the error, exit 2; the
+/// stored duration, phases and a/v figures are those of the frames stored.
 #[test]
-fn corrupt_video_fails_the_session_and_keeps_nothing_half_written() {
+fn a_truncated_video_keeps_every_frame_that_decoded() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_session(&demo_session(), &tmp.path().join("s"));
     // Cut the file in the middle of its frames: the header still declares 420.
@@ -63,11 +66,34 @@ fn corrupt_video_fails_the_session_and_keeps_nothing_half_written() {
     let err = expect_bad(&dir, &db, "video.avi");
     assert!(err.contains("corrupt video"), "{err}");
     let (status, reason, frames, windows) = stored(&db, "demo-0001");
-    assert_eq!(status, "failed");
-    assert!(reason.contains("decoding stopped"), "{reason}");
-    assert_eq!((frames, windows), (0, 0));
-    // The events are kept: they were read whole before any media.
+    assert_eq!(status, "incomplete");
+    assert!(
+        reason.contains("decoding stopped") && reason.contains("everything before it is stored"),
+        "{reason}"
+    );
+    assert!((150..420).contains(&frames), "{frames} frames of 420");
+    assert!(windows > 0, "no window from {frames} frames");
     let conn = crate::common::store::open_db(&db);
+    let (duration_ns, quality): (i64, String) = conn
+        .query_row(
+            "SELECT duration_ns, quality_json FROM sessions WHERE id = 'demo-0001'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let q: serde_json::Value = serde_json::from_str(&quality).unwrap();
+    let stored_secs = frames as f64 / 15.0;
+    assert!(
+        (q["video_duration_secs"].as_f64().unwrap() - stored_secs).abs() < 0.1,
+        "{quality}"
+    );
+    // The audio went on: the session lasted as long, and says its end had no frames.
+    assert!(duration_ns as f64 / 1e9 > stored_secs);
+    assert!(reason.contains("the video ended"), "{reason}");
+    for p in q["phases"].as_array().unwrap() {
+        assert!(p["secs"].as_f64().unwrap() >= 0.0, "{quality}");
+    }
+    // The events are kept: they were read whole before any media.
     let events: i64 = conn
         .query_row(
             "SELECT count(*) FROM events WHERE session_id = 'demo-0001'",
@@ -114,10 +140,51 @@ fn malformed_event_line_names_file_and_line() {
     let db = tmp.path().join("x.db");
     let err = expect_bad(&dir, &db, "events.jsonl");
     assert!(err.contains("line 7"), "{err}");
-    // session.json is fine: the failed row carries the session's own id.
+    assert!(err.contains("--skip-bad-events"), "{err}");
+    // session.json is fine: the failed row carries the session's own id, and (issue 55
+    // item 14) its participant and source folder, as `sessions list` and `show` name them.
     let (status, reason, ..) = stored(&db, "demo-0001");
     assert_eq!(status, "failed");
     assert!(reason.contains("line 7"), "{reason}");
+    let conn = crate::common::store::open_db(&db);
+    let (participant, source): (Option<String>, Option<String>) = conn
+        .query_row(
+            "SELECT participant_id, source_path FROM sessions WHERE id = 'demo-0001'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(participant.as_deref(), Some("P-DEMO"));
+    assert!(source.is_some_and(|s| s.ends_with("/s")));
+    drop(conn);
+    // Asked to, the replay leaves the bad line out, keeps the session, and says so.
+    let o = replay_cli_with(&dir, &db, None, &["--skip-bad-events", "--replace"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (status, reason, frames, _) = stored(&db, "demo-0001");
+    assert_eq!(status, "complete");
+    assert_eq!(frames, 420);
+    assert!(
+        reason.contains("line 7") && reason.contains("--skip-bad-events"),
+        "{reason}"
+    );
+    let conn = crate::common::store::open_db(&db);
+    let quality: String = conn
+        .query_row(
+            "SELECT quality_json FROM sessions WHERE id = 'demo-0001'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let q: serde_json::Value = serde_json::from_str(&quality).unwrap();
+    assert_eq!(q["skipped_events"][0]["line"], 7, "{quality}");
+    let events: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE session_id = 'demo-0001'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(events, 19);
 }
 
 #[test]

@@ -417,3 +417,131 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
 }
+
+/// Issue 55 item 4: every build said `0.1.0`. `--version` names the commit and its date
+/// (from git in a checkout), so staff can tell which stations have updated.
+#[test]
+fn version_names_the_commit_and_its_date() {
+    let out = empathic(&["--version"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(commit) => assert!(
+            text.contains(&format!("(commit {commit}, 20")),
+            "{text} does not name {commit}"
+        ),
+        None => assert!(text.contains("(commit unknown, unknown)"), "{text}"),
+    }
+    assert!(text.starts_with(&format!("empathic {}", env!("CARGO_PKG_VERSION"))));
+}
+
+/// Issue 55 item 18: a replay on a store without a story bank said only "no predictions
+/// (no window ... had a story in play ...)"; the cause was an INFO log line. The summary
+/// names it (nothing retrieved while the participant shared) and the command that fixes it.
+#[test]
+fn a_replay_without_a_story_bank_says_so_and_how_to_import_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("nobank.db");
+    let fast = config_without_vision_models(tmp.path());
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("no story bank: ") && text.contains("empathic stories import"),
+        "{text}"
+    );
+    // With a bank, not a word of it.
+    assert!(empathic(&[
+        "stories",
+        "import",
+        path_str(&root().join("demo/stories/stories.jsonl")),
+        "--db",
+        path_str(&db)
+    ])
+    .status
+    .success());
+    let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("no story bank"), "{}", stdout(&o));
+}
+
+/// Issue 55 item 17: no per-session CSV of utterances, predictions, events or per-frame
+/// features (only `.npy` windows). `export session` writes them, each frame at its stored
+/// time, absent frames with success 0 and empty values.
+#[test]
+fn export_session_writes_csv_files_a_spreadsheet_reads_as_they_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("e.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(empathic(&[
+        "stories",
+        "import",
+        path_str(&root().join("demo/stories/stories.jsonl")),
+        "--db",
+        path_str(&db)
+    ])
+    .status
+    .success());
+    let o = replay_cli(&demo_session(), &db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = tmp.path().join("csv");
+    let o = empathic(&[
+        "export",
+        "session",
+        "demo-0001",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |name: &str| {
+        let mut r = ::csv::Reader::from_path(out.join(name)).unwrap();
+        let header: Vec<String> = r.headers().unwrap().iter().map(str::to_string).collect();
+        let rows: Vec<Vec<String>> = r
+            .records()
+            .map(|x| x.unwrap().iter().map(str::to_string).collect())
+            .collect();
+        (header, rows)
+    };
+    let (h, utterances) = read("utterances.csv");
+    assert_eq!(h, ["start_s", "end_s", "speaker", "source", "text"]);
+    assert!(!utterances.is_empty());
+    let (_, events) = read("events.csv");
+    assert_eq!(events.len(), 20);
+    let (_, predictions) = read("predictions.csv");
+    assert!(!predictions.is_empty());
+    let (h, frames) = read("frames_audio_signal.csv");
+    assert_eq!(&h[..3], ["frame", "timestamp", "success"]);
+    assert_eq!(frames.len(), 420);
+    assert_eq!(frames[15][1], "1.000");
+    // Again into the same folder: refused, nothing overwritten.
+    let o = empathic(&[
+        "export",
+        "session",
+        "demo-0001",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = empathic(&[
+        "export",
+        "session",
+        "nope",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&tmp.path().join("x")),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no complete session `nope`"));
+}

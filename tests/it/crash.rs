@@ -135,3 +135,77 @@ fn sigterm_stops_gracefully_and_flushes() {
     assert_eq!((frames, windows), (stored_frames, stored_windows));
     assert!(windows >= 1 && frames < 420, "{frames} {windows}");
 }
+
+/// Issue 55 item 13: an interrupted replay at full speed had read its audio far ahead of
+/// its frames and stored that as the session: 104 s where 44 s of frames were stored, an
+/// a/v mismatch of +59.7 s and a phase after the last frame. What is stored now is what
+/// reached the store: the duration, the audio's figures and the phases end with the frames.
+#[test]
+fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("t.db");
+    let child = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["replay", path_str(&demo_session()), "--db", path_str(&db)])
+        .env("EMPATHIC_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let frames: i64 = crate::common::store::try_open_db(&db)
+            .ok()
+            .and_then(|c| {
+                c.query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+                    .ok()
+            })
+            .unwrap_or(0);
+        if frames >= 30 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no frame stored within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let conn = crate::common::store::open_db(&db);
+    let (status, frames, duration_ns, quality): (String, i64, i64, String) = conn
+        .query_row(
+            "SELECT status, frames, duration_ns, quality_json FROM sessions",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(status, "incomplete");
+    assert!(
+        frames < 420,
+        "the replay ended before the signal: {frames} frames"
+    );
+    let frames_secs = frames as f64 / 15.0;
+    let duration = duration_ns as f64 / 1e9;
+    assert!(
+        (duration - frames_secs).abs() < 0.2,
+        "stored {duration} s for {frames} frames ({frames_secs} s)"
+    );
+    let q: serde_json::Value = serde_json::from_str(&quality).unwrap();
+    assert!(
+        q["audio_duration_secs"].as_f64().unwrap() <= frames_secs + 0.1,
+        "{quality}"
+    );
+    assert!(
+        q["av_duration_mismatch_ms"].as_f64().unwrap().abs() < 200.0,
+        "{quality}"
+    );
+    let phases: f64 = q["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["secs"].as_f64().unwrap())
+        .sum();
+    assert!(phases <= duration + 0.01, "{quality}");
+}

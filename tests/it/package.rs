@@ -383,6 +383,81 @@ fn the_packages_install_upgrade_remove_and_purge_with_dpkg_keeping_every_session
     let _ = collector.kill();
     let _ = collector.wait();
 
+    // 4b. Issue 55 item 1: the dialogue app as its own user, as docs/station.md says: a
+    //     user added to the package's control group drives a whole session through the
+    //     service running as systemd starts it (its runtime folder 0750 empathic:empathic,
+    //     RUNTIME_DIRECTORY set, the shipped config's socket_group), and reads nothing of
+    //     the station's: not the config, the database, the recordings nor the keys. A user
+    //     outside the group cannot connect.
+    let trial = root.path("/srv/trial");
+    std::fs::create_dir_all(&trial).unwrap();
+    std::fs::copy(demo_session().join("video.avi"), trial.join("video.avi")).unwrap();
+    std::fs::copy(
+        crate::common::root().join("demo/stories/stories.jsonl"),
+        trial.join("stories.jsonl"),
+    )
+    .unwrap();
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_empathic-dialogue"),
+        root.path("/usr/local/bin/empathic-dialogue"),
+    )
+    .unwrap();
+    let app = root.sh(
+        "chmod -R a+rX /srv/trial; \
+         adduser --system --group --quiet --no-create-home robot-app; \
+         adduser --quiet robot-app empathic-ctl; \
+         echo \"groups of empathic: $(id -nG empathic)\"; \
+         sed -i '/^\\[video\\]/,/^\\[/ s|^device = .*|device = \"/srv/trial/video.avi\"|' /etc/empathic/station.toml; \
+         grep -q '^socket_group = \"empathic-ctl\"' /etc/empathic/station.toml && echo 'shipped socket_group ok'; \
+         cd /; \
+         runuser -u empathic -- empathic stories import /srv/trial/stories.jsonl --db /var/lib/empathic/empathic.db >/dev/null; \
+         runuser -u empathic -- empathic participant consent P-APP --given --db /var/lib/empathic/empathic.db >/dev/null; \
+         install -d -m 0750 -o empathic -g empathic /run/empathic; \
+         runuser -u empathic -- env RUNTIME_DIRECTORY=/run/empathic EMPATHIC_LOG=warn \
+           empathic run --config /etc/empathic/station.toml >/tmp/service.log 2>&1 & svc=$!; \
+         for i in $(seq 300); do [ -S /run/empathic/control.sock ] && break; sleep 0.2; done; \
+         echo \"socket: $(stat -c '%a %U %G' /run/empathic/control.sock) folder: $(stat -c '%a %U %G' /run/empathic)\"; \
+         runuser -u empathic -- empathic doctor --live --config /etc/empathic/station.toml | grep 'control group' || true; \
+         if runuser -u nobody -- empathic status --socket /run/empathic/control.sock >/dev/null 2>&1; \
+           then echo 'NOBODY CONNECTED'; else echo 'nobody refused'; fi; \
+         set +e; \
+         runuser -u robot-app -- empathic-dialogue --socket /run/empathic/control.sock --participant P-APP \
+           --ratings 4,2,5 --answer-s 1 --end-of-turn-ms 200 --max-turn-s 2 --read-s 1 --face-s 20 \
+           --prediction-wait-s 2 --words-wait-s 1 >/tmp/dialogue.out 2>&1; \
+         echo \"dialogue exit $?\"; \
+         for f in /etc/empathic/station.toml /var/lib/empathic/empathic.db /var/lib/empathic/keys/station.key; do \
+           if runuser -u robot-app -- cat \"$f\" >/dev/null 2>&1; then echo \"APP READ $f\"; fi; done; \
+         if runuser -u robot-app -- ls /var/lib/empathic >/dev/null 2>&1; then echo 'APP LISTED the state folder'; fi; \
+         kill -TERM $svc; wait $svc; echo \"service exit $?\"; \
+         tail -n 20 /tmp/dialogue.out; tail -n 20 /tmp/service.log",
+    );
+    let said = format!("{}{}", stdout(&app), stderr(&app));
+    for want in [
+        "empathic-ctl",
+        "shipped socket_group ok",
+        "socket: 660 empathic empathic-ctl folder: 750 empathic empathic-ctl",
+        "the group's members can connect",
+        "nobody refused",
+        "dialogue exit 0",
+        "service exit 0",
+    ] {
+        assert!(
+            said.contains(want),
+            "the app as its own user: {want:?} missing from:\n{said}"
+        );
+    }
+    assert!(
+        !said.contains("APP READ") && !said.contains("APP LISTED"),
+        "{said}"
+    );
+    let conn = open_db(&db);
+    let app_sessions: Vec<String> = column(
+        &conn,
+        "SELECT status FROM sessions WHERE participant_id = 'P-APP'",
+    );
+    assert_eq!(app_sessions, ["complete"], "{said}");
+    drop(conn);
+
     // 5. Remove keeps the state and the config; purge says what it deletes, and deletes it.
     root.ok("dpkg -r empathic");
     assert!(db.is_file(), "remove keeps the session database");

@@ -18,6 +18,7 @@ fn options(dir: &std::path::Path, db: &std::path::Path, speed: Speed) -> ReplayO
         replace: false,
         progress: std::sync::Arc::new(empathic::runtime::pipeline::NoProgress),
         emit: None,
+        skip_bad_events: false,
     }
 }
 

@@ -672,3 +672,57 @@ fn empathic_words_prints_the_scoring_normalisation() {
         "mister dashwood forty two line bible of fourteen fifty five\nthe fifteenth one hundred percent\n"
     );
 }
+
+/// Issue 55 item 17: `--score` printed the words, then failed when the folder had no
+/// events; there was no way to score against a given text. `--reference TEXT|FILE` scores
+/// any input, and a missing reference fails before the audio is recognised.
+#[test]
+fn transcribe_scores_against_a_given_reference_and_refuses_a_missing_one_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = tmp.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::copy(demo_session().join("audio.wav"), bare.join("audio.wav")).unwrap();
+    let o = empathic(&["transcribe", path_str(&bare), "--score"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stdout(&o).is_empty(),
+        "recognised before refusing: {}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("--reference"), "{}", stderr(&o));
+    // The participant's words of the demo's events, as a file and as text: the same rate
+    // as `--score` on the session folder.
+    let events = std::fs::read_to_string(demo_session().join("events.jsonl")).unwrap();
+    let words: Vec<String> = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "utterance" && v["speaker"] == "participant")
+        .map(|v| v["text"].as_str().unwrap().to_string())
+        .collect();
+    let text = words.join(" ");
+    let file = tmp.path().join("reference.txt");
+    std::fs::write(&file, &text).unwrap();
+    let scored = empathic(&["transcribe", path_str(&demo_session()), "--score"]);
+    let by_file = empathic(&[
+        "transcribe",
+        path_str(&demo_session()),
+        "--reference",
+        path_str(&file),
+    ]);
+    let by_text = empathic(&[
+        "transcribe",
+        path_str(&demo_session()),
+        "--reference",
+        &text,
+    ]);
+    for o in [&scored, &by_file, &by_text] {
+        assert!(o.status.success(), "{}", stderr(o));
+    }
+    assert_eq!(wer_of(&stderr(&by_file)), wer_of(&stderr(&scored)));
+    assert_eq!(wer_of(&stderr(&by_text)), wer_of(&stderr(&scored)));
+    assert!(
+        stderr(&by_file).contains("reference.txt"),
+        "{}",
+        stderr(&by_file)
+    );
+}

@@ -1008,8 +1008,106 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
         sessions_in(pg_view(&pg_url).connection_for_tests()),
         ["other-0001"]
     );
+    // Issue 55 item 8: a pseudonym that occurs by chance inside another participant's
+    // encoded data (here: four characters of a long string of other-0001's record, as
+    // `P01` occurred in P02's base64 features) is withdrawn, and the check that nothing
+    // of them is left does not take that substring for a trace of theirs.
+    let payload: String = lite
+        .connection_for_tests()
+        .query_row(
+            "SELECT payload FROM collect_records WHERE subject = 'other-0001' AND kind = 'session'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let inside = long_strings(&serde_json::from_str(&payload).unwrap())
+        .into_iter()
+        .find_map(|s| {
+            s.as_bytes()
+                .windows(4)
+                .find(|w| w[0].is_ascii_alphabetic() && w.iter().all(u8::is_ascii_alphanumeric))
+                .map(|w| String::from_utf8(w.to_vec()).unwrap())
+        })
+        .expect("a long string of letters and digits in other-0001's record");
+    let o = empathic(&[
+        "participant",
+        "consent",
+        &inside,
+        "--given",
+        "--db",
+        path_str(&db2),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    sync_ok(&db2, broker.port, "station-2");
+    let consent_of = |target: &str| {
+        let sql = format!(
+            "SELECT count(*) FROM collect_records WHERE kind = 'consent' AND subject = '{inside}'"
+        );
+        if target.starts_with("postgres://") {
+            ::postgres::Client::connect(target, ::postgres::NoTls)
+                .and_then(|mut c| c.query_one(sql.as_str(), &[]))
+                .map(|r| r.get::<_, i64>(0))
+                .unwrap_or(0)
+        } else {
+            empathic::store::Store::open(Path::new(target))
+                .unwrap()
+                .connection_for_tests()
+                .query_row(&sql, [], |r| r.get(0))
+                .unwrap_or(0)
+        }
+    };
+    wait_until("the consent record in both central databases", || {
+        consent_of(path_str(&central)) == 1 && consent_of(&pg_url) == 1
+    });
     for c in collectors {
         stop(c);
+    }
+    for target in [path_str(&central), pg_url.as_str()] {
+        let o = empathic(&["participant", "purge", &inside, "--db", target]);
+        assert!(
+            o.status.success(),
+            "{target}: `{inside}` occurs inside other-0001's record: {}",
+            stderr(&o)
+        );
+        assert!(stdout(&o).contains(&format!("withdrew participant {inside}")));
+        // Item 9: a study named for a pseudonym it never held is refused (exit 2), with
+        // no audit line written.
+        let o = empathic(&[
+            "participant",
+            "purge",
+            "P-NEVER",
+            "--db",
+            target,
+            "--study",
+            "test-study",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{target}: {}", stderr(&o));
+        assert!(stderr(&o).contains("no participant `P-NEVER` in study test-study"));
+    }
+    let lite = empathic::store::Store::open(&central).unwrap();
+    assert_eq!(sessions_in(lite.connection_for_tests()), ["other-0001"]);
+    assert_eq!(
+        sessions_in(pg_view(&pg_url).connection_for_tests()),
+        ["other-0001"]
+    );
+    let audit: i64 = lite
+        .connection_for_tests()
+        .query_row(
+            "SELECT count(*) FROM collect_purges WHERE participant_id = 'P-NEVER'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(audit, 0);
+}
+
+/// Every string of 40 characters or more in a JSON value, depth first.
+fn long_strings(v: &serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::String(s) if s.len() >= 40 => vec![s.clone()],
+        serde_json::Value::Array(a) => a.iter().flat_map(long_strings).collect(),
+        serde_json::Value::Object(o) => o.values().flat_map(long_strings).collect(),
+        _ => Vec::new(),
     }
 }
 

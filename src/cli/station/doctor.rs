@@ -29,7 +29,10 @@ impl Args {
 
 /// `empathic doctor`.
 fn run_doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<ExitCode, Failure> {
-    let checks = doctor::run_checks(config, db);
+    let mut checks = doctor::run_checks(config, db);
+    if let Ok(c) = crate::config::Config::load_or_default(config) {
+        checks.push(story_bank(db.unwrap_or(&c.store.db_path), &c));
+    }
     let (text, ready) = doctor::render(&checks, live);
     out!("{text}");
     Ok(if ready {
@@ -37,4 +40,46 @@ fn run_doctor(config: Option<&Path>, db: Option<&Path>, live: bool) -> Result<Ex
     } else {
         exit_code(ExitKind::Runtime)
     })
+}
+
+/// A station recommends stories from its bank once the participant has shared theirs: a
+/// station without one would fail the first `recommend` mid-session. The packages ship no
+/// bank (a study's stories are its own): this names the command that imports one.
+fn story_bank(db: &Path, config: &crate::config::Config) -> doctor::Check {
+    let import = format!(
+        "`empathic stories import STORIES.jsonl --db {}` (docs/commands.md; the demo's bank is demo/stories/stories.jsonl in the source)",
+        db.display()
+    );
+    let (ok, detail) = if !db.exists() {
+        (
+            false,
+            format!(
+                "no session database at {} yet, so no story bank: {import}",
+                db.display()
+            ),
+        )
+    } else {
+        match crate::store::Store::open_read_only(db)
+            .map_err(|e| e.to_string())
+            .and_then(|s| {
+                crate::stories::load_index(&s, &config.models.sentence_encoder)
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(index) => (
+                true,
+                format!(
+                    "{} stories embedded with {}",
+                    index.len(),
+                    config.models.sentence_encoder
+                ),
+            ),
+            Err(e) => (false, format!("{e}: {import}")),
+        }
+    };
+    doctor::Check {
+        name: "story bank",
+        need: doctor::Need::Live,
+        ok,
+        detail,
+    }
 }

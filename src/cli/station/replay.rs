@@ -32,6 +32,10 @@ pub struct Args {
     /// dialogue policy on recorded sessions.
     #[arg(long, value_name = "FILE")]
     emit: Option<PathBuf>,
+    /// Leave bad lines of events.jsonl out instead of refusing the session (each is kept
+    /// with why in the session's quality report and named in its reason).
+    #[arg(long)]
+    skip_bad_events: bool,
     #[command(flatten)]
     json: JsonOption,
 }
@@ -45,6 +49,7 @@ impl Args {
             self.speed,
             self.replace,
             self.emit,
+            self.skip_bad_events,
             self.json.json,
         )
     }
@@ -58,6 +63,7 @@ pub fn replay(
     speed: Speed,
     replace: bool,
     emit: Option<PathBuf>,
+    skip_bad_events: bool,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
@@ -82,14 +88,38 @@ pub fn replay(
         replace,
         progress: Arc::new(crate::cli::Bar(progress.clone())),
         emit,
+        skip_bad_events,
     };
     let result = run_replay(&opts, Arc::new(MonotonicClock::new()), stop);
     progress.finish_and_clear();
-    let summary = result.map_err(fail)?;
+    let summary = result.map_err(|e| {
+        let hint = matches!(
+            e,
+            crate::runtime::RunError::Session(crate::session::SessionError::Events { .. })
+        );
+        let (kind, message) = fail(e);
+        if hint {
+            (kind, format!("{message} (fix the line, or replay with --skip-bad-events to leave bad lines out)"))
+        } else {
+            (kind, message)
+        }
+    })?;
     if json {
         print_json(&summary)?;
     } else {
         out!("{}", summary.render());
+    }
+    // Bad input part of the way through: what decoded is stored (`incomplete`), and the
+    // exit code says the input was bad, naming it.
+    if summary.input_cut {
+        eprintln!(
+            "replay: {}",
+            summary
+                .status_reason
+                .as_deref()
+                .unwrap_or("an input ends on bad data")
+        );
+        return Ok(exit_code(ExitKind::BadInput));
     }
     // A replay stopped by a signal did not finish: say so in the exit code.
     Ok(if summary.status == "complete" {

@@ -37,6 +37,10 @@ pub struct Args {
     /// participant utterances on stderr.
     #[arg(long)]
     score: bool,
+    /// Print the word error rate against this reference instead (any input): the text
+    /// itself, or a file holding it (an existing path is read).
+    #[arg(long, value_name = "TEXT|FILE", conflicts_with = "score")]
+    reference: Option<String>,
     #[command(flatten)]
     config: ConfigOption,
 }
@@ -99,11 +103,43 @@ impl Args {
             return Err((
                 ExitKind::BadInput,
                 format!(
-                    "--score needs a session folder (its events.jsonl holds the reference): {}",
+                    "--score needs a session folder (its events.jsonl holds the reference): {}; give any other reference with --reference TEXT|FILE",
                     self.input.display()
                 ),
             ));
         }
+        // The reference is read before the audio is recognised: a missing one fails now,
+        // not after minutes of recognition.
+        let reference = match (&self.reference, self.score) {
+            (Some(r), _) => Some((reference_text(r)?, describe_reference(r))),
+            (None, true) => {
+                let events = self.input.join("events.jsonl");
+                if !events.is_file() {
+                    return Err((
+                        ExitKind::BadInput,
+                        format!(
+                            "--score: no events.jsonl in {} to take the participant's words from; give the reference with --reference TEXT|FILE",
+                            self.input.display()
+                        ),
+                    ));
+                }
+                let text = participant_text(&events)?;
+                if text.trim().is_empty() {
+                    return Err((
+                        ExitKind::BadInput,
+                        format!(
+                            "--score: {} holds no participant utterance to score against; give the reference with --reference TEXT|FILE",
+                            events.display()
+                        ),
+                    ));
+                }
+                Some((
+                    text,
+                    format!("the participant's utterances of {}", events.display()),
+                ))
+            }
+            (None, false) => None,
+        };
         let mut source = WavAudioSource::open(&wav, 16_000, 1_000, 0).map_err(fail)?;
         let models = SpeechModels::in_dir(&config.models.dir);
         // The segment rules of `[asr]`, as the pipeline's recogniser uses them; the audio
@@ -142,8 +178,7 @@ impl Args {
         for (i, u) in utterances.iter().enumerate() {
             print_one(self.format, i, u, is_robot(u, &robot))?;
         }
-        if self.score {
-            let reference = participant_text(&self.input.join("events.jsonl"))?;
+        if let Some((reference, what)) = reference {
             let hypothesis: Vec<&str> = utterances
                 .iter()
                 .filter(|u| !is_robot(u, &robot))
@@ -151,9 +186,8 @@ impl Args {
                 .collect();
             let (errors, words) = word_errors(&reference, &hypothesis.join(" "));
             eprintln!(
-                "word error rate {:.1} % ({errors} errors in {words} reference words: the participant's utterances of {})",
+                "word error rate {:.1} % ({errors} errors in {words} reference words: {what})",
                 100.0 * errors as f64 / words.max(1) as f64,
-                self.input.join("events.jsonl").display()
             );
         }
         Ok(ExitCode::SUCCESS)
@@ -224,6 +258,36 @@ fn robot_spans(path: &Path) -> Result<Vec<(u64, u64)>, Failure> {
 }
 
 /// The participant's utterances of an `events.jsonl`, in order, joined.
+/// `--reference`: the file's text when `r` names an existing file, else `r` itself.
+fn reference_text(r: &str) -> Result<String, Failure> {
+    let path = Path::new(r);
+    let text = if path.is_file() {
+        std::fs::read_to_string(path).map_err(|e| {
+            (
+                ExitKind::BadInput,
+                format!("--reference: cannot read {}: {e}", path.display()),
+            )
+        })?
+    } else {
+        r.to_string()
+    };
+    if crate::features::speech::score::normalised_words(&text).is_empty() {
+        return Err((
+            ExitKind::BadInput,
+            format!("--reference `{r}` has no word to score against"),
+        ));
+    }
+    Ok(text)
+}
+
+fn describe_reference(r: &str) -> String {
+    if Path::new(r).is_file() {
+        format!("the reference text of {r}")
+    } else {
+        "the reference text given".into()
+    }
+}
+
 fn participant_text(path: &Path) -> Result<String, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         (

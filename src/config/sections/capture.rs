@@ -118,7 +118,7 @@ impl Default for VideoConfig {
     fn default() -> Self {
         Self {
             device: PathBuf::from("/dev/video0"),
-            nominal_fps: 15.0,
+            nominal_fps: crate::config::DEFAULT_FPS,
             width: 640,
             height: 480,
         }

@@ -48,9 +48,16 @@ pub(super) fn read_frames(
         .map(|(i, c)| (i, c.clone()))
         .collect();
     let mut values = vec![Vec::new(); picked.len()];
+    // Each frame at its stored time (issue 55: frames drawn at index / (frames / duration)
+    // were stretched to the audio's length when the video was shorter); a database without
+    // frame rows (a central view) falls back to the nominal grid.
+    let times: Vec<(u64, u64)> = reads.frame_times(id)?;
+    let at: std::collections::HashMap<u64, f64> =
+        times.iter().map(|&(i, t)| (i, t as f64 / 1e9)).collect();
+    let t_of = |i: u64| at.get(&i).copied().unwrap_or(i as f64 / fps);
     let mut seen = vec![false; frames as usize];
     reads.frame_vectors(id, modality, |i, v| {
-        let t = i as f64 / fps;
+        let t = t_of(i);
         if let Some(s) = seen.get_mut(i as usize) {
             *s = true;
         }
@@ -97,7 +104,7 @@ pub(super) fn read_frames(
         present: seen
             .iter()
             .enumerate()
-            .map(|(i, p)| (i as f64 / fps, f64::from(u8::from(*p))))
+            .map(|(i, p)| (t_of(i as u64), f64::from(u8::from(*p))))
             .collect(),
     }))
 }

@@ -109,15 +109,19 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
 
     // Predictions against ratings
     section(&mut out, PARTICIPANT_SECTIONS[2]);
-    // Per predictor: synthetic, (rating, predicted) pairs, uncalibrated.
-    type Rated = (bool, Vec<(f64, f64)>, bool);
+    // Per predictor: what its maps were fitted to (one word, as the session page says it;
+    // several when that changed over the sessions), and the (rating, predicted) pairs.
+    type Rated = (Vec<&'static str>, Vec<(f64, f64)>);
     let mut by_predictor: BTreeMap<String, Rated> = BTreeMap::new();
     for d in &details {
         for p in d.predictions.iter().filter(|p| !p.retrieved) {
             if let Some(r) = p.rating {
                 let e = by_predictor.entry(p.predictor.clone()).or_default();
-                e.0 |= p.synthetic;
-                e.2 |= crate::fusion::uncalibrated(&p.predictor, &p.calibration);
+                let word =
+                    crate::fusion::calibration_word(&p.predictor, &p.calibration, p.synthetic);
+                if !e.0.contains(&word) {
+                    e.0.push(word);
+                }
                 e.1.push((f64::from(r), p.score));
             }
         }
@@ -131,17 +135,8 @@ pub fn participant_page(store: &Store, participant: &str) -> Result<String, Page
         let series: Vec<Series> = by_predictor
             .iter()
             .enumerate()
-            .map(|(i, (id, (synthetic, pts, uncalibrated)))| Series {
-                label: format!(
-                    "{id}{}",
-                    if *synthetic {
-                        " [synthetic: not an empathy model]"
-                    } else if *uncalibrated {
-                        " [uncalibrated]"
-                    } else {
-                        ""
-                    }
-                ),
+            .map(|(i, (id, (words, pts)))| Series {
+                label: format!("{id} [{}]", words.join(", then ")),
                 points: pts.clone(),
                 color: PALETTE[i % PALETTE.len()],
                 dots: true,

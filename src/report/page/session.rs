@@ -16,11 +16,9 @@ pub fn session_page(store: &Store, id: &str, opts: &PageOptions) -> Result<Strin
     let s = &d.summary;
     let start_time = store.start_time(id)?;
     let duration = s.duration_secs.max(0.0);
-    let fps = if duration > 0.0 && s.frames > 0 {
-        s.frames as f64 / duration
-    } else {
-        15.0
-    };
+    // Only for a database without frame rows (`frames.rs` draws each frame at its stored
+    // time): frames on the nominal grid.
+    let fps = crate::config::DEFAULT_FPS;
     let mut out = head(&format!("empathic session report: {}", s.id));
     let _ = writeln!(
         out,
@@ -234,20 +232,14 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
         }
         for (predictor, points) in by_predictor {
             let synthetic = points.iter().any(|p| p.synthetic);
-            let uncalibrated = points
-                .iter()
-                .any(|p| crate::fusion::uncalibrated(&p.predictor, &p.calibration));
+            let label = points.first().map_or("", |p| {
+                crate::fusion::calibration_label(&p.predictor, &p.calibration, synthetic)
+            });
             let _ = writeln!(
                 out,
-                "<h3>{}{}</h3>",
+                "<h3>{} <span class=\"synthetic\">[{}]</span></h3>",
                 esc(predictor),
-                if synthetic {
-                    " <span class=\"synthetic\">[synthetic: not an empathy model]</span>"
-                } else if uncalibrated {
-                    " <span class=\"synthetic\">[uncalibrated: relative to the story bank, fitted to no ratings]</span>"
-                } else {
-                    ""
-                }
+                esc(label)
             );
             // The windows' hop: the smallest step between two window ends of this predictor.
             let mut ends: Vec<f64> = points.iter().map(|p| p.end_secs).collect();
@@ -340,13 +332,10 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
                 out,
                 "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
                 esc(&p.predictor),
-                if p.synthetic {
-                    " <span class=\"synthetic\">[synthetic]</span>"
-                } else if crate::fusion::uncalibrated(&p.predictor, &p.calibration) {
-                    " <span class=\"synthetic\">[uncalibrated]</span>"
-                } else {
-                    ""
-                },
+                format!(
+                    " <span class=\"synthetic\">[{}]</span>",
+                    crate::fusion::calibration_word(&p.predictor, &p.calibration, p.synthetic)
+                ),
                 esc(p.title.as_deref().unwrap_or(&p.story_id)),
                 if p.retrieved { "retrieved" } else { "shown" },
                 p.windows,

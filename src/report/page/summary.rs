@@ -114,31 +114,23 @@ pub(super) fn glance(
     if shown.is_empty() {
         note(out, "No story was shown in this session.");
     } else {
-        let mut predictors: Vec<(&str, bool, bool)> = Vec::new();
+        let mut predictors: Vec<(&str, &str)> = Vec::new();
         for p in d.predictions.iter().filter(|p| !p.retrieved) {
-            if !predictors.iter().any(|(id, _, _)| *id == p.predictor) {
+            if !predictors.iter().any(|(id, _)| *id == p.predictor) {
                 predictors.push((
                     &p.predictor,
-                    p.synthetic,
-                    crate::fusion::uncalibrated(&p.predictor, &p.calibration),
+                    crate::fusion::calibration_word(&p.predictor, &p.calibration, p.synthetic),
                 ));
             }
         }
         out.push_str(
             "<div class=\"scroll\"><table><tr><th>story shown</th><th>self-rating (1-5)</th>",
         );
-        for (id, synthetic, uncalibrated) in &predictors {
+        for (id, word) in &predictors {
             let _ = write!(
                 out,
-                "<th>predicted by {}{}</th>",
+                "<th>predicted by {} <span class=\"synthetic\">[{word}]</span></th>",
                 esc(id),
-                if *synthetic {
-                    " <span class=\"synthetic\">[synthetic]</span>"
-                } else if *uncalibrated {
-                    " <span class=\"synthetic\">[uncalibrated]</span>"
-                } else {
-                    " (calibrated)"
-                }
             );
         }
         out.push_str("</tr>\n");
@@ -149,7 +141,7 @@ pub(super) fn glance(
                 esc(&st.title),
                 st.rating.map_or("not rated".into(), |r| r.to_string())
             );
-            for (id, _, _) in &predictors {
+            for (id, _) in &predictors {
                 let score = d
                     .predictions
                     .iter()

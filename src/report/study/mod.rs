@@ -122,7 +122,19 @@ pub struct StationFacts {
     pub quarantined: i64,
     /// When a record of it was last refused at the gate.
     pub refused_latest: Option<String>,
+    /// Its records stored since its latest health message (see `outbox_pending`).
+    pub delivered_since_health: u64,
     pub problems: Vec<Problem>,
+}
+
+impl StationFacts {
+    /// The outbox's pending messages as the newest news says: the latest health message's
+    /// figure less the records stored from the station since it came (a figure sent before
+    /// the receipts stayed on the page for 15 minutes). `None` without health.
+    pub fn outbox_pending(&self) -> Option<u64> {
+        let reported = self.health.as_ref()?["outbox_pending"].as_u64()?;
+        Some(reported.saturating_sub(self.delivered_since_health))
+    }
 }
 
 /// One participant (a pseudonym) against the study's plan.
@@ -302,6 +314,7 @@ impl StudyFacts {
                 messages: c.map_or(0, |c| c.sealed + c.plain),
                 quarantined: c.map_or(0, |c| c.quarantined),
                 refused_latest: c.and_then(|c| c.refused_latest.clone()),
+                delivered_since_health: h.map_or(0, |h| h.delivered_since_health),
                 problems: Vec::new(),
             };
             s.problems = problems::of_station(&s, now);

@@ -146,7 +146,7 @@ fn stations(p: &mut String, stations: &[StationFacts]) {
             device(&m["camera"]),
             device(&m["microphone"]),
             m["disk_free_mib"].as_u64().map_or("-".into(), |v| format!("{v} MiB")),
-            m["outbox_pending"].as_u64().map_or("-".into(), |v| v.to_string()),
+            s.outbox_pending().map_or("-".into(), |v| v.to_string()),
             esc(&format!(
                 "{} {}",
                 m["last_session_status"].as_str().unwrap_or("-"),

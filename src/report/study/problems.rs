@@ -115,7 +115,9 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
                 );
             }
         }
-        if let Some(oldest) = m["outbox_oldest_pending"].as_str() {
+        // Everything pending at the health message has been stored since: no backlog.
+        let pending = s.outbox_pending().unwrap_or(0);
+        if let Some(oldest) = m["outbox_oldest_pending"].as_str().filter(|_| pending > 0) {
             let hours = hours_between(oldest, now);
             if hours > BACKLOG_HOURS {
                 add(
@@ -123,7 +125,7 @@ pub(super) fn of_station(s: &StationFacts, now: &str) -> Vec<Problem> {
                     2,
                     format!(
                         "outbox backing up: {} message(s) pending, the oldest for {hours:.0} h",
-                        m["outbox_pending"].as_u64().unwrap_or(0)
+                        pending
                     ),
                     "check the broker and that a collector runs; the station sends again by itself",
                 );
@@ -324,8 +326,25 @@ mod tests {
             messages: 3,
             quarantined: 0,
             refused_latest: None,
+            delivered_since_health: 0,
             problems: Vec::new(),
         }
+    }
+
+    /// Issue 55 item 10: a health message sent before the receipts came showed its
+    /// pending figure (and a backlog) until the next one, 15 minutes later.
+    #[test]
+    fn records_stored_after_the_health_message_count_as_delivered() {
+        let health = serde_json::json!({"sent_at": "2026-11-27T10:00:00.000Z",
+            "outbox_pending": 5, "outbox_oldest_pending": "2026-11-25T10:00:00.000Z"});
+        let mut s = station(Some("online"), Some(health));
+        assert_eq!(s.outbox_pending(), Some(5));
+        assert!(station_kinds(&s, "2026-11-27T10:05:00.000Z").contains(&"outbox_backlog"));
+        s.delivered_since_health = 5;
+        assert_eq!(s.outbox_pending(), Some(0));
+        assert!(!station_kinds(&s, "2026-11-27T10:05:00.000Z").contains(&"outbox_backlog"));
+        s.delivered_since_health = 7;
+        assert_eq!(s.outbox_pending(), Some(0));
     }
 
     fn station_kinds(s: &StationFacts, now: &str) -> Vec<&'static str> {

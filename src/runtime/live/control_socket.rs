@@ -4,7 +4,7 @@
 //! has it too.
 
 use std::io::{BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,8 +24,20 @@ use super::session_run::start_session;
 const STREAM_VERSION: u32 = 2;
 use super::{current_status, spawn, Service, BUSY};
 
-/// Control connections served at once.
+/// Request connections served at once (subscriptions are counted apart: [`MAX_SUBSCRIBERS`]).
 pub(super) const MAX_CLIENTS: usize = 16;
+/// Subscriptions held at once; one more is refused (a subscriber that stops reading is
+/// dropped: `subscribe::SLOW_CONSUMER`), so listeners never take the request slots.
+pub(super) const MAX_SUBSCRIBERS: usize = 16;
+/// Beyond [`MAX_CLIENTS`], this many more connections are each answered one `status` or
+/// `stop_session` (what a withdrawal and the package's upgrade check need), sent within
+/// [`RESERVED_WAIT`]; anything else is refused as busy. A flood of idle connections cannot
+/// lock the station out of being asked or stopped.
+pub(super) const RESERVED_SLOTS: usize = 4;
+pub(super) const RESERVED_WAIT: Duration = Duration::from_secs(2);
+/// What a connection refused for want of a slot is told (`busy`: the same request may pass
+/// later; `empathic ctl` exits 1 for it).
+const TOO_MANY: &str = "busy: too many control connections";
 /// A request line longer than this is refused and the connection closed (a story's text is
 /// a few KiB; without a bound, a line without a newline would grow without limit).
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
@@ -48,7 +60,19 @@ pub(super) fn bind_socket(config: &Config) -> Result<UnixListener, RunError> {
     if UnixStream::connect(path).is_ok() {
         return Err(err("another empathic service is listening on it".into()));
     }
-    let _ = std::fs::remove_file(path);
+    // A stale socket of an earlier run is replaced; anything else at that path is not ours
+    // to delete (a typo in `[live] socket` must not cost a file).
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(_) => {
+            return Err(err(
+                "something that is not a socket is there; name a free path in [live] socket".into(),
+            ))
+        }
+        Err(_) => {}
+    }
     let listener = UnixListener::bind(path).map_err(|e| err(format!("cannot bind: {e}")))?;
     let mode = u32::from_str_radix(&config.live.socket_mode, 8).unwrap_or(0o660);
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
@@ -60,17 +84,43 @@ pub(super) fn bind_socket(config: &Config) -> Result<UnixListener, RunError> {
                 config.live.socket_group
             ))
         })?;
+        let group = &config.live.socket_group;
         std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
             err(format!(
-                "cannot give it to group `{}`: {e}",
-                config.live.socket_group
+                "cannot give it to group `{group}` ({e}): the service's user must be a member (the package makes it one of `{CONTROL_GROUP}`; otherwise `adduser USER {group}`, then restart the service)"
             ))
         })?;
+        open_runtime_folder(path, gid)
+            .map_err(|e| err(format!("cannot let group `{group}` into its folder: {e}")))?;
     }
     listener
         .set_nonblocking(true)
         .map_err(|e| err(e.to_string()))?;
     Ok(listener)
+}
+
+/// The group the packages make for the apps that drive the station (docker's pattern): the
+/// service's user is a member, the shipped config names it as `[live] socket_group`, and an
+/// app's user added to it may connect to the socket and read nothing else of the station.
+pub const CONTROL_GROUP: &str = "empathic-ctl";
+
+/// The unit's runtime folder (systemd's `RUNTIME_DIRECTORY`, `0750 empathic:empathic`)
+/// holding the socket is given to the socket's group (owner rwx, group r-x, others
+/// nothing), so its members can reach the socket and nothing else of the service's: no
+/// other file lives there. A socket elsewhere keeps its folder as the admin made it
+/// (`doctor --live` says when the group cannot reach it).
+fn open_runtime_folder(socket: &std::path::Path, gid: u32) -> std::io::Result<()> {
+    let (Some(dir), Some(runtime)) = (socket.parent(), std::env::var_os("RUNTIME_DIRECTORY"))
+    else {
+        return Ok(());
+    };
+    // systemd may list several folders, separated by colons.
+    let ours = std::env::split_paths(&runtime).any(|r| r == dir);
+    if !ours {
+        return Ok(());
+    }
+    std::os::unix::fs::chown(dir, None, Some(gid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))
 }
 
 pub(super) fn group_id(name: &str) -> Option<u32> {
@@ -91,8 +141,20 @@ pub(super) fn accept_loop<'scope>(
         match listener.accept() {
             Ok((stream, _)) => {
                 if service.clients.load(Ordering::SeqCst) >= MAX_CLIENTS as u64 {
-                    let mut s = stream;
-                    let _ = writeln!(s, "{}", error_reply("too many control connections"));
+                    if service.reserved.load(Ordering::SeqCst) >= RESERVED_SLOTS as u64 {
+                        let mut s = stream;
+                        let _ = writeln!(s, "{}", error_reply(TOO_MANY));
+                        continue;
+                    }
+                    service.reserved.fetch_add(1, Ordering::SeqCst);
+                    let started = spawn(scope, "control-reserved", move || {
+                        serve_reserved(scope, service, stream);
+                        service.reserved.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    if let Err(e) = started {
+                        service.reserved.fetch_sub(1, Ordering::SeqCst);
+                        service.set_error(e.to_string());
+                    }
                     continue;
                 }
                 service.clients.fetch_add(1, Ordering::SeqCst);
@@ -116,6 +178,46 @@ pub(super) fn accept_loop<'scope>(
     }
 }
 
+/// A connection on a reserved slot: one `status` or `stop_session` answered within
+/// [`RESERVED_WAIT`], then closed; anything else refused as busy.
+fn serve_reserved<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    service: &'scope Service<'scope>,
+    stream: UnixStream,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let Ok(mut out) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    let deadline = std::time::Instant::now() + RESERVED_WAIT;
+    let reply = loop {
+        match next_request_until(&mut reader, service.stop, deadline) {
+            Incoming::Line(line) => {
+                break match parse_request(line.trim()) {
+                    Ok(request @ (Request::Status | Request::StopSession { .. })) => {
+                        // Not the connection of any session: u64::MAX is never a real one.
+                        match handle(scope, service, request, u64::MAX) {
+                            Ok(mut v) => {
+                                v["ok"] = true.into();
+                                v.to_string()
+                            }
+                            Err(reason) => error_reply(&reason),
+                        }
+                    }
+                    _ => error_reply(&format!(
+                        "{TOO_MANY}: only status and stop_session are answered now"
+                    )),
+                };
+            }
+            Incoming::Closed => return,
+            _ => break error_reply(TOO_MANY),
+        }
+    };
+    let _ = writeln!(out, "{reply}");
+}
+
 pub(super) fn error_reply(reason: &str) -> String {
     if reason.starts_with(BUSY) {
         serde_json::json!({"ok": false, "error": reason, "busy": true}).to_string()
@@ -136,9 +238,17 @@ pub(super) enum Incoming {
 /// Reads the next request line (without its newline), at most [`MAX_REQUEST_BYTES`], giving
 /// up after [`IDLE_TIMEOUT`] without one or when the service stops.
 pub(super) fn next_request(reader: &mut BufReader<UnixStream>, stop: &AtomicBool) -> Incoming {
+    next_request_until(reader, stop, std::time::Instant::now() + IDLE_TIMEOUT)
+}
+
+/// [`next_request`] giving up at `deadline`.
+fn next_request_until(
+    reader: &mut BufReader<UnixStream>,
+    stop: &AtomicBool,
+    deadline: std::time::Instant,
+) -> Incoming {
     use std::io::BufRead as _;
     let mut bytes = Vec::new();
-    let idle_since = std::time::Instant::now();
     loop {
         if stop.load(Ordering::SeqCst) {
             return Incoming::Closed;
@@ -160,7 +270,7 @@ pub(super) fn next_request(reader: &mut BufReader<UnixStream>, stop: &AtomicBool
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                if idle_since.elapsed() >= IDLE_TIMEOUT {
+                if std::time::Instant::now() >= deadline {
                     return Incoming::Idle;
                 }
                 continue;
@@ -344,9 +454,27 @@ fn serve_connection<'scope>(
                 continue;
             }
         };
+        // Any request on the connection a session is bound to says its app is alive.
+        if let Some(r) = service.state().running.as_mut() {
+            r.tie.heard_from(conn);
+        }
         let reply = match parse_request(line.trim()) {
             Ok(Request::Subscribe { topics }) => {
-                // The connection becomes the subscriber's stream: no more requests on it.
+                // The connection becomes the subscriber's stream: no more requests on it,
+                // and it leaves the request slots for the subscribers' own.
+                if service.subscriber_slots.fetch_add(1, Ordering::SeqCst) >= MAX_SUBSCRIBERS as u64
+                {
+                    service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+                    let reason = format!(
+                        "{BUSY}too many subscribers ({MAX_SUBSCRIBERS}): close one, or subscribe to several topics on one connection"
+                    );
+                    service.refusals.refused(line.trim(), &reason);
+                    if writeln!(out, "{}", error_reply(&reason)).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                service.clients.fetch_sub(1, Ordering::SeqCst);
                 let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
                 let ok =
                     serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
@@ -360,6 +488,9 @@ fn serve_connection<'scope>(
                     Vec::new()
                 };
                 service.subscribers.serve(topics, first, out, service.stop);
+                // Given back as a request slot: `serve_client`'s caller takes one back.
+                service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+                service.clients.fetch_add(1, Ordering::SeqCst);
                 return;
             }
             Ok(request) => handle(scope, service, request, conn),

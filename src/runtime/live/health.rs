@@ -133,7 +133,7 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
         study: config.sync.study.clone(),
         station: config.station.id.clone(),
         sent_at,
-        software: env!("CARGO_PKG_VERSION").into(),
+        software: crate::BUILD.into(),
         uptime_s: started.elapsed().as_secs(),
         camera: device(&status.camera),
         microphone: device(&status.microphone),

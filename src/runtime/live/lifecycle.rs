@@ -8,7 +8,11 @@
 //! closes without `stop_session` (the app crashed, was killed, or went idle past the
 //! socket's timeout) ends `[live] app_grace_ms` later; a leased one ends when its lease runs
 //! out. Either is stored `incomplete` with the reason ([`Tie::abandoned`]), and capture
-//! stops. Within the grace, a request naming the session (`session_id`) from a new
+//! stops. A bound session's app is alive while it sends requests, not while its connection
+//! is merely open: a connection that sends none for the socket's idle timeout plus the grace
+//! (an app that hung, or one that turned the connection into a subscription and never asked
+//! anything again) ends the session too (issue 56: a hung app kept the camera on for ever).
+//! Within the grace, a request naming the session (`session_id`) from a new
 //! connection binds the session to it (an app that restarted). Requests that name a session
 //! other than the running one are refused with the reason ([`check_addressed`]); a request
 //! that names none is taken from the bound connection, or for a leased session.
@@ -68,10 +72,22 @@ impl Tie {
         }
     }
 
+    /// Any request came on connection `conn`: the bound app is alive.
+    pub(super) fn heard_from(&mut self, conn: u64) {
+        if self.owner == Some(conn) && self.owner_left.is_none() {
+            self.renewed = Instant::now();
+        }
+    }
+
     /// Why the session must end now for want of its app, if it must.
     pub(super) fn expired(&self) -> Option<String> {
         let idle = self.renewed.elapsed();
+        let silent = super::control_socket::IDLE_TIMEOUT + self.lease;
         match (self.owner, self.owner_left) {
+            (Some(_), None) if idle >= silent => Some(format!(
+                "the dialogue app sent no request for {:.0} s on the connection that started the session (it hung, or only listens on it); the session was ended",
+                silent.as_secs_f64()
+            )),
             (Some(_), None) => None,
             (Some(_), Some(_)) if idle >= self.lease => Some(format!(
                 "the dialogue app's connection closed without stop_session; the session was ended {:.0} s later ([live] app_grace_ms)",
@@ -157,6 +173,21 @@ mod tests {
         // A leased session takes requests from any connection (one-shot clients).
         let mut leased = Tie::new(1, Some(600), Duration::from_secs(30));
         assert!(check_addressed(Some(("s-3", &mut leased)), &event(None), 9).is_ok());
+    }
+
+    #[test]
+    fn a_bound_session_whose_open_connection_stays_silent_expires() {
+        let mut tie = Tie::new(1, None, Duration::from_millis(10));
+        assert!(tie.expired().is_none());
+        // Silent past the idle timeout and the grace, the connection still open.
+        tie.renewed =
+            Instant::now() - super::super::control_socket::IDLE_TIMEOUT - Duration::from_millis(20);
+        assert!(tie.expired().is_some_and(|r| r.contains("sent no request")));
+        // Any request on it keeps it alive; one on another connection does not.
+        tie.heard_from(2);
+        assert!(tie.expired().is_some());
+        tie.heard_from(1);
+        assert!(tie.expired().is_none());
     }
 
     #[test]

@@ -163,6 +163,10 @@ struct Service<'a> {
     stop: &'a AtomicBool,
     state: Mutex<State>,
     clients: AtomicU64,
+    /// Connections on the reserved slots (`control_socket::RESERVED_SLOTS`).
+    reserved: AtomicU64,
+    /// Connections turned into subscriptions (`control_socket::MAX_SUBSCRIBERS`).
+    subscriber_slots: AtomicU64,
     /// Numbers the control connections (a session is bound to one).
     connections: AtomicU64,
     store: Mutex<Store>,
@@ -268,6 +272,8 @@ pub fn serve(
             starting: false,
         }),
         clients: AtomicU64::new(0),
+        reserved: AtomicU64::new(0),
+        subscriber_slots: AtomicU64::new(0),
         connections: AtomicU64::new(0),
         store: Mutex::new(store),
         subscribers,
@@ -344,7 +350,12 @@ pub fn serve(
         }
         Ok(())
     })?;
-    let _ = std::fs::remove_file(&config.live.socket);
+    // Ours only when it is still a socket (bind_socket refuses any other file there).
+    if std::fs::symlink_metadata(&config.live.socket)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+    {
+        let _ = std::fs::remove_file(&config.live.socket);
+    }
     Ok(if replaced {
         Served::Replaced
     } else {

@@ -8,7 +8,9 @@
 //! own bounded queue ([`SUBSCRIBER_QUEUE`] messages): when it is full the oldest message is
 //! dropped and counted, and the subscriber's next message is preceded by
 //! `{"topic":"dropped","count":N,...}`; so a slow or stuck subscriber never slows the
-//! pipeline or another subscriber. Messages between sessions carry `t_ms` 0.
+//! pipeline or another subscriber. A subscriber that does not read at all (its socket's
+//! buffer full, no byte taken for [`SLOW_CONSUMER`]) is dropped: its connection is closed
+//! and its slot freed. Messages between sessions carry `t_ms` 0.
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -23,6 +25,10 @@ use crate::Nanos;
 
 /// Messages a subscriber may have waiting before the oldest are dropped.
 pub const SUBSCRIBER_QUEUE: usize = 256;
+/// A subscriber whose socket takes no byte for this long is dropped (the slow-consumer
+/// rule: a reader that keeps up takes a line within milliseconds; the kernel's buffer holds
+/// a few hundred lines before a write waits at all).
+pub const SLOW_CONSUMER: Duration = Duration::from_secs(5);
 
 /// One subscriber's topics and queue.
 struct Subscriber {
@@ -169,10 +175,14 @@ fn write_line(out: &mut UnixStream, line: &str, stop: &AtomicBool) -> bool {
     bytes.extend_from_slice(line.as_bytes());
     bytes.push(b'\n');
     let mut at = 0;
+    let mut progressed = std::time::Instant::now();
     while at < bytes.len() {
         match out.write(&bytes[at..]) {
             Ok(0) => return false,
-            Ok(n) => at += n,
+            Ok(n) => {
+                at += n;
+                progressed = std::time::Instant::now();
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -182,6 +192,13 @@ fn write_line(out: &mut UnixStream, line: &str, stop: &AtomicBool) -> bool {
                 ) =>
             {
                 if stop.load(Ordering::SeqCst) {
+                    return false;
+                }
+                if progressed.elapsed() >= SLOW_CONSUMER {
+                    tracing::warn!(
+                        "a subscriber took no byte for {} s: dropped (it does not read its stream)",
+                        SLOW_CONSUMER.as_secs()
+                    );
                     return false;
                 }
             }

@@ -193,6 +193,7 @@ pub(super) fn start<'s, 'a: 's>(
         stop: sh.stop,
         stopped: sh.stopped,
         figures: sh.figures,
+        cut: sh.cut,
     };
     let (frame_tx, frame_rx) = frames;
     let video_capture = spawn(scope, "video-capture", move || {

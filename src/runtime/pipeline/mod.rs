@@ -40,6 +40,7 @@ use super::queues::Overflow;
 use super::stages::Stages;
 use super::RunError;
 use crate::capture::events::EventSource;
+use crate::capture::timeline::AudioTimelineStats;
 use crate::capture::{AudioSource, VideoSource};
 use crate::clock::{Clock, Pacer};
 use crate::config::Config;
@@ -138,6 +139,12 @@ pub struct Outcome {
     pub duration_ns: Nanos,
     /// Stopped by the stop flag before the end of its input.
     pub stopped: bool,
+    /// Inputs that ended on bad data after what they decoded (`(thread, error)`), which
+    /// is kept: the session is then `incomplete` with the reason.
+    pub cut_inputs: Vec<(String, String)>,
+    /// The video ended this many seconds before the audio (a camera that stopped, a
+    /// video cut short): the audio after it reached no frame and no window.
+    pub video_short_by_secs: Option<f64>,
     pub quality: QualityReport,
     /// Every event of the session, time-sorted.
     pub events: Vec<Event>,
@@ -207,6 +214,7 @@ pub fn run(
     };
     opts.failures.tell(sinks.observer.clone());
     let stopped_early = AtomicBool::new(false);
+    let cut = std::sync::Mutex::new(Vec::new());
     let figures = figures::Figures::default();
     let shared = Shared {
         config,
@@ -215,6 +223,7 @@ pub fn run(
         realtime_priority: opts.realtime_priority,
         stop,
         stopped: &stopped_early,
+        cut: &cut,
         figures: &figures,
         failures: &opts.failures,
         progress: opts.progress.as_ref(),
@@ -235,11 +244,23 @@ pub fn run(
     let video_end_ns = joined.video.timeline.first_t_ns.map_or(0, |first| {
         first + (frame_slots as f64 * period_ns).round() as Nanos
     });
-    let duration_ns = video_end_ns.max(joined.audio.timeline.end_t_ns.unwrap_or(0));
+    let stopped = stopped_early.load(Ordering::SeqCst);
+    let cut_inputs = cut.into_inner().unwrap_or_default();
+    // What reached the store decides the session's figures. A stopped run read its audio
+    // ahead of its frames: that audio reached no frame, so it is not the session's (an
+    // interrupted replay stored 44 s of frames and said 104 s).
+    let mut audio = joined.audio.timeline.clone();
+    if stopped && frame_slots > 0 {
+        clip_audio(&mut audio, video_end_ns);
+    }
+    let audio_end_ns = audio.end_t_ns.unwrap_or(0);
+    let duration_ns = video_end_ns.max(audio_end_ns);
+    let video_short_by_secs = (frame_slots > 0 && audio_end_ns > video_end_ns + VIDEO_SHORT_NS)
+        .then(|| (audio_end_ns - video_end_ns) as f64 / 1e9);
     let spans: Vec<PhaseSpan> = phase_spans(&joined.events, duration_ns);
     let mut quality = QualityReport::build(QualityInputs {
         video: &joined.video.timeline,
-        audio: &joined.audio.timeline,
+        audio: &audio,
         video_signal: &joined.video.totals,
         audio_signal: &joined.audio.totals,
         frame_slots,
@@ -255,12 +276,33 @@ pub fn run(
         frames: joined.align.frames,
         windows: joined.align.windows,
         duration_ns,
-        stopped: stopped_early.load(Ordering::SeqCst),
+        stopped,
+        cut_inputs,
+        video_short_by_secs,
         quality,
         events: joined.events,
         threads,
         latency: joined.align.latency,
     })
+}
+
+/// The video may end this long before the audio without a word (a camera's last frame
+/// and a microphone's last block are a few frames apart); longer, the session's end had no
+/// frames and no windows, and it is `incomplete` with the reason.
+const VIDEO_SHORT_NS: Nanos = 2_000_000_000;
+
+/// The audio timeline as far as `end_ns`: the blocks past it reached no frame.
+fn clip_audio(audio: &mut AudioTimelineStats, end_ns: Nanos) {
+    let (Some(first), Some(end)) = (audio.first_t_ns, audio.end_t_ns) else {
+        return;
+    };
+    if end <= end_ns {
+        return;
+    }
+    let kept_ns = end_ns.saturating_sub(first);
+    let samples = (kept_ns as u128 * u128::from(audio.sample_rate_hz) / 1_000_000_000) as u64;
+    audio.samples = audio.samples.min(samples);
+    audio.end_t_ns = Some(first.max(end_ns));
 }
 
 /// The error of a thread whose downstream (`next`) stopped taking its output.

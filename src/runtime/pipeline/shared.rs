@@ -24,6 +24,9 @@ pub(super) struct Shared<'a> {
     pub(super) stop: &'a AtomicBool,
     /// Set when `stop` ended a capture before the end of its input.
     pub(super) stopped: &'a AtomicBool,
+    /// Inputs that ended on bad data (a file cut short, a corrupt frame) after what they
+    /// had decoded: `(thread, error)`; what they decoded is kept.
+    pub(super) cut: &'a std::sync::Mutex<Vec<(String, String)>>,
     pub(super) figures: &'a Figures,
     pub(super) failures: &'a StageFailures,
     pub(super) progress: &'a dyn Progress,

@@ -45,11 +45,15 @@ pub(super) struct CaptureContext<'a> {
     /// Set when `stop` ended the capture before the end of its input.
     pub(super) stopped: &'a AtomicBool,
     pub(super) figures: &'a Figures,
+    /// Where an input that ends on bad data is recorded (see [`Shared::cut`]).
+    pub(super) cut: &'a std::sync::Mutex<Vec<(String, String)>>,
 }
 
 /// The capture loop of one source: reads an item, stops early when the stop flag is set,
-/// paces the item to its stamp, hands it on. Returns how many items the queue evicted
-/// (live video only; every other queue blocks).
+/// paces the item to its stamp, hands it on. An input that turns out corrupt or cut short
+/// after its first item ends there as if at its end, the error recorded in `cx.cut`: what
+/// decoded before it is the session's (issue 55: a truncated video kept nothing). Returns
+/// how many items the queue evicted (live video only; every other queue blocks).
 pub(super) fn capture<T>(
     thread: &str,
     mut next: impl FnMut() -> Result<Option<T>, RunError>,
@@ -59,7 +63,21 @@ pub(super) fn capture<T>(
 ) -> Result<u64, RunError> {
     crate::runtime::realtime_priority(cx.realtime_priority);
     let mut meter = Meter::new(thread);
-    while let Some(item) = meter.time(&mut next)? {
+    let mut items = 0u64;
+    loop {
+        let item = match meter.time(&mut next) {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            Err(e) if items > 0 && e.is_cut_input() => {
+                tracing::warn!("{thread}: the input ends on bad data after {items} item(s), which are kept: {e}");
+                if let Ok(mut cut) = cx.cut.lock() {
+                    cut.push((thread.to_string(), e.to_string()));
+                }
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        items += 1;
         if cx.stop.load(Ordering::SeqCst) {
             cx.stopped.store(true, Ordering::SeqCst);
             break;

@@ -129,6 +129,39 @@ pub fn frame_vectors(
     Ok(())
 }
 
+/// The stored event log of session `id`, in order: (session time, type, the JSON line).
+pub fn events(conn: &Connection, id: &str) -> Result<Vec<(u64, String, String)>, StoreError> {
+    let mut s = conn
+        .prepare("SELECT t_ns, type, payload FROM events WHERE session_id = ?1 ORDER BY seq")
+        .map_err(ctx("reading events"))?;
+    let rows = s
+        .query_map([id], |r| {
+            Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?, r.get(2)?))
+        })
+        .map_err(ctx("reading events"))?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(ctx("reading events"))
+}
+
+/// Every stored frame's session time (`frame_index`, `t_ns`), in frame order: the times
+/// per-frame plots are drawn at (a frame's index over the frame rate is not its time when
+/// frames are missing, the video ended early or the session was interrupted).
+pub fn frame_times(conn: &Connection, id: &str) -> Result<Vec<(u64, u64)>, StoreError> {
+    let mut s = conn
+        .prepare("SELECT frame_index, t_ns FROM frames WHERE session_id = ?1 ORDER BY frame_index")
+        .map_err(ctx("reading frame times"))?;
+    let rows = s
+        .query_map([id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?.max(0) as u64,
+                r.get::<_, i64>(1)?.max(0) as u64,
+            ))
+        })
+        .map_err(ctx("reading frame times"))?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(ctx("reading frame times"))
+}
+
 /// Calls `each(window_index, present_frames, mean)` for every window of `modality` that
 /// has window features (`mean` is `None` when the modality was never present), in order.
 pub fn window_means(

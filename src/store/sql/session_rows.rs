@@ -459,6 +459,11 @@ pub struct Failure {
     pub station_id: String,
     pub source: SessionSource,
     pub reason: String,
+    /// What is known of a session that failed before its row was written (a bad events
+    /// line, a missing file): its participant and where it came from, so `sessions list`
+    /// and `show` name them.
+    pub participant_id: Option<String>,
+    pub source_path: Option<String>,
 }
 
 /// Marks a session failed with its reason and removes its derived rows (frames, windows,
@@ -513,16 +518,28 @@ pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), Stor
         }
         None => {
             record_station(tx, &f.station_id)?;
+            if let Some(p) = &f.participant_id {
+                tx.execute(
+                    &format!(
+                        "INSERT OR IGNORE INTO participants (id, first_seen_at) VALUES (?1, {NOW})"
+                    ),
+                    [p],
+                )
+                .map_err(ctx("recording the participant"))?;
+            }
             tx.execute(
                 &format!(
-                    "INSERT INTO sessions (id, station_id, source, nominal_fps, status,
-                        status_reason, owner_host, owner_pid, owner_boot_id, created_at, updated_at)
-                     VALUES (?1, ?2, ?3, 0, 'failed', ?4, ?5, ?6, ?7, {NOW}, {NOW})"
+                    "INSERT INTO sessions (id, station_id, participant_id, source, source_path,
+                        nominal_fps, status, status_reason, owner_host, owner_pid, owner_boot_id,
+                        created_at, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 0, 'failed', ?6, ?7, ?8, ?9, {NOW}, {NOW})"
                 ),
                 params![
                     f.id,
                     f.station_id,
+                    f.participant_id,
                     f.source.as_str(),
+                    f.source_path,
                     f.reason,
                     owner.host,
                     owner.pid,

@@ -35,6 +35,10 @@ pub struct StationHealth {
     pub status_received_at: Option<String>,
     /// Health messages in the history.
     pub history: i64,
+    /// Its records stored here after its latest health message arrived: the outbox it
+    /// reported pending has delivered at least these since (the study page shows the
+    /// newest of the two; a health message is sent every 15 minutes).
+    pub delivered_since_health: u64,
 }
 
 impl Central {
@@ -171,6 +175,7 @@ impl Central {
             status: None,
             status_received_at: None,
             history: 0,
+            delivered_since_health: 0,
         };
         for r in tx.rows(
             "SELECT DISTINCT station FROM collect_stations WHERE study = ?1",
@@ -213,6 +218,23 @@ impl Central {
             let station = r.next().and_then(Val::into_text).unwrap_or_default();
             let n = r.next().and_then(|v| v.int()).unwrap_or(0);
             by.entry(station.clone()).or_insert_with(|| blank(&station)).history = n;
+        }
+        for (station, e) in by.iter_mut() {
+            let Some(at) = &e.health_received_at else {
+                continue;
+            };
+            let n = tx
+                .rows(
+                    "SELECT COUNT(*) FROM collect_records
+                     WHERE study = ?1 AND station = ?2 AND received_at > ?3",
+                    &[Val::text(study), Val::text(station), Val::text(at)],
+                )?
+                .into_iter()
+                .next()
+                .and_then(|r| r.into_iter().next())
+                .and_then(|v| v.int())
+                .unwrap_or(0);
+            e.delivered_since_health = n.max(0) as u64;
         }
         Ok(by.into_values().collect())
     }

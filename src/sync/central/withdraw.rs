@@ -54,12 +54,14 @@ impl Central {
         Ok(out)
     }
 
-    /// The studies holding a record of `participant`, or a withdrawal of theirs.
+    /// The studies holding a record of `participant` (their sessions, consent, or a
+    /// station's purge of them).
     pub fn studies_of(&mut self, participant: &str) -> Result<Vec<String>, CentralError> {
         let mut tx = self.begin()?;
         let mut out: Vec<String> = Vec::new();
         for r in tx.rows(
-            "SELECT DISTINCT study FROM collect_records WHERE participant = ?1",
+            "SELECT DISTINCT study FROM collect_records
+             WHERE participant = ?1 OR (subject = ?1 AND kind IN ('consent', 'purge'))",
             &[Val::text(participant)],
         )? {
             if let Some(s) = r.into_iter().next().and_then(Val::into_text) {
@@ -185,14 +187,28 @@ impl Central {
                 &[Val::text(id)],
             )?;
         }
-        // Quarantined copies: one pass over the table for the participant and every session.
+        // Quarantined copies that name the participant or a session of theirs in a field
+        // (never a substring of another participant's encoded data): candidates found by
+        // the database, confirmed here (`names_any`), deleted by row.
         let mut needles = vec![participant.to_string()];
         needles.extend(sessions.iter().cloned());
         let (matches, params) = mentions("topic || payload", &needles);
-        quarantined += tx.exec(
-            &format!("DELETE FROM collect_quarantine WHERE {matches}"),
+        for r in tx.rows(
+            &format!("SELECT id, topic, reason, payload FROM collect_quarantine WHERE {matches}"),
             &params,
-        )?;
+        )? {
+            let mut r = r.into_iter();
+            let id = r.next().and_then(|v| v.int());
+            let topic = r.next().and_then(Val::into_text).unwrap_or_default();
+            let reason = r.next().and_then(Val::into_text).unwrap_or_default();
+            let payload = r.next().and_then(Val::into_text).unwrap_or_default();
+            if quarantine_names(&topic, &reason, &payload, &needles) {
+                quarantined += tx.exec(
+                    "DELETE FROM collect_quarantine WHERE id = ?1",
+                    &[Val::Int(id)],
+                )?;
+            }
+        }
         ids.sort();
         ids.dedup();
         for id in &ids {
@@ -251,21 +267,41 @@ impl Central {
         let mut left = Vec::new();
         let mut needles = vec![participant.to_string()];
         needles.extend(sessions.iter().cloned());
-        // One pass per table, whatever the number of sessions.
+        // One pass per table, whatever the number of sessions: the database finds the rows
+        // holding a needle anywhere (cheap, on its side), and each candidate is kept only
+        // when a field names it (`names_any`): a pseudonym such as `P01` occurs by chance
+        // inside another participant's base64 features, and a substring is no evidence.
         for table in TABLES {
-            let columns = match table {
-                "collect_records" => {
-                    "message_id || subject || COALESCE(participant, '') || payload"
-                }
-                "collect_chunks" => "message_id || COALESCE(subject, '') || data",
-                _ => "topic || reason || payload",
+            let (columns, select) = match table {
+                "collect_records" => (
+                    "message_id || subject || COALESCE(participant, '') || payload",
+                    "subject, COALESCE(participant, ''), payload",
+                ),
+                "collect_chunks" => (
+                    "COALESCE(subject, '') || data",
+                    "COALESCE(subject, ''), '', data",
+                ),
+                _ => ("topic || reason || payload", "topic, reason, payload"),
             };
             let (matches, params) = mentions(columns, &needles);
-            let found = tx.rows(
-                &format!("SELECT 1 FROM {table} WHERE {matches} LIMIT 1"),
+            let candidates = tx.rows(
+                &format!("SELECT {select} FROM {table} WHERE {matches}"),
                 &params,
             )?;
-            if !found.is_empty() {
+            let holds = candidates.into_iter().any(|r| {
+                let mut r = r.into_iter().map(|v| v.into_text().unwrap_or_default());
+                let (a, b, text) = (
+                    r.next().unwrap_or_default(),
+                    r.next().unwrap_or_default(),
+                    r.next().unwrap_or_default(),
+                );
+                if table == "collect_quarantine" {
+                    quarantine_names(&a, &b, &text, &needles)
+                } else {
+                    needles.iter().any(|n| *n == a || *n == b) || names_any(&text, &needles)
+                }
+            });
+            if holds {
                 left.push(table.to_string());
             }
         }
@@ -292,6 +328,76 @@ impl Central {
     }
 }
 
+/// Whether a quarantined row names a needle: a segment of its topic, a word of the
+/// collector's reason, or a field of its (possibly cut) payload.
+fn quarantine_names(topic: &str, reason: &str, payload: &str, needles: &[String]) -> bool {
+    let is_needle = |w: &str| needles.iter().any(|n| n == w);
+    topic.split('/').any(is_needle)
+        || reason
+            .split(|c: char| c.is_whitespace() || "()[]{},;:'\"`".contains(c))
+            .any(|w| is_needle(w.trim_end_matches('.')))
+        || names_any(payload, needles)
+}
+
+/// Whether `text` names one of `needles` as a whole JSON string (a field's value, a key or
+/// an array's element), looking inside strings that hold JSON themselves (an envelope's
+/// payload). Text that is not whole JSON (a chunk of a message, a quarantined payload cut at
+/// 4 KiB) is read as far as its string literals go. A needle inside a longer string (a
+/// base64 block, an utterance) is not named by it.
+pub(super) fn names_any(text: &str, needles: &[String]) -> bool {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => value_names(&v, needles),
+        Err(_) => string_literals(text).any(|s| string_names(&s, needles)),
+    }
+}
+
+fn value_names(v: &serde_json::Value, needles: &[String]) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => string_names(s, needles),
+        Value::Array(a) => a.iter().any(|e| value_names(e, needles)),
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, e)| needles.iter().any(|n| n == k) || value_names(e, needles)),
+        _ => false,
+    }
+}
+
+fn string_names(s: &str, needles: &[String]) -> bool {
+    needles.iter().any(|n| n == s)
+        || (s.trim_start().starts_with(['{', '[']) && names_any(s, needles))
+}
+
+/// The string literals of JSON text that may be cut anywhere, decoded (a literal cut by
+/// the end of the text is taken as far as it goes, its quotes unescaped; one that does not
+/// decode is taken as written).
+fn string_literals(text: &str) -> impl Iterator<Item = String> + '_ {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        let start = at + bytes.get(at..)?.iter().position(|&b| b == b'"')?;
+        let mut end = start + 1;
+        let mut escaped = false;
+        while end < bytes.len() && (escaped || bytes[end] != b'"') {
+            escaped = !escaped && bytes[end] == b'\\';
+            end += 1;
+        }
+        if end >= bytes.len() {
+            // Cut by the end of the text: taken as far as it goes (it may hold JSON of
+            // its own, an envelope's payload cut by a chunk), and the scan ends.
+            at = bytes.len();
+            let raw = text.get(start + 1..)?;
+            return Some(raw.replace("\\\"", "\"").replace("\\\\", "\\"));
+        }
+        at = end + 1;
+        let literal = &text[start..=end];
+        return Some(
+            serde_json::from_str::<String>(literal)
+                .unwrap_or_else(|_| text[start + 1..end].to_string()),
+        );
+    })
+}
+
 /// A condition true when `expr` holds any of `needles` literally, with its parameters.
 fn mentions(expr: &str, needles: &[String]) -> (String, Vec<Val>) {
     let condition = (1..=needles.len())
@@ -311,4 +417,49 @@ fn like_escaped(text: &str) -> String {
     text.replace('\\', "\\\\")
         .replace('%', "\\%")
         .replace('_', "\\_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_pseudonym_inside_encoded_data_is_not_a_mention() {
+        let record =
+            r#"{"participant_id":"P02","windows":"QUJDUDAxWFla","sessions":[{"id":"S9"}]}"#;
+        assert!(!names_any(record, &n(&["P01"])));
+        assert!(names_any(record, &n(&["P02"])));
+        assert!(names_any(record, &n(&["S9"])));
+        // An utterance that mentions the id in a sentence is not a field naming it.
+        assert!(!names_any(r#"{"text":"I am P01 today"}"#, &n(&["P01"])));
+    }
+
+    #[test]
+    fn json_held_in_a_string_and_cut_text_are_read_as_far_as_they_go() {
+        let envelope = r#"{"kind":"session","payload":"{\"participant_id\":\"P01\"}"}"#;
+        assert!(names_any(envelope, &n(&["P01"])));
+        let cut = r#"{"subject":"S1","data":"{\"participant_id\":\"P01\",\"x\":\"AAAP0"#;
+        assert!(names_any(cut, &n(&["P01"])));
+        assert!(names_any(cut, &n(&["S1"])));
+        assert!(!names_any(r#"{"data":"xxP01xx","p":"P0"#, &n(&["P01"])));
+        assert!(!names_any("not json at all P01", &n(&["P01"])));
+    }
+
+    #[test]
+    fn quarantined_rows_name_by_topic_segment_reason_word_or_field() {
+        let ids = n(&["P01"]);
+        assert!(quarantine_names("empathic/v1/s/st/purge/P01", "", "", &ids));
+        assert!(!quarantine_names(
+            "empathic/v1/s/st/purge/P011",
+            "",
+            "",
+            &ids
+        ));
+        assert!(quarantine_names("t", "consent of `P01` refused.", "", &ids));
+        assert!(!quarantine_names("t", "bad signature", "QUJDUDAx", &ids));
+    }
 }
