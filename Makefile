@@ -7,7 +7,7 @@ DEMO_REPORT ?= demo-report.html
 # benchmarks that load models in their own process.
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: setup build demo test lint bench clean train-demo install collector install-collector deb
+.PHONY: setup build demo test lint bench clean train-demo install collector install-collector deb trial
 
 setup:
 	./scripts/setup.sh
@@ -34,6 +34,11 @@ demo: build
 	@echo
 	@echo "session report (open it in any browser; it works offline):"
 	./target/release/empathic report demo-0001 --db $(DEMO_DB) --out $(DEMO_REPORT)
+
+# A trial station without devices: the live service with a video file as its camera and a
+# virtual microphone, driven through one session by the reference app (docs/station.md).
+trial: build
+	./scripts/trial-station.sh
 
 # The collector build is built first: tests/it/collector_build.rs runs it. The tests run a
 # build with fail points compiled in (feature `failpoints`: stages made to fail on cue,

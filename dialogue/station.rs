@@ -17,6 +17,8 @@ pub(crate) struct Station {
     pub(crate) socket: PathBuf,
     pub(crate) conn: Mutex<Option<(UnixStream, BufReader<UnixStream>)>>,
     pub(crate) session_id: Mutex<Option<String>>,
+    /// The session's token, from `start_session`'s answer.
+    pub(crate) token: Mutex<Option<String>>,
     pub(crate) last_sent: Mutex<Instant>,
 }
 
@@ -29,8 +31,13 @@ impl Station {
             socket,
             conn: Mutex::new(None),
             session_id: Mutex::new(None),
+            token: Mutex::new(None),
             last_sent: Mutex::new(Instant::now()),
         }
+    }
+
+    fn token(&self) -> Option<String> {
+        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn session_id(&self) -> Option<String> {
@@ -47,6 +54,11 @@ impl Station {
         if !matches!(what.as_str(), "start_session" | "status" | "recommend") {
             if let Some(id) = self.session_id() {
                 request["session_id"] = json!(id);
+                // The session's token: after a reconnect the station takes requests for it
+                // only with it (status shows every client the id, never the token).
+                if let Some(t) = self.token() {
+                    request["token"] = json!(t);
+                }
             }
         }
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
@@ -92,6 +104,8 @@ impl Station {
         let answer = self.ask(json!({"type": "start_session", "participant_id": participant}))?;
         *self.session_id.lock().unwrap_or_else(|p| p.into_inner()) =
             answer["session_id"].as_str().map(str::to_string);
+        *self.token.lock().unwrap_or_else(|p| p.into_inner()) =
+            answer["token"].as_str().map(str::to_string);
         Ok(answer)
     }
 

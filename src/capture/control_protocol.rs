@@ -133,6 +133,13 @@ struct StartFields {
 }
 
 /// Parses one request line. The error is the reason sent back.
+/// The session token a request line carries (`"token"`, from `start_session`'s answer): what
+/// lets a client other than the one the session is bound to act on it.
+pub fn token_of(line: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v.get("token")?.as_str().map(str::to_string)
+}
+
 pub fn parse_request(line: &str) -> Result<Request, String> {
     let mut value: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
@@ -147,6 +154,8 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
     if map.contains_key("t_ms") {
         return Err("`t_ms` is set by the service on arrival; leave it out".into());
     }
+    // The session's token is the caller's proof, not part of any request (`token_of`).
+    map.remove("token");
     match kind.as_str() {
         "start_session" => {
             map.remove("type");

@@ -15,9 +15,19 @@ use plotters::style::FontStyle;
 pub const MAX_POINTS: usize = 1200;
 const WIDTH: u32 = 900;
 
-/// HTML-escapes text (the page's and the legends').
+/// HTML-escapes text (the page's and the legends'); control characters (a NUL or an escape
+/// in an utterance, which HTML cannot carry) become U+FFFD, tabs and newlines stay.
 pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect::<String>()
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -174,7 +184,13 @@ fn draw_backdrop<DB: DrawingBackend>(
             )))
             .map_err(err)?;
     }
-    for m in backdrop.markers {
+    let x_max = backdrop
+        .phases
+        .iter()
+        .map(|p| p.1)
+        .chain(backdrop.markers.iter().map(|m| m.secs))
+        .fold(1.0f64, f64::max);
+    for m in &unclutter(backdrop.markers, x_max) {
         chart
             .draw_series(LineSeries::new(
                 [(m.secs, y.0), (m.secs, y.1)],
@@ -193,9 +209,31 @@ fn draw_backdrop<DB: DrawingBackend>(
 }
 
 /// A vertical marker (a story shown, say).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Marker {
     pub secs: f64,
     pub label: String,
+}
+
+/// Markers whose labels would overlap on an axis of `x_max` seconds (drawn 900 units wide,
+/// about 6.5 units a character at 11 units) joined into one, at the first one's time: two
+/// stories shown within 2 s of each other were drawn one over the other.
+pub fn unclutter(markers: &[Marker], x_max: f64) -> Vec<Marker> {
+    let per_char = x_max.max(1.0) * 6.5 / f64::from(WIDTH);
+    let mut sorted: Vec<Marker> = markers.to_vec();
+    sorted.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+    let mut out: Vec<Marker> = Vec::new();
+    for m in sorted {
+        match out.last_mut() {
+            Some(last)
+                if m.secs - last.secs < (last.label.chars().count() + 2) as f64 * per_char =>
+            {
+                last.label = format!("{} + {}", last.label, m.label);
+            }
+            _ => out.push(m),
+        }
+    }
+    out
 }
 
 fn finish_svg(svg: String, height: u32) -> String {
@@ -487,7 +525,7 @@ pub fn timeline(lanes: &[Lane], markers: &[Marker], duration: f64) -> Result<Str
                     }
                 }
             }
-            for m in markers {
+            for m in &unclutter(markers, x_max) {
                 chart
                     .draw_series(LineSeries::new(
                         [(m.secs, 0.0), (m.secs, n)],
@@ -643,6 +681,31 @@ mod tests {
         assert_eq!(g.len(), 6);
         assert!(g[3].1.is_nan() && g[3].0 > 11.0 && g[3].0 < 27.0);
         assert_eq!(with_gaps(&p[..3], 1.5), p[..3].to_vec());
+    }
+
+    #[test]
+    fn escaped_text_carries_no_control_character() {
+        assert_eq!(
+            esc("a\0b\u{1b}[31m<c>\n"),
+            "a\u{FFFD}b\u{FFFD}[31m&lt;c&gt;\n"
+        );
+    }
+
+    #[test]
+    fn markers_too_close_to_read_are_joined() {
+        let m = |secs: f64, label: &str| Marker {
+            secs,
+            label: label.into(),
+        };
+        let joined = unclutter(
+            &[m(61.0, "story 2"), m(60.0, "story 1"), m(300.0, "story 3")],
+            600.0,
+        );
+        assert_eq!(joined.len(), 2);
+        assert_eq!(joined[0].label, "story 1 + story 2");
+        assert_eq!(joined[0].secs, 60.0);
+        // Far enough apart at this scale: kept apart.
+        assert_eq!(unclutter(&[m(60.0, "a"), m(70.0, "b")], 100.0).len(), 2);
     }
 
     #[test]

@@ -184,7 +184,8 @@ impl Store {
                 "process {} on {} ended without finishing the session (killed, crashed or power lost); data up to its last committed batch is kept",
                 owner.pid, owner.host
             );
-            // Marked incomplete and announced to sync in one transaction.
+            // Marked incomplete and announced to sync in one transaction; its duration is
+            // that of the frames it stored (it was 0: a killed session listed as `0.0s`).
             let tx = self
                 .conn
                 .unchecked_transaction()
@@ -193,6 +194,8 @@ impl Store {
                 "UPDATE sessions SET status = 'incomplete', status_reason = ?2,
                  frames = (SELECT count(*) FROM frames WHERE session_id = ?1),
                  windows = (SELECT count(*) FROM windows WHERE session_id = ?1),
+                 duration_ns = COALESCE((SELECT max(t_ns) FROM frames WHERE session_id = ?1)
+                     + CAST(1000000000.0 / NULLIF(nominal_fps, 0) AS INTEGER), duration_ns),
                  updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
                  WHERE id = ?1 AND status = 'running'",
                 params![id, reason],

@@ -80,6 +80,12 @@ fn sigkill_mid_run_leaves_a_clean_database() {
         .contains("ended without finishing"));
     assert_eq!(s["frames"].as_i64().unwrap(), frames);
     assert!(s["windows"].as_i64().unwrap() >= 1);
+    // Issue 55 item 7: its duration is that of the frames it stored (it listed `0.0s`).
+    let secs = s["duration_secs"].as_f64().unwrap();
+    assert!(
+        (secs - frames as f64 / 15.0).abs() < 0.2,
+        "{secs} s for {frames} frames"
+    );
     // Marked incomplete and announced for sync in one transaction: exactly one record,
     // saying incomplete.
     let conn = crate::common::store::open_db(&db);

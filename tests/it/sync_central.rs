@@ -927,6 +927,9 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
     let participant: String = crate::common::store::open_db(&db1)
         .query_row("SELECT participant_id FROM sessions", [], |r| r.get(0))
         .unwrap();
+    // Issue 55 item 5 (docs/station.md, "Backing up and restoring"): backups taken online,
+    // as the docs say (the collectors still run), restore every session.
+    a_backup_taken_online_restores_every_session(tmp.path(), &db1, &central, &pg, &pg_url);
     for c in collectors {
         stop(c);
     }
@@ -1099,6 +1102,76 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
         )
         .unwrap();
     assert_eq!(audit, 0);
+}
+
+/// A station database and a central SQLite file copied with `sqlite3 .backup` while open,
+/// and PostgreSQL with `pg_dump -Fc` / `pg_restore` into a new database: each restored copy
+/// lists the same sessions as its original.
+fn a_backup_taken_online_restores_every_session(
+    tmp: &Path,
+    station: &Path,
+    central: &Path,
+    pg: &Postgres,
+    pg_url: &str,
+) {
+    let listed = |target: &str| {
+        let o = empathic(&["sessions", "list", "--db", target, "--json"]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let mut ids: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                s["id"]
+                    .as_str()
+                    .or(s["session_id"].as_str())
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        ids.sort();
+        assert!(!ids.is_empty(), "{target} lists no session");
+        ids
+    };
+    for (name, original) in [("station", station), ("central", central)] {
+        // Held open by a reader while the backup runs, as a service would.
+        let _open = crate::common::store::open_db(original);
+        let copy = tmp.join(format!("{name}-backup.db"));
+        let o = Command::new("sqlite3")
+            .arg(original)
+            .arg(format!(".backup '{}'", copy.display()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let restored = tmp.join(format!("{name}-restored.db"));
+        std::fs::copy(&copy, &restored).unwrap();
+        assert_eq!(
+            listed(path_str(&restored)),
+            listed(path_str(original)),
+            "{name}"
+        );
+    }
+    let bin = |tool: &str| {
+        std::fs::read_dir("/usr/lib/postgresql")
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin").join(tool)))
+            .find(|p| p.exists())
+            .unwrap()
+    };
+    let dump = tmp.join("central.dump");
+    let o = Command::new(bin("pg_dump"))
+        .args(["-Fc", "-d", pg_url, "-f", path_str(&dump)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let restored = pg.database("restored");
+    let o = Command::new(bin("pg_restore"))
+        .args(["-d", &restored, path_str(&dump)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(listed(&restored), listed(pg_url));
 }
 
 /// Every string of 40 characters or more in a JSON value, depth first.

@@ -73,28 +73,63 @@ fn the_control_socket_bounds_lines_connections_and_idle_time_and_always_answers(
     let a = answer(&mut s);
     assert_eq!(a["ok"], true, "{a}");
     drop(s);
-    // Every slot held by an idle connection: a new one is refused with an answer, and
-    // `status` fails rather than print a station with nothing in it.
+    // Every request slot held by an idle connection, and as many subscribers that never
+    // read (issue 56: sixteen idle neighbours locked the station out of `status`, `stop`
+    // and a withdrawal). A new connection that sends nothing is refused as busy, and a
+    // request other than status or stop too; `status` still gets through, on a reserved
+    // slot; one subscriber more than the bound is refused.
+    let listeners: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let mut s = UnixStream::connect(&station.socket).unwrap();
+            writeln!(s, "{}", json!({"type": "subscribe", "topics": ["session"]})).unwrap();
+            assert_eq!(answer(&mut s)["ok"], true);
+            s
+        })
+        .collect();
+    let mut one_more = UnixStream::connect(&station.socket).unwrap();
+    writeln!(
+        one_more,
+        "{}",
+        json!({"type": "subscribe", "topics": ["session"]})
+    )
+    .unwrap();
+    let a = answer(&mut one_more);
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("too many subscribers"),
+        "{a}"
+    );
+    drop(one_more);
     let idle: Vec<UnixStream> = (0..16)
         .map(|_| UnixStream::connect(&station.socket).unwrap())
         .collect();
     sleep_s(0.5);
     let mut extra = UnixStream::connect(&station.socket).unwrap();
-    assert!(answer(&mut extra)["error"]
-        .as_str()
-        .unwrap()
-        .contains("too many"));
+    let a = answer(&mut extra);
+    assert!(a["error"].as_str().unwrap().contains("too many"), "{a}");
+    assert_eq!(a["busy"], true, "{a}");
+    let mut other = UnixStream::connect(&station.socket).unwrap();
+    writeln!(other, "{}", json!({"type": "recommend", "k": 1})).unwrap();
+    let a = answer(&mut other);
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("only status and stop_session"),
+        "{a}"
+    );
     let o = empathic(&["status", "--config", path_str(&config)]);
     assert!(
-        !o.status.success(),
-        "status exit 0 while refused: {}",
-        stdout(&o)
-    );
-    assert!(
-        stderr(&o).contains("too many control connections"),
-        "{}",
+        o.status.success(),
+        "status refused under a flood: {}",
         stderr(&o)
     );
+    assert!(stdout(&o).contains("station"), "{}", stdout(&o));
+    let o = empathic(&["ctl", "start", "P-NONE", "--config", path_str(&config)]);
+    assert_eq!(o.status.code(), Some(1), "busy is exit 1: {}", stderr(&o));
+    drop(listeners);
     // Idle connections are closed after the idle timeout, with a reason; the slots free.
     let mut first = idle.into_iter().next().unwrap();
     let a = answer(&mut first);
@@ -385,4 +420,59 @@ fn second_probe_doors_hold_on_the_live_service() {
     assert!(events.contains(&"start"), "{events:?}");
     assert!(events.contains(&"abandoned"), "{events:?}");
     assert_eq!(events.last(), Some(&"ended"), "{events:?}");
+}
+
+/// Issue 56 item 1: a session bound to a connection on which the app then subscribed (and
+/// never read or asked anything again) kept the camera recording for ever. A bound app is
+/// alive while it sends requests: silent for the idle timeout plus the grace, its session
+/// ends `incomplete` with the reason, and what was captured is kept.
+#[test]
+fn a_hung_app_that_only_subscribed_on_its_connection_does_not_keep_the_camera_on() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    with_live(&config, "app_grace_ms = 3000");
+    consent(&config, "P-HUNG");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let mut owner = UnixStream::connect(&station.socket).unwrap();
+    owner
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut owner_in = BufReader::new(owner.try_clone().unwrap());
+    writeln!(
+        owner,
+        "{}",
+        json!({"type": "start_session", "participant_id": "P-HUNG"})
+    )
+    .unwrap();
+    let mut line = String::new();
+    owner_in.read_line(&mut line).unwrap();
+    let started: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(started["ok"], true, "{started}");
+    let id = started["session_id"].as_str().unwrap().to_string();
+    // The same connection turns into a subscription, and the app never reads it.
+    writeln!(
+        owner,
+        "{}",
+        json!({"type": "subscribe", "topics": ["face", "quality", "session"]})
+    )
+    .unwrap();
+    let begun = Instant::now();
+    assert_eq!(station.wait_session_end(&id), "incomplete");
+    let took = begun.elapsed().as_secs_f64();
+    assert!(
+        took < 30.0 + 3.0 + 10.0,
+        "ended {took:.1} s after the app fell silent"
+    );
+    let reason = status_reason(&station.db, &id).unwrap_or_default();
+    assert!(reason.contains("sent no request"), "{reason}");
+    let conn = crate::common::store::open_db(&station.db);
+    assert!(
+        count(
+            &conn,
+            &format!("SELECT frames FROM sessions WHERE id = '{id}'")
+        ) > 0
+    );
+    drop(owner);
 }

@@ -38,6 +38,10 @@ pub struct CtlArgs {
     /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// The session's token (`ctl start` prints it in its answer): needed to act on a
+    /// session from a user other than the service's own or root.
+    #[arg(long, global = true)]
+    token: Option<String>,
 }
 
 #[derive(clap::Subcommand)]
@@ -108,6 +112,10 @@ impl CtlArgs {
             CtlCommand::Event { json } => serde_json::from_str(&json)
                 .map_err(|e| (ExitKind::BadInput, format!("not valid JSON: {e}")))?,
         };
+        let mut body = body;
+        if let (Some(t), Some(map)) = (&self.token, body.as_object_mut()) {
+            map.insert("token".into(), t.clone().into());
+        }
         ctl(self.socket, self.config.as_deref(), body)
     }
 }

@@ -417,6 +417,9 @@ fn transcript_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
     } else if said.is_empty() {
         note(out, "The participant said nothing that was transcribed.");
     } else {
+        if said.iter().any(|u| u.source == "asr") {
+            note(out, "Words heard by the station were recognised on the station itself (Moonshine tiny-en, no audio leaves it); recognition makes mistakes (docs/features.md gives its word error rates), and these are the words the text modality and the predictions used.");
+        }
         out.push_str("<table><tr><th>time</th><th>participant</th><th>heard by</th></tr>\n");
         for u in said {
             let _ = writeln!(

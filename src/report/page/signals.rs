@@ -40,6 +40,7 @@ pub(super) fn face_section(out: &mut String, cx: &Section<'_>) -> Result<(), Pag
                 .map(|(c, v)| (au_label(c.trim_end_matches("_r")), v.clone()))
                 .collect();
             out.push_str("<h3>Action unit intensity (0-5; grey: no face)</h3>\n");
+            out.push_str("<p class=\"note\">Approximations: these AUs are read from MediaPipe's face mesh and blendshapes, not from OpenFace's AU models (research-licensed, not used). Against OpenFace 2.0 on the project's reference clips they correlate at a mean Pearson r of 0.23-0.37 (docs/features.md): read their course over the session, not their values.</p>\n");
             plot(
                 out,
                 plots::heat_strip(&aus, phase_bands, duration, 5.0),

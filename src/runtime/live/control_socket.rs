@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::runtime::RunError;
 use crate::session::Event;
 
-use super::lifecycle::check_addressed;
+use super::lifecycle::{check_addressed, Proof};
 use super::session_run::start_session;
 
 /// The subscription stream's version (docs/station.md, "Subscriptions"). 2: `voice` also
@@ -198,7 +198,12 @@ fn serve_reserved<'scope>(
                 break match parse_request(line.trim()) {
                     Ok(request @ (Request::Status | Request::StopSession { .. })) => {
                         // Not the connection of any session: u64::MAX is never a real one.
-                        match handle(scope, service, request, u64::MAX) {
+                        let caller = Caller {
+                            conn: u64::MAX,
+                            token: crate::capture::control_protocol::token_of(line.trim()),
+                            trusted: trusted_peer(reader.get_ref()),
+                        };
+                        match handle(scope, service, request, &caller) {
                             Ok(mut v) => {
                                 v["ok"] = true.into();
                                 v.to_string()
@@ -416,6 +421,7 @@ fn serve_connection<'scope>(
 ) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let trusted = trusted_peer(&stream);
     let Ok(mut out) = stream.try_clone() else {
         return;
     };
@@ -493,7 +499,14 @@ fn serve_connection<'scope>(
                 service.clients.fetch_add(1, Ordering::SeqCst);
                 return;
             }
-            Ok(request) => handle(scope, service, request, conn),
+            Ok(request) => {
+                let caller = Caller {
+                    conn,
+                    token: crate::capture::control_protocol::token_of(line.trim()),
+                    trusted,
+                };
+                handle(scope, service, request, &caller)
+            }
             Err(reason) => Err(reason),
         };
         let text = match reply {
@@ -512,11 +525,37 @@ fn serve_connection<'scope>(
     }
 }
 
+/// Who sent a request: its connection, the session token it carried, and whether its
+/// peer runs as the service's own user or root (`SO_PEERCRED`).
+pub(super) struct Caller {
+    pub(super) conn: u64,
+    pub(super) token: Option<String>,
+    pub(super) trusted: bool,
+}
+
+impl Caller {
+    fn proof(&self) -> Proof<'_> {
+        Proof {
+            token: self.token.as_deref(),
+            trusted: self.trusted,
+        }
+    }
+}
+
+/// Whether the peer of `stream` runs as this service's user or as root: the station's own
+/// commands (a purge, staff's `ctl`), trusted with any session.
+fn trusted_peer(stream: &UnixStream) -> bool {
+    rustix::net::sockopt::socket_peercred(stream).is_ok_and(|c| {
+        let uid = c.uid.as_raw();
+        uid == 0 || uid == rustix::process::getuid().as_raw()
+    })
+}
+
 pub(super) fn handle<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     service: &'scope Service<'scope>,
     request: Request,
-    conn: u64,
+    caller: &Caller,
 ) -> Result<serde_json::Value, String> {
     match request {
         Request::Status => {
@@ -535,7 +574,14 @@ pub(super) fn handle<'scope>(
                     lease_s.unwrap_or_default()
                 ));
             }
-            start_session(scope, service, participant_id, session_id, lease_s, conn)
+            start_session(
+                scope,
+                service,
+                participant_id,
+                session_id,
+                lease_s,
+                caller.conn,
+            )
         }
         Request::StopSession { .. } => {
             let (id, answer) = {
@@ -543,11 +589,16 @@ pub(super) fn handle<'scope>(
                 let r = state.running.as_mut();
                 let r = match r {
                     Some(r) => {
-                        check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
+                        check_addressed(
+                            Some((r.id.as_str(), &mut r.tie)),
+                            &request,
+                            caller.conn,
+                            caller.proof(),
+                        )?;
                         r
                     }
                     None => {
-                        return Err(check_addressed(None, &request, conn)
+                        return Err(check_addressed(None, &request, caller.conn, caller.proof())
                             .err()
                             .unwrap_or_default())
                     }
@@ -574,10 +625,15 @@ pub(super) fn handle<'scope>(
             let r = state.running.as_mut();
             match r {
                 Some(r) => {
-                    check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
+                    check_addressed(
+                        Some((r.id.as_str(), &mut r.tie)),
+                        &request,
+                        caller.conn,
+                        caller.proof(),
+                    )?;
                     Ok(serde_json::json!({"session_id": r.id, "kept_by": r.tie.describe()}))
                 }
-                None => Err(check_addressed(None, &request, conn)
+                None => Err(check_addressed(None, &request, caller.conn, caller.proof())
                     .err()
                     .unwrap_or_default()),
             }
@@ -587,11 +643,16 @@ pub(super) fn handle<'scope>(
         Request::Event { ref kind, .. } => {
             let mut state = service.state();
             let Some(r) = state.running.as_mut() else {
-                return Err(check_addressed(None, &request, conn)
+                return Err(check_addressed(None, &request, caller.conn, caller.proof())
                     .err()
                     .unwrap_or_default());
             };
-            check_addressed(Some((r.id.as_str(), &mut r.tie)), &request, conn)?;
+            check_addressed(
+                Some((r.id.as_str(), &mut r.tie)),
+                &request,
+                caller.conn,
+                caller.proof(),
+            )?;
             if r.end.load(Ordering::SeqCst) {
                 return Err(format!("session `{}` is stopping", r.id));
             }

@@ -13,7 +13,13 @@
 //! (an app that hung, or one that turned the connection into a subscription and never asked
 //! anything again) ends the session too (issue 56: a hung app kept the camera on for ever).
 //! Within the grace, a request naming the session (`session_id`) from a new
-//! connection binds the session to it (an app that restarted). Requests that name a session
+//! connection binds the session to it (an app that restarted).
+//!
+//! Who may act on a session: the connection it is bound to; any other client only with the
+//! session's token (`start_session` answers it; `status` never shows it), or when the
+//! client runs as the service's own user or root (the station's own commands: a purge
+//! stopping a session, `empathic ctl` as staff). Learning a `session_id` from `status` lets
+//! a neighbour act on nothing (issue 56). Requests that name a session
 //! other than the running one are refused with the reason ([`check_addressed`]); a request
 //! that names none is taken from the bound connection, or for a leased session.
 
@@ -31,8 +37,32 @@ pub(super) struct Tie {
     /// Grace after the connection closed, or the lease.
     lease: Duration,
     renewed: Instant,
+    /// The session's token (128 random bits, hex): handed to the client that started it.
+    pub(super) token: String,
     /// Why the session was ended for want of its app, for its stored reason.
     pub(super) abandoned: Arc<Mutex<Option<String>>>,
+}
+
+/// What a request's sender proves: the token it carried, and whether it runs as the
+/// service's own user or root.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Proof<'a> {
+    pub(super) token: Option<&'a str>,
+    pub(super) trusted: bool,
+}
+
+/// A new session token: 16 random bytes in hex (the OS's generator; a clock-derived value
+/// when it cannot be read, which only a caller of this machine could guess).
+fn new_token() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes = t.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Tie {
@@ -44,6 +74,7 @@ impl Tie {
             owner_left: None,
             lease: lease_s.map_or(grace, Duration::from_secs),
             renewed: Instant::now(),
+            token: new_token(),
             abandoned: Arc::new(Mutex::new(None)),
         }
     }
@@ -108,6 +139,7 @@ pub(super) fn check_addressed(
     running: Option<(&str, &mut Tie)>,
     request: &Request,
     conn: u64,
+    proof: Proof<'_>,
 ) -> Result<(), String> {
     let named = request.names_session();
     let Some((id, tie)) = running else {
@@ -120,6 +152,15 @@ pub(super) fn check_addressed(
         Some(n) if n != id => Err(format!(
             "session `{n}` is not running (the running session is `{id}`)"
         )),
+        // Not its bound connection: only with the token, or as the station's own user.
+        _ if tie.owner != Some(conn)
+            && !proof.trusted
+            && proof.token != Some(tie.token.as_str()) =>
+        {
+            Err(format!(
+                "session `{id}` is another client's: send its `token` (from start_session's answer) to act on it"
+            ))
+        }
         Some(_) => {
             if tie.owner.is_some() && tie.owner_left.is_some() {
                 tracing::info!(session = %id, "a new connection named the session within its grace: bound to it");
@@ -156,23 +197,56 @@ mod tests {
         }
     }
 
+    const STRANGER: Proof<'static> = Proof {
+        token: None,
+        trusted: false,
+    };
+    const STAFF: Proof<'static> = Proof {
+        token: None,
+        trusted: true,
+    };
+
     #[test]
     fn requests_for_another_session_or_from_a_stranger_are_refused() {
         let mut bound = Tie::new(1, None, Duration::from_secs(30));
-        assert!(check_addressed(Some(("s-2", &mut bound)), &event(None), 1).is_ok());
-        let e = check_addressed(Some(("s-2", &mut bound)), &event(Some("s-1")), 1).unwrap_err();
+        let token = bound.token.clone();
+        let holder = Proof {
+            token: Some(&token),
+            trusted: false,
+        };
+        assert!(check_addressed(Some(("s-2", &mut bound)), &event(None), 1, STRANGER).is_ok());
+        let e = check_addressed(Some(("s-2", &mut bound)), &event(Some("s-1")), 1, STRANGER)
+            .unwrap_err();
         assert!(
             e.contains("`s-1` is not running") && e.contains("`s-2`"),
             "{e}"
         );
-        let e = check_addressed(Some(("s-2", &mut bound)), &event(None), 7).unwrap_err();
+        // Issue 56: a neighbour that learnt the id from `status` cannot act on the session.
+        let e = check_addressed(Some(("s-2", &mut bound)), &event(Some("s-2")), 7, STRANGER)
+            .unwrap_err();
+        assert!(e.contains("token"), "{e}");
+        let wrong = Proof {
+            token: Some("00"),
+            trusted: false,
+        };
+        assert!(check_addressed(Some(("s-2", &mut bound)), &event(Some("s-2")), 7, wrong).is_err());
+        assert!(check_addressed(Some(("s-2", &mut bound)), &event(Some("s-2")), 7, holder).is_ok());
+        let e = check_addressed(Some(("s-2", &mut bound)), &event(None), 7, STAFF).unwrap_err();
         assert!(e.contains("name the session"), "{e}");
-        assert!(check_addressed(Some(("s-2", &mut bound)), &event(Some("s-2")), 7).is_ok());
-        let e = check_addressed(None, &event(Some("s-1")), 1).unwrap_err();
+        assert!(check_addressed(Some(("s-2", &mut bound)), &event(Some("s-2")), 7, STAFF).is_ok());
+        let e = check_addressed(None, &event(Some("s-1")), 1, STRANGER).unwrap_err();
         assert!(e.contains("`s-1` is not running"), "{e}");
-        // A leased session takes requests from any connection (one-shot clients).
+        // A leased session takes requests from any connection that holds its token (one-shot
+        // clients), or the station's own user.
         let mut leased = Tie::new(1, Some(600), Duration::from_secs(30));
-        assert!(check_addressed(Some(("s-3", &mut leased)), &event(None), 9).is_ok());
+        let token = leased.token.clone();
+        let holder = Proof {
+            token: Some(&token),
+            trusted: false,
+        };
+        assert!(check_addressed(Some(("s-3", &mut leased)), &event(None), 9, holder).is_ok());
+        assert!(check_addressed(Some(("s-3", &mut leased)), &event(None), 9, STAFF).is_ok());
+        assert!(check_addressed(Some(("s-3", &mut leased)), &event(None), 9, STRANGER).is_err());
     }
 
     #[test]
@@ -204,7 +278,12 @@ mod tests {
         // Re-bound within the grace by a request naming it.
         let mut tie = Tie::new(1, None, Duration::from_millis(200));
         tie.connection_closed(1);
-        assert!(check_addressed(Some(("s", &mut tie)), &event(Some("s")), 5).is_ok());
+        let token = tie.token.clone();
+        let holder = Proof {
+            token: Some(&token),
+            trusted: false,
+        };
+        assert!(check_addressed(Some(("s", &mut tie)), &event(Some("s")), 5, holder).is_ok());
         std::thread::sleep(Duration::from_millis(250));
         assert!(tie.expired().is_none(), "bound to connection 5 now");
     }

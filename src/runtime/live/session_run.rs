@@ -105,6 +105,7 @@ pub(super) fn start_session_checked<'scope>(
         std::time::Duration::from_millis(config.live.app_grace_ms),
     );
     let kept_by = tie.describe();
+    let token = tie.token.clone();
     let consent_withdrawn = Arc::new(AtomicBool::new(false));
     let run = SessionRun {
         consent_withdrawn: consent_withdrawn.clone(),
@@ -156,7 +157,7 @@ pub(super) fn start_session_checked<'scope>(
     );
     tracing::info!(session = %session_id, participant = %participant, "live session started");
     Ok(
-        serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir, "kept_by": kept_by}),
+        serde_json::json!({"session_id": session_id, "t_ms": 0, "recording": recording_dir, "kept_by": kept_by, "token": token}),
     )
 }
 
