@@ -331,6 +331,11 @@ pub fn publish(
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
             let s = conn.status()?;
+            // The time is up with nothing left to send: that is done, not a failure (issue
+            // 56: `sync --timeout 5` with everything synced exited 1).
+            if s.pending + s.sent == 0 {
+                break Ok(outcome);
+            }
             if let Some(r) = s.last_refusal.filter(|_| s.refused > 0) {
                 last_error = format!(
                     "{}; {} message(s) refused by collector {}: {} [{}]",

@@ -545,3 +545,58 @@ fn export_session_writes_csv_files_a_spreadsheet_reads_as_they_are() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no complete session `nope`"));
 }
+
+/// Issue 55 items 3 and 6: one rule for which config a command reads (`--config`, else
+/// `$EMPATHIC_CONFIG`, else the installed station's, else the defaults), and a database a
+/// command creates is not readable by other users whatever the caller's umask.
+#[test]
+fn commands_find_their_config_by_one_rule_and_create_private_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("by-env.db");
+    let config = tmp.path().join("station.toml");
+    std::fs::write(
+        &config,
+        format!("[store]\ndb_path = \"{}\"\n", db.display()),
+    )
+    .unwrap();
+    let run = |env: Option<&str>, args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_empathic"));
+        c.args(args)
+            .env("EMPATHIC_LOG", "error")
+            .env_remove("EMPATHIC_CONFIG");
+        if let Some(v) = env {
+            c.env("EMPATHIC_CONFIG", v);
+        }
+        c.output().unwrap()
+    };
+    // Named by the environment: its database is the one read.
+    let o = run(Some(path_str(&config)), &["sessions", "list"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("by-env.db"), "{}", stderr(&o));
+    // Set and empty: the built-in defaults.
+    let o = run(Some(""), &["sessions", "list"]);
+    assert!(stderr(&o).contains("empathic.db"), "{}", stderr(&o));
+    // `--config` wins over the environment.
+    let other = tmp.path().join("other.toml");
+    std::fs::write(&other, "[store]\ndb_path = \"/nonexistent/named.db\"\n").unwrap();
+    let o = run(
+        Some(path_str(&config)),
+        &["sessions", "list", "--config", path_str(&other)],
+    );
+    assert!(stderr(&o).contains("named.db"), "{}", stderr(&o));
+    // A database created by a command: 0640 at most, under a permissive umask too.
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 000; EMPATHIC_CONFIG={} {} participant consent P-UMASK --given",
+            config.display(),
+            env!("CARGO_BIN_EXE_empathic")
+        ))
+        .env("EMPATHIC_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o027, 0, "the new database is {mode:o}");
+}
