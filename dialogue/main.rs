@@ -4,7 +4,8 @@
 //! participant to be in view, greets them and waits for them to stop speaking before each
 //! of its turns, asks the station for stories chosen for this person after they shared
 //! their own, shows them and sends the ratings, reflects on the story the station predicted
-//! moved them most, and ends the session.
+//! moved them most, and ends the session. A participant who shares nothing (silent, or a
+//! station without a microphone) is thanked and the session closed without stories.
 //!
 //! Contract: exit 0 when the session ran to its end (`session`/`ended`), 1 when the station
 //! refused a request or went away (the reason on stderr; a session it started is stopped),
@@ -238,6 +239,21 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
         });
         summary["share_words_waited"] = json!(heard);
     }
+    // Nothing shared (silent, or no microphone): there is nothing to choose stories for.
+    // The robot says so kindly and closes the session; it is still a whole session.
+    if !share_turn.spoke && ears.lock().participant_utterances == shared_before {
+        summary["story_shared"] = json!(false);
+        station.say("That's all right. We can share stories another time.")?;
+        station.phase("cool_down")?;
+        station.say("Thank you for spending time with me today. I'll see you next time.")?;
+        station.stop()?;
+        summary["turns"] = json!(turns);
+        if !ears.wait_for(Duration::from_secs(120), |h| h.ended.is_some()) {
+            return Err("the station did not say the session ended within 120 s".into());
+        }
+        return Ok(());
+    }
+    summary["story_shared"] = json!(true);
 
     // Stories chosen on the station for this person, from what they just shared.
     let predictions_before = ears.lock().counts.get("prediction").copied().unwrap_or(0);

@@ -414,10 +414,10 @@ fn the_packages_install_upgrade_remove_and_purge_with_dpkg_keeping_every_session
          runuser -u empathic -- empathic participant consent P-APP --given --db /var/lib/empathic/empathic.db >/dev/null; \
          install -d -m 0750 -o empathic -g empathic /run/empathic; \
          runuser -u empathic -- env RUNTIME_DIRECTORY=/run/empathic EMPATHIC_LOG=warn \
-           empathic run --config /etc/empathic/station.toml >/tmp/service.log 2>&1 & svc=$!; \
+           empathic run --config /etc/empathic/station.toml >/tmp/service.log 2>&1 & runner=$!; \
          for i in $(seq 300); do [ -S /run/empathic/control.sock ] && break; sleep 0.2; done; \
          echo \"socket: $(stat -c '%a %U %G' /run/empathic/control.sock) folder: $(stat -c '%a %U %G' /run/empathic)\"; \
-         runuser -u empathic -- empathic doctor --live --config /etc/empathic/station.toml | grep 'control group' || true; \
+         runuser -u empathic -- empathic doctor --live --config /etc/empathic/station.toml | grep -E 'control group|story bank' || true; \
          if runuser -u nobody -- empathic status --socket /run/empathic/control.sock >/dev/null 2>&1; \
            then echo 'NOBODY CONNECTED'; else echo 'nobody refused'; fi; \
          set +e; \
@@ -428,7 +428,8 @@ fn the_packages_install_upgrade_remove_and_purge_with_dpkg_keeping_every_session
          for f in /etc/empathic/station.toml /var/lib/empathic/empathic.db /var/lib/empathic/keys/station.key; do \
            if runuser -u robot-app -- cat \"$f\" >/dev/null 2>&1; then echo \"APP READ $f\"; fi; done; \
          if runuser -u robot-app -- ls /var/lib/empathic >/dev/null 2>&1; then echo 'APP LISTED the state folder'; fi; \
-         kill -TERM $svc; wait $svc; echo \"service exit $?\"; \
+         svc=$(pgrep -u empathic -x empathic); kill -TERM $svc; \
+         while kill -0 $svc 2>/dev/null; do sleep 0.2; done; wait $runner; echo \"service exit $?\"; \
          tail -n 20 /tmp/dialogue.out; tail -n 20 /tmp/service.log",
     );
     let said = format!("{}{}", stdout(&app), stderr(&app));
@@ -437,6 +438,7 @@ fn the_packages_install_upgrade_remove_and_purge_with_dpkg_keeping_every_session
         "shipped socket_group ok",
         "socket: 660 empathic empathic-ctl folder: 750 empathic empathic-ctl",
         "the group's members can connect",
+        "stories embedded with",
         "nobody refused",
         "dialogue exit 0",
         "service exit 0",

@@ -170,15 +170,28 @@ def main():
             opt.step()
             losses.append(loss.item())
         sched.step()
-        val = split["val"] or split["train"]
-        vcos = cosines(model, ds, val, names)
-        vloss = float(((vcos - (np.array([s[6] for s in val]) - 1) / 4) ** 2).mean())
-        print(f"epoch {epoch + 1}/{args.epochs}: train loss {np.mean(losses):.4f}, validation loss {vloss:.4f}",
-              flush=True)
+        if split["val"]:
+            vcos = cosines(model, ds, split["val"], names)
+            vloss = float(((vcos - (np.array([s[6] for s in split["val"]]) - 1) / 4) ** 2).mean())
+            print(f"epoch {epoch + 1}/{args.epochs}: train loss {np.mean(losses):.4f}, validation loss {vloss:.4f}",
+                  flush=True)
+        else:
+            # No held-out participant: there is no validation metric, and the epoch is chosen
+            # on the training loss (said once below, and in the exported metadata).
+            vloss = float(np.mean(losses))
+            print(f"epoch {epoch + 1}/{args.epochs}: train loss {vloss:.4f} (no validation participant)", flush=True)
         if vloss < best[0]:
             best = (vloss, {k: v.clone() for k, v in model.state_dict().items()}, epoch + 1)
     model.load_state_dict(best[1])
     model.eval()
+    if not split["val"]:
+        print("WARNING: no held-out validation participant: the kept epoch was chosen on the TRAINING loss; "
+              "there is no validation metric", file=sys.stderr)
+    if not split["test"]:
+        print("WARNING: no held-out test participant: every held-out metric below is undefined (NaN); "
+              "do not report this model's accuracy", file=sys.stderr)
+    print(f"ratings: {'synthetic (planted by synth.py)' if synthetic else 'real (no synthetic.json in the export): the model is exported as synthetic: false'}",
+          file=sys.stderr)
 
     # Population map: least squares from the training cosines to the ratings.
     tcos = cosines(model, ds, split["train"], names)
@@ -209,6 +222,8 @@ def main():
         "recipe": {"optimiser": "AdamW", "lr": args.lr, "schedule": "StepLR(5, 0.1)", "epochs": args.epochs,
                    "batch": args.batch, "loss": "MSE(cos, (rating-1)/4)", "oversampling": "ratings balanced",
                    "kept_epoch": best[2], "seed": args.seed},
+        "selection": "lowest validation loss" if split["val"] else "lowest TRAINING loss: no held-out validation participant",
+        "held_out_metrics": "defined" if split["test"] else "none: no held-out test participant",
         "split": {"train": len(train_p), "validation": len(val_p), "test": len(test_p),
                   "unit": "participants", "test_participants": test_p,
                   "train_participants": train_p, "validation_participants": val_p},

@@ -42,31 +42,24 @@ pub struct Args {
 
 impl Args {
     pub fn run(self) -> Result<ExitCode, Failure> {
-        replay(
-            self.session_dir,
-            self.db.db,
-            self.config.path(),
-            self.speed,
-            self.replace,
-            self.emit,
-            self.skip_bad_events,
-            self.json.json,
-        )
+        replay(self)
     }
 }
 
 /// `empathic replay`.
-pub fn replay(
-    session_dir: PathBuf,
-    db: Option<PathBuf>,
-    config: Option<&Path>,
-    speed: Speed,
-    replace: bool,
-    emit: Option<PathBuf>,
-    skip_bad_events: bool,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let config = load_config(config)?;
+fn replay(args: Args) -> Result<ExitCode, Failure> {
+    let Args {
+        session_dir,
+        db,
+        config,
+        speed,
+        replace,
+        emit,
+        skip_bad_events,
+        json,
+    } = args;
+    let (db, json) = (db.db, json.json);
+    let config = load_config(config.path())?;
     // The stream is written at the end: a folder that is not there fails now, not after
     // the whole replay.
     if let Some(path) = &emit {

@@ -330,12 +330,9 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
         for p in &d.predictions {
             let _ = writeln!(
                 out,
-                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+                "<tr><td>{} <span class=\"synthetic\">[{}]</span></td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
                 esc(&p.predictor),
-                format!(
-                    " <span class=\"synthetic\">[{}]</span>",
-                    crate::fusion::calibration_word(&p.predictor, &p.calibration, p.synthetic)
-                ),
+                crate::fusion::calibration_word(&p.predictor, &p.calibration, p.synthetic),
                 esc(p.title.as_deref().unwrap_or(&p.story_id)),
                 if p.retrieved { "retrieved" } else { "shown" },
                 p.windows,

@@ -192,33 +192,31 @@ fn serve_reserved<'scope>(
     };
     let mut reader = BufReader::new(stream);
     let deadline = std::time::Instant::now() + RESERVED_WAIT;
-    let reply = loop {
-        match next_request_until(&mut reader, service.stop, deadline) {
-            Incoming::Line(line) => {
-                break match parse_request(line.trim()) {
-                    Ok(request @ (Request::Status | Request::StopSession { .. })) => {
-                        // Not the connection of any session: u64::MAX is never a real one.
-                        let caller = Caller {
-                            conn: u64::MAX,
-                            token: crate::capture::control_protocol::token_of(line.trim()),
-                            trusted: trusted_peer(reader.get_ref()),
-                        };
-                        match handle(scope, service, request, &caller) {
-                            Ok(mut v) => {
-                                v["ok"] = true.into();
-                                v.to_string()
-                            }
-                            Err(reason) => error_reply(&reason),
+    let reply = match next_request_until(&mut reader, service.stop, deadline) {
+        Incoming::Line(line) => {
+            match parse_request(line.trim()) {
+                Ok(request @ (Request::Status | Request::StopSession { .. })) => {
+                    // Not the connection of any session: u64::MAX is never a real one.
+                    let caller = Caller {
+                        conn: u64::MAX,
+                        token: crate::capture::control_protocol::token_of(line.trim()),
+                        trusted: trusted_peer(reader.get_ref()),
+                    };
+                    match handle(scope, service, request, &caller) {
+                        Ok(mut v) => {
+                            v["ok"] = true.into();
+                            v.to_string()
                         }
+                        Err(reason) => error_reply(&reason),
                     }
-                    _ => error_reply(&format!(
-                        "{TOO_MANY}: only status and stop_session are answered now"
-                    )),
-                };
+                }
+                _ => error_reply(&format!(
+                    "{TOO_MANY}: only status and stop_session are answered now"
+                )),
             }
-            Incoming::Closed => return,
-            _ => break error_reply(TOO_MANY),
         }
+        Incoming::Closed => return,
+        _ => error_reply(TOO_MANY),
     };
     let _ = writeln!(out, "{reply}");
 }

@@ -374,7 +374,7 @@ fn string_names(s: &str, needles: &[String]) -> bool {
 fn string_literals(text: &str) -> impl Iterator<Item = String> + '_ {
     let bytes = text.as_bytes();
     let mut at = 0;
-    std::iter::from_fn(move || loop {
+    std::iter::from_fn(move || {
         let start = at + bytes.get(at..)?.iter().position(|&b| b == b'"')?;
         let mut end = start + 1;
         let mut escaped = false;
