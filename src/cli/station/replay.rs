@@ -1,7 +1,7 @@
 //! `empathic replay`: a recorded session folder through the pipeline into the store, with
 //! a progress bar and a one-screen summary.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 

@@ -391,10 +391,10 @@ fn string_literals(text: &str) -> impl Iterator<Item = String> + '_ {
         }
         at = end + 1;
         let literal = &text[start..=end];
-        return Some(
+        Some(
             serde_json::from_str::<String>(literal)
                 .unwrap_or_else(|_| text[start + 1..end].to_string()),
-        );
+        )
     })
 }
 
