@@ -19,8 +19,8 @@ dir="${3:-$(mktemp -d /tmp/empathic-trial.XXXXXX)}"
 mkdir -p "$dir"
 dir="$(realpath "$dir")"
 bin="$repo/target/release"
-for b in empathic empathic-dialogue; do
-  [[ -x $bin/$b ]] || { echo "trial: $bin/$b is missing: run \`make build\` first" >&2; exit 2; }
+for b in empathic empathic-dialogue libonnxruntime.so.1; do
+  [[ -e $bin/$b ]] || { echo "trial: $bin/$b is missing: run \`make build\` first" >&2; exit 2; }
 done
 for c in pulseaudio pactl paplay ffmpeg; do
   command -v "$c" >/dev/null || { echo "trial: \`$c\` is missing: run scripts/setup.sh (Debian packages pulseaudio, pulseaudio-utils, ffmpeg)" >&2; exit 2; }
@@ -29,7 +29,8 @@ done
 [[ -f $speech ]] || { echo "trial: no speech WAV at $speech" >&2; exit 2; }
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# Stopped last-started first: the speech, the service, the room tone, then the sound server.
+cleanup() { for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
 # The microphone: a null sink whose monitor is the default source; cpal opens `default`
@@ -71,10 +72,10 @@ for _ in $(seq 300); do [[ -S $dir/control.sock ]] && break; sleep 0.1; done
 [[ -S $dir/control.sock ]] || { echo "trial: the service did not open its socket; see $dir/service.log" >&2; exit 1; }
 "$bin/empathic" doctor --live | grep -E "camera|microphone|control|story" || true
 
-echo "trial: one session (the robot's lines below; the speech plays as the participant)"
-paplay -d mic "$speech" & pids+=($!)
+echo "trial: one session (the robot's lines below; the speech plays as the participant, again and again with 2 s pauses)"
+( while :; do paplay -d mic "$speech" 2>/dev/null || exit 0; sleep 2; done ) & pids+=($!)
 "$bin/empathic-dialogue" --socket "$dir/control.sock" --participant P-TRIAL --ratings 4,2,5 \
-  --answer-s 6 --read-s 3 --face-s 20 --prediction-wait-s 10 --words-wait-s 10 \
+  --answer-s 8 --max-turn-s 12 --read-s 3 --face-s 20 --prediction-wait-s 10 --words-wait-s 15 \
   --summary "$dir/dialogue.json"
 echo
 "$bin/empathic" sessions list
