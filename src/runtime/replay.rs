@@ -70,15 +70,6 @@ pub fn replay(
     let store = Store::open_with(&opts.db_path, (&config.store).into())?;
     store.set_sync_content(&config.sync.content())?;
     let sessions = SessionWriter::start(&opts.db_path, &config.store, SessionSource::Replay)?;
-    // Kept on the row of a session that fails before it begins (a bad events line).
-    let participant = crate::session::SessionManifest::load(
-        &opts.session_dir,
-        &config.station.id,
-        config.video.nominal_fps,
-    )
-    .ok()
-    .and_then(|m| m.participant_id);
-    sessions.set_origin(participant, Some(display_path(&opts.session_dir)));
     let session = open_recorded(opts, &sessions)?;
     let m = &session.manifest;
     let fail = |e: RunError| -> RunError {
@@ -139,9 +130,8 @@ pub fn replay(
         clock,
         &stop,
     );
-    let skipped = session.skipped_events.clone();
     let run = run.map(|mut o| {
-        o.quality.skipped_events = skipped;
+        o.quality.skipped_events = session.skipped_events.clone();
         o
     });
     let ended = sessions.end(&m.session_id, &m.station_id, run, |outcome| {
@@ -169,17 +159,7 @@ pub fn replay(
     }
     tracing::info!(session = %m.session_id, frames = outcome.frames, windows = outcome.windows, "replay finished");
     let predictions = store.session_predictions(&m.session_id)?;
-    // Without a bank nothing is retrieved while the participant shares (and a session
-    // whose events show no story gets no prediction): said on the summary with its fix (it
-    // was only an INFO log line).
-    let no_story_bank = crate::stories::load_index(&store, &config.models.sentence_encoder)
-        .err()
-        .map(|e| {
-            format!(
-                "{e}; nothing was retrieved while the participant shared: import a bank (`empathic stories import STORIES.jsonl --db {}`), then replay again with --replace",
-                display_path(&opts.db_path)
-            )
-        });
+    let no_story_bank = no_story_bank(&store, opts);
     Ok(ReplaySummary {
         session_id: m.session_id.clone(),
         status: ended.status.as_str().to_string(),
@@ -198,6 +178,20 @@ pub fn replay(
     })
 }
 
+/// Without a bank nothing is retrieved while the participant shares (and a session whose
+/// events show no story gets no prediction): said on the summary with its fix (it was only
+/// an INFO log line).
+fn no_story_bank(store: &Store, opts: &ReplayOptions) -> Option<String> {
+    crate::stories::load_index(store, &opts.config.models.sentence_encoder)
+        .err()
+        .map(|e| {
+            format!(
+                "{e}; nothing was retrieved while the participant shared: import a bank (`empathic stories import STORIES.jsonl --db {}`), then replay again with --replace",
+                display_path(&opts.db_path)
+            )
+        })
+}
+
 /// The recorded session at `opts.session_dir`. A folder that is not one (a typo) is no
 /// session: nothing is recorded. A session folder with bad contents is recorded failed
 /// under its id, when that id is a valid one.
@@ -206,6 +200,15 @@ fn open_recorded(
     sessions: &SessionWriter,
 ) -> Result<RecordedSession, RunError> {
     let config = &opts.config;
+    // Kept on the row of a session that fails before it begins (a bad events line).
+    let participant = crate::session::SessionManifest::load(
+        &opts.session_dir,
+        &config.station.id,
+        config.video.nominal_fps,
+    )
+    .ok()
+    .and_then(|m| m.participant_id);
+    sessions.set_origin(participant, Some(display_path(&opts.session_dir)));
     match RecordedSession::open_skipping(
         &opts.session_dir,
         &config.station.id,

@@ -156,8 +156,12 @@ fn the_session_page_and_the_participant_view_open_in_a_browser_with_every_sectio
 fn a_failed_session_renders_with_its_reason_and_unknown_ones_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_session(&demo_session(), &tmp.path().join("s"));
-    let bytes = std::fs::read(dir.join("video.avi")).unwrap();
-    std::fs::write(dir.join("video.avi"), &bytes[..bytes.len() / 2]).unwrap();
+    // A malformed events line fails the session before any media (a truncated video keeps
+    // what decoded since issue 55: `incomplete`, not failed).
+    let text = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[6] = r#"{"t_ms": 100, "type": "rating", "story_id": "x""#;
+    std::fs::write(dir.join("events.jsonl"), lines.join("\n")).unwrap();
     let db = tmp.path().join("f.db");
     let fast = config_without_vision_models(tmp.path());
     assert_eq!(replay_cli(&dir, &db, Some(&fast)).status.code(), Some(2));
@@ -165,7 +169,7 @@ fn a_failed_session_renders_with_its_reason_and_unknown_ones_write_nothing() {
     let o = report(&["demo-0001", "--db", path_str(&db), "--out", path_str(&page)]);
     assert!(o.status.success(), "{}", stderr(&o));
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(html.contains("This session is failed") && html.contains("decoding stopped"));
+    assert!(html.contains("This session is failed") && html.contains("line 7"));
     assert!(html.contains("No quality report was stored"));
     assert!(html.contains("No predictions were stored"));
     assert_opens_with(&page, &SESSION_SECTIONS);
@@ -183,9 +187,7 @@ fn a_failed_session_renders_with_its_reason_and_unknown_ones_write_nothing() {
     // An existing page is replaced only by a complete one.
     let o = report(&["nope", "--db", path_str(&db), "--out", path_str(&page)]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(std::fs::read_to_string(&page)
-        .unwrap()
-        .contains("decoding stopped"));
+    assert!(std::fs::read_to_string(&page).unwrap().contains("line 7"));
 }
 
 /// The study page from a central database holding two stations with a problem each (one's

@@ -41,9 +41,8 @@ const TOO_MANY: &str = "busy: too many control connections";
 /// A request line longer than this is refused and the connection closed (a story's text is
 /// a few KiB; without a bound, a line without a newline would grow without limit).
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
-/// A connection that sends no complete request for this long is closed (with an answer
-/// saying so), so idle connections cannot hold every slot.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// (The idle timeout lives with the session's tie, which counts on it: `lifecycle`.)
+pub use super::lifecycle::IDLE_TIMEOUT;
 
 /// Binds the control socket, replacing a stale one, with the configured mode and group.
 pub(super) fn bind_socket(config: &Config) -> Result<UnixListener, RunError> {
@@ -175,6 +174,14 @@ pub(super) fn accept_loop<'scope>(
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
+    }
+}
+
+/// Removes the service's socket at exit, only when it is still a socket ([`bind_socket`]
+/// refuses any other file there, and nothing else is ours to delete).
+pub(super) fn remove_socket(path: &std::path::Path) {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -549,6 +556,49 @@ fn trusted_peer(stream: &UnixStream) -> bool {
     })
 }
 
+/// `stop_session`: the running session ends; answered once it is stored and closed.
+fn stop_session(
+    service: &Service<'_>,
+    request: &Request,
+    caller: &Caller,
+) -> Result<serde_json::Value, String> {
+    let (id, answer) = {
+        let mut state = service.state();
+        let r = state.running.as_mut();
+        let r = match r {
+            Some(r) => {
+                check_addressed(
+                    Some((r.id.as_str(), &mut r.tie)),
+                    request,
+                    caller.conn,
+                    caller.proof(),
+                )?;
+                r
+            }
+            None => {
+                return Err(check_addressed(None, request, caller.conn, caller.proof())
+                    .err()
+                    .unwrap_or_default())
+            }
+        };
+        r.end.store(true, Ordering::SeqCst);
+        let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
+        (
+            r.id.clone(),
+            serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir}),
+        )
+    };
+    use crate::runtime::pipeline::{Observer, Topic};
+    service.subscribers.observe(
+        Topic::Session,
+        answer["t_ms"].as_u64().unwrap_or(0),
+        serde_json::json!({"event": "stop", "session_id": id}),
+    );
+    // Answered once the session is stored and closed: the next start is accepted.
+    wait_session_gone(service, &id)?;
+    Ok(answer)
+}
+
 pub(super) fn handle<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     service: &'scope Service<'scope>,
@@ -581,43 +631,7 @@ pub(super) fn handle<'scope>(
                 caller.conn,
             )
         }
-        Request::StopSession { .. } => {
-            let (id, answer) = {
-                let mut state = service.state();
-                let r = state.running.as_mut();
-                let r = match r {
-                    Some(r) => {
-                        check_addressed(
-                            Some((r.id.as_str(), &mut r.tie)),
-                            &request,
-                            caller.conn,
-                            caller.proof(),
-                        )?;
-                        r
-                    }
-                    None => {
-                        return Err(check_addressed(None, &request, caller.conn, caller.proof())
-                            .err()
-                            .unwrap_or_default())
-                    }
-                };
-                r.end.store(true, Ordering::SeqCst);
-                let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
-                (
-                    r.id.clone(),
-                    serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir}),
-                )
-            };
-            use crate::runtime::pipeline::{Observer, Topic};
-            service.subscribers.observe(
-                Topic::Session,
-                answer["t_ms"].as_u64().unwrap_or(0),
-                serde_json::json!({"event": "stop", "session_id": id}),
-            );
-            // Answered once the session is stored and closed: the next start is accepted.
-            wait_session_gone(service, &id)?;
-            Ok(answer)
-        }
+        Request::StopSession { .. } => stop_session(service, &request, caller),
         Request::Heartbeat { .. } => {
             let mut state = service.state();
             let r = state.running.as_mut();

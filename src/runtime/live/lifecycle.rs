@@ -28,6 +28,10 @@ use std::time::{Duration, Instant};
 
 use crate::capture::control_protocol::Request;
 
+/// A connection that sends no complete request for this long is closed (with an answer
+/// saying so), so idle connections cannot hold every slot.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How a running session is kept alive.
 pub(super) struct Tie {
     /// The connection the session is bound to (`None`: leased).
@@ -113,7 +117,7 @@ impl Tie {
     /// Why the session must end now for want of its app, if it must.
     pub(super) fn expired(&self) -> Option<String> {
         let idle = self.renewed.elapsed();
-        let silent = super::control_socket::IDLE_TIMEOUT + self.lease;
+        let silent = IDLE_TIMEOUT + self.lease;
         match (self.owner, self.owner_left) {
             (Some(_), None) if idle >= silent => Some(format!(
                 "the dialogue app sent no request for {:.0} s on the connection that started the session (it hung, or only listens on it); the session was ended",
@@ -254,8 +258,7 @@ mod tests {
         let mut tie = Tie::new(1, None, Duration::from_millis(10));
         assert!(tie.expired().is_none());
         // Silent past the idle timeout and the grace, the connection still open.
-        tie.renewed =
-            Instant::now() - super::super::control_socket::IDLE_TIMEOUT - Duration::from_millis(20);
+        tie.renewed = Instant::now() - IDLE_TIMEOUT - Duration::from_millis(20);
         assert!(tie.expired().is_some_and(|r| r.contains("sent no request")));
         // Any request on it keeps it alive; one on another connection does not.
         tie.heard_from(2);

@@ -350,12 +350,7 @@ pub fn serve(
         }
         Ok(())
     })?;
-    // Ours only when it is still a socket (bind_socket refuses any other file there).
-    if std::fs::symlink_metadata(&config.live.socket)
-        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
-    {
-        let _ = std::fs::remove_file(&config.live.socket);
-    }
+    control_socket::remove_socket(&config.live.socket);
     Ok(if replaced {
         Served::Replaced
     } else {

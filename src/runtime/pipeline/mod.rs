@@ -241,22 +241,8 @@ pub fn run(
     let joined = joined?;
 
     let frame_slots = joined.align.frames;
-    let video_end_ns = joined.video.timeline.first_t_ns.map_or(0, |first| {
-        first + (frame_slots as f64 * period_ns).round() as Nanos
-    });
     let stopped = stopped_early.load(Ordering::SeqCst);
-    let cut_inputs = cut.into_inner().unwrap_or_default();
-    // What reached the store decides the session's figures. A stopped run read its audio
-    // ahead of its frames: that audio reached no frame, so it is not the session's (an
-    // interrupted replay stored 44 s of frames and said 104 s).
-    let mut audio = joined.audio.timeline.clone();
-    if stopped && frame_slots > 0 {
-        clip_audio(&mut audio, video_end_ns);
-    }
-    let audio_end_ns = audio.end_t_ns.unwrap_or(0);
-    let duration_ns = video_end_ns.max(audio_end_ns);
-    let video_short_by_secs = (frame_slots > 0 && audio_end_ns > video_end_ns + VIDEO_SHORT_NS)
-        .then(|| (audio_end_ns - video_end_ns) as f64 / 1e9);
+    let (audio, duration_ns, video_short_by_secs) = stored_extent(&joined, period_ns, stopped);
     let spans: Vec<PhaseSpan> = phase_spans(&joined.events, duration_ns);
     let mut quality = QualityReport::build(QualityInputs {
         video: &joined.video.timeline,
@@ -277,7 +263,7 @@ pub fn run(
         windows: joined.align.windows,
         duration_ns,
         stopped,
-        cut_inputs,
+        cut_inputs: cut.into_inner().unwrap_or_default(),
         video_short_by_secs,
         quality,
         events: joined.events,
@@ -290,6 +276,30 @@ pub fn run(
 /// and a microphone's last block are a few frames apart); longer, the session's end had no
 /// frames and no windows, and it is `incomplete` with the reason.
 const VIDEO_SHORT_NS: Nanos = 2_000_000_000;
+
+/// What reached the store decides the session's figures: the audio timeline as stored,
+/// the duration, and by how much the video ended before the audio (when more than
+/// [`VIDEO_SHORT_NS`]). A stopped run read its audio ahead of its frames: that audio
+/// reached no frame, so it is not the session's (an interrupted replay stored 44 s of
+/// frames and said 104 s).
+fn stored_extent(
+    joined: &graph::Joined,
+    period_ns: f64,
+    stopped: bool,
+) -> (AudioTimelineStats, Nanos, Option<f64>) {
+    let frame_slots = joined.align.frames;
+    let video_end_ns = joined.video.timeline.first_t_ns.map_or(0, |first| {
+        first + (frame_slots as f64 * period_ns).round() as Nanos
+    });
+    let mut audio = joined.audio.timeline.clone();
+    if stopped && frame_slots > 0 {
+        clip_audio(&mut audio, video_end_ns);
+    }
+    let audio_end_ns = audio.end_t_ns.unwrap_or(0);
+    let short = (frame_slots > 0 && audio_end_ns > video_end_ns + VIDEO_SHORT_NS)
+        .then(|| (audio_end_ns - video_end_ns) as f64 / 1e9);
+    (audio, video_end_ns.max(audio_end_ns), short)
+}
 
 /// The audio timeline as far as `end_ns`: the blocks past it reached no frame.
 fn clip_audio(audio: &mut AudioTimelineStats, end_ns: Nanos) {
