@@ -244,14 +244,7 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
     if !share_turn.spoke && ears.lock().participant_utterances == shared_before {
         summary["story_shared"] = json!(false);
         station.say("That's all right. We can share stories another time.")?;
-        station.phase("cool_down")?;
-        station.say("Thank you for spending time with me today. I'll see you next time.")?;
-        station.stop()?;
-        summary["turns"] = json!(turns);
-        if !ears.wait_for(Duration::from_secs(120), |h| h.ended.is_some()) {
-            return Err("the station did not say the session ended within 120 s".into());
-        }
-        return Ok(());
+        return cool_down(station, ears, summary, turns, "spending time with me");
     }
     summary["story_shared"] = json!(true);
 
@@ -343,8 +336,21 @@ fn session(args: &Args, station: &Station, ears: &Ears, summary: &mut Value) -> 
     turns.push(turn_json("reflection", &wait_turn(ears, args)));
     summary["reflection"] = json!({"story_id": chosen, "basis": basis});
 
+    cool_down(station, ears, summary, turns, "reading with me")
+}
+
+/// The cool-down: thanks, the session stopped, and its end heard from the station.
+fn cool_down(
+    station: &Station,
+    ears: &Ears,
+    summary: &mut Value,
+    turns: Vec<Value>,
+    for_what: &str,
+) -> Result<(), String> {
     station.phase("cool_down")?;
-    station.say("Thank you for reading with me today. I'll see you next time.")?;
+    station.say(&format!(
+        "Thank you for {for_what} today. I'll see you next time."
+    ))?;
     station.stop()?;
     summary["turns"] = json!(turns);
     if !ears.wait_for(Duration::from_secs(120), |h| h.ended.is_some()) {

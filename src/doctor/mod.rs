@@ -16,6 +16,9 @@ pub mod models;
 pub enum Need {
     Replay,
     Live,
+    /// What a whole study session needs beyond capture (the story bank `recommend` draws
+    /// from): said on its own line, it does not change `--live`'s exit code.
+    Study,
 }
 
 /// One check's result.
@@ -530,16 +533,24 @@ pub fn render(checks: &[Check], live: bool) -> (String, bool) {
         let need = match c.need {
             Need::Replay => "replay",
             Need::Live => "live",
+            Need::Study => "study",
         };
         out.push_str(&format!("{mark} {:<14} [{need}] {}\n", c.name, c.detail));
     }
     let ready = |need: Need| checks.iter().filter(|c| c.need == need).all(|c| c.ok);
     let replay_ready = ready(Need::Replay);
     let live_ready = replay_ready && ready(Need::Live);
+    let yes = |b: bool| if b { "yes" } else { "no" };
     out.push_str(&format!(
         "ready for replay: {}; ready for live capture: {}\n",
-        if replay_ready { "yes" } else { "no" },
-        if live_ready { "yes" } else { "no" }
+        yes(replay_ready),
+        yes(live_ready)
     ));
+    if checks.iter().any(|c| c.need == Need::Study) {
+        out.push_str(&format!(
+            "ready for study sessions (stories recommended): {}\n",
+            yes(live_ready && ready(Need::Study))
+        ));
+    }
     (out, if live { live_ready } else { replay_ready })
 }

@@ -78,7 +78,7 @@ fn story_bank(db: &Path, config: &crate::config::Config) -> doctor::Check {
     };
     doctor::Check {
         name: "story bank",
-        need: doctor::Need::Live,
+        need: doctor::Need::Study,
         ok,
         detail,
     }

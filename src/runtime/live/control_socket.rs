@@ -139,30 +139,29 @@ pub(super) fn accept_loop<'scope>(
     while !service.stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if service.clients.load(Ordering::SeqCst) >= MAX_CLIENTS as u64 {
-                    if service.reserved.load(Ordering::SeqCst) >= RESERVED_SLOTS as u64 {
-                        let mut s = stream;
-                        let _ = writeln!(s, "{}", error_reply(TOO_MANY));
-                        continue;
-                    }
-                    service.reserved.fetch_add(1, Ordering::SeqCst);
-                    let started = spawn(scope, "control-reserved", move || {
-                        serve_reserved(scope, service, stream);
-                        service.reserved.fetch_sub(1, Ordering::SeqCst);
-                    });
-                    if let Err(e) = started {
-                        service.reserved.fetch_sub(1, Ordering::SeqCst);
-                        service.set_error(e.to_string());
-                    }
+                let full = service.clients.load(Ordering::SeqCst) >= MAX_CLIENTS as u64;
+                if full && service.reserved.load(Ordering::SeqCst) >= RESERVED_SLOTS as u64 {
+                    let mut s = stream;
+                    let _ = writeln!(s, "{}", error_reply(TOO_MANY));
                     continue;
                 }
-                service.clients.fetch_add(1, Ordering::SeqCst);
-                let started = spawn(scope, "control-client", move || {
-                    serve_client(scope, service, stream);
-                    service.clients.fetch_sub(1, Ordering::SeqCst);
+                // A request slot, or (all taken) a reserved one: counted while served.
+                let (slots, name) = if full {
+                    (&service.reserved, "control-reserved")
+                } else {
+                    (&service.clients, "control-client")
+                };
+                slots.fetch_add(1, Ordering::SeqCst);
+                let started = spawn(scope, name, move || {
+                    if full {
+                        serve_reserved(scope, service, stream);
+                    } else {
+                        serve_client(scope, service, stream);
+                    }
+                    slots.fetch_sub(1, Ordering::SeqCst);
                 });
                 if let Err(e) = started {
-                    service.clients.fetch_sub(1, Ordering::SeqCst);
+                    slots.fetch_sub(1, Ordering::SeqCst);
                     service.set_error(e.to_string());
                 }
             }
