@@ -7,6 +7,7 @@
 //! `sessions list --json`. Signed offsets are audio minus video.
 
 pub mod page;
+pub mod plot_data;
 pub mod plots;
 pub mod study;
 pub mod verdict;

@@ -49,6 +49,8 @@ mod devices;
 mod health;
 mod lifecycle;
 mod recommend;
+mod refusals;
+mod requests;
 mod retention;
 mod session_run;
 mod subscribe;
@@ -173,7 +175,7 @@ struct Service<'a> {
     /// The control socket's subscribers (`subscribe`), the pipeline's observer.
     subscribers: Arc<subscribe::Subscribers>,
     /// Refused requests, logged without their content and rate-limited.
-    refusals: control_socket::RefusalLog,
+    refusals: refusals::RefusalLog,
     /// `recommend` requests, answered one at a time by the `recommend` thread.
     recommender: recommend::Recommender,
 }
@@ -277,7 +279,7 @@ pub fn serve(
         connections: AtomicU64::new(0),
         store: Mutex::new(store),
         subscribers,
-        refusals: control_socket::RefusalLog::default(),
+        refusals: refusals::RefusalLog::default(),
         recommender: recommend::Recommender::default(),
     };
     let service = &service;
