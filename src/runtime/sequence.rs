@@ -126,6 +126,31 @@ impl SessionWriter {
     /// do so is logged (the original error is what the user needs to see, and the caller
     /// returns it).
     pub fn record_failure(&self, id: &str, station_id: &str, reason: &str) {
+        self.record(id, station_id, reason, false);
+    }
+
+    /// Records how session `id` ended after `run`'s error: a failure of the store itself
+    /// (the disk or the database full, an I/O error) keeps what it committed before,
+    /// `incomplete` with the reason; any other error fails the session.
+    fn record_run_error(&self, id: &str, station_id: &str, error: &RunError) {
+        match error {
+            RunError::Store(e) => {
+                let why = match e {
+                    crate::store::StoreError::Poisoned { reason } => reason.clone(),
+                    e => e.to_string(),
+                };
+                self.record(
+                    id,
+                    station_id,
+                    &format!("the session database failed mid-session and capture stopped ({why})"),
+                    true,
+                )
+            }
+            e => self.record(id, station_id, &e.to_string(), false),
+        }
+    }
+
+    fn record(&self, id: &str, station_id: &str, reason: &str, keep_stored: bool) {
         let mut last = None;
         let (participant_id, source_path) =
             self.origin.lock().map(|o| o.clone()).unwrap_or_default();
@@ -137,6 +162,7 @@ impl SessionWriter {
                 reason: reason.to_string(),
                 participant_id: participant_id.clone(),
                 source_path: source_path.clone(),
+                keep_stored,
             };
             let result = self.writer().and_then(|w| Ok(w.fail(failure)?));
             match result {
@@ -165,7 +191,7 @@ impl SessionWriter {
         let outcome = match run {
             Ok(o) => o,
             Err(e) => {
-                self.record_failure(id, station_id, &e.to_string());
+                self.record_run_error(id, station_id, &e);
                 return Err(e);
             }
         };
@@ -253,7 +279,7 @@ impl SessionWriter {
                 })?)
             });
         if let Err(e) = closed {
-            self.record_failure(id, station_id, &e.to_string());
+            self.record_run_error(id, station_id, &e);
             return Err(e);
         }
         Ok(Ended {

@@ -30,7 +30,7 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 pub use connect::ConnectOptions;
 pub(crate) use connect::{connect, connect_read_only};
@@ -190,17 +190,7 @@ impl Store {
                 .conn
                 .unchecked_transaction()
                 .map_err(sql("marking an abandoned session incomplete"))?;
-            tx.execute(
-                "UPDATE sessions SET status = 'incomplete', status_reason = ?2,
-                 frames = (SELECT count(*) FROM frames WHERE session_id = ?1),
-                 windows = (SELECT count(*) FROM windows WHERE session_id = ?1),
-                 duration_ns = COALESCE((SELECT max(t_ns) FROM frames WHERE session_id = ?1)
-                     + CAST(1000000000.0 / NULLIF(nominal_fps, 0) AS INTEGER), duration_ns),
-                 updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-                 WHERE id = ?1 AND status = 'running'",
-                params![id, reason],
-            )
-            .map_err(sql("marking an abandoned session incomplete"))?;
+            sql::session_rows::keep_incomplete(&tx, &id, &reason)?;
             sql::announce::announce_session(&tx, &id)?;
             tx.commit()
                 .map_err(sql("marking an abandoned session incomplete"))?;
@@ -270,6 +260,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::params;
 
     #[test]
     fn open_twice_migrates_once() {

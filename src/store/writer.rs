@@ -13,7 +13,7 @@
 //! The actor ends when every handle is dropped, after committing what it holds.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
@@ -63,6 +63,9 @@ impl Command {
 pub struct StoreWriter {
     tx: Sender<Command>,
     path: PathBuf,
+    /// Why the writer stopped writing (set once by the actor when a commit fails): data
+    /// sent after it is refused at once, so the run stops instead of capturing into nothing.
+    failed: Arc<OnceLock<String>>,
 }
 
 /// Batch limits of the writer.
@@ -84,7 +87,9 @@ impl StoreWriter {
         let (tx, rx) = bounded(QUEUE_CAPACITY);
         let reserve = reserve_path(path);
         make_reserve(&reserve);
+        let failed = Arc::new(OnceLock::new());
         let actor = WriterActor {
+            failed: failed.clone(),
             conn,
             rx,
             limits,
@@ -98,6 +103,7 @@ impl StoreWriter {
             Self {
                 tx,
                 path: path.to_path_buf(),
+                failed,
             },
             actor,
         ))
@@ -107,7 +113,26 @@ impl StoreWriter {
         &self.path
     }
 
+    /// Why the writer stopped writing, once a commit failed (the disk or the database
+    /// full, an I/O error); what it committed before stays.
+    pub fn failure(&self) -> Option<String> {
+        self.failed.get().cloned()
+    }
+
+    /// The shared place [`Self::failure`] reads, for whoever must tell the failure while a
+    /// session runs (the live service's `status` and requests).
+    pub fn failure_flag(&self) -> Arc<OnceLock<String>> {
+        self.failed.clone()
+    }
+
     fn send(&self, cmd: Command) -> Result<(), StoreError> {
+        // Data after a failed commit would only be refused by the actor, unseen: the
+        // sender is told at once, so the run stops and the session ends with the reason.
+        if let (Some(reason), None) = (self.failed.get(), cmd.ack()) {
+            return Err(StoreError::Poisoned {
+                reason: reason.clone(),
+            });
+        }
         self.tx
             .send(cmd)
             .map_err(|_| StoreError::WriterGone("its thread has ended".into()))
@@ -220,6 +245,8 @@ pub struct WriterActor {
     path: PathBuf,
     session: Option<ActiveSession>,
     poisoned: Option<String>,
+    /// Shared with every handle: see [`StoreWriter::failure`].
+    failed: Arc<OnceLock<String>>,
     owner: Owner,
     /// See [`RESERVE_BYTES`].
     reserve: PathBuf,
@@ -269,6 +296,7 @@ impl WriterActor {
             if !refusal {
                 tracing::error!(path = %self.path.display(), "session store write failed: {e}");
                 self.poisoned = Some(e.to_string());
+                let _ = self.failed.set(e.to_string());
             }
         }
         if let Some(ack) = batch.iter().find_map(Command::ack) {
@@ -299,20 +327,27 @@ impl WriterActor {
         let Some(Command::Fail(f, _)) = fail.last() else {
             return Err(e);
         };
-        let reason = format!(
-            "{} (the disk was full: this run's partial rows are kept until space is freed and the session is rerun)",
-            f.reason
-        );
+        // What was stored is the session's (`keep_stored`): it stays, `incomplete`;
+        // otherwise the partial rows wait for the space to be freed and a rerun.
+        let (status, reason) = if f.keep_stored {
+            ("incomplete", format!("{} (the disk was full)", f.reason))
+        } else {
+            ("failed", format!(
+                "{} (the disk was full: this run's partial rows are kept until space is freed and the session is rerun)",
+                f.reason
+            ))
+        };
         self.conn
             .execute(
-                "UPDATE sessions SET status = 'failed', status_reason = ?2,
+                "UPDATE sessions SET status = ?3, status_reason = ?2,
                    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
                  WHERE id = ?1 AND status = 'running'",
                 rusqlite::params![
                     self.session
                         .as_ref()
                         .map_or(f.id.as_str(), |s| s.id.as_str()),
-                    reason
+                    reason,
+                    status
                 ],
             )
             .map_err(super::sql("marking the session failed on a full disk"))?;

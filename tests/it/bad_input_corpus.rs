@@ -540,19 +540,31 @@ fn a_successful_replace_stores_what_a_fresh_replay_stores() {
 }
 
 #[test]
-fn a_full_database_fails_the_session_with_that_reason() {
+fn a_full_database_ends_the_session_incomplete_keeping_what_it_stored() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("small.db");
     let config =
-        config_without_vision_models_and(tmp.path(), "small.toml", "\n[store]\nmax_db_mib = 1\n");
+        config_without_vision_models_and(tmp.path(), "small.toml", "\n[store]\nmax_db_mib = 2\n");
     let o = replay_cli(&demo_session(), &db, Some(&config));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("full"), "{}", stderr(&o));
+    // The store failing is not the session failing: what it committed before is good
+    // (issue 56), kept `incomplete` with the reason, its counts those of its rows.
     let (status, reason) = stored_status(&db, BASE).expect("a session row");
-    assert_eq!(status, "failed");
-    assert!(reason.contains("database or disk is full"), "{reason}");
+    assert_eq!(status, "incomplete", "{reason}");
+    assert!(
+        reason.contains("database or disk is full") && reason.contains("kept"),
+        "{reason}"
+    );
     let conn = crate::common::store::open_db(&db);
-    assert_eq!(count(&conn, "SELECT count(*) FROM frames"), 0);
+    let stored = count(&conn, "SELECT count(*) FROM frames");
+    assert!(stored > 0);
+    assert_eq!(count(&conn, "SELECT frames FROM sessions"), stored);
+    assert_eq!(
+        count(&conn, "SELECT count(*) FROM phases WHERE end_ns IS NULL OR end_ns > (SELECT duration_ns FROM sessions)"),
+        0,
+        "phases end where the stored frames do"
+    );
 }
 
 #[test]

@@ -542,7 +542,7 @@ impl Drop for SmallDisk {
 }
 
 #[test]
-fn a_run_stopped_by_a_full_disk_is_stored_failed_with_its_reason() {
+fn a_run_stopped_by_a_full_disk_keeps_what_it_stored_with_its_reason() {
     let mut reproduced = 0;
     for size in ["3m", "5m"] {
         let Some(disk) = SmallDisk::mount(size) else {
@@ -557,12 +557,26 @@ fn a_run_stopped_by_a_full_disk_is_stored_failed_with_its_reason() {
         // closes the row).
         let conn =
             Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let (status, reason): (String, String) = conn
-            .query_row("SELECT status, status_reason FROM sessions", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+        let (status, reason, frames): (String, String, i64) = conn
+            .query_row(
+                "SELECT status, status_reason, frames FROM sessions",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .unwrap();
-        assert_eq!(status, "failed", "{size}: left {status}");
+        // What the store committed before the disk filled is kept (`incomplete`); a run
+        // that committed no frame is `failed`. Never left `running`.
+        let stored: i64 = conn
+            .query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+            .unwrap();
+        match status.as_str() {
+            "incomplete" => assert!(
+                stored > 0 && frames == stored,
+                "{size}: {frames} vs {stored}"
+            ),
+            "failed" => assert_eq!(stored, 0, "{size}: a failed session keeps no frame"),
+            other => panic!("{size}: left {other}"),
+        }
         assert!(reason.contains("full"), "{reason}");
         reproduced += 1;
     }

@@ -677,6 +677,77 @@ fn disk_nearly_full_stops_raw_media_first_and_keeps_the_session() {
 }
 
 #[test]
+fn a_database_that_fills_mid_session_stops_capture_and_keeps_what_was_stored() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    // A database limit of 2 MiB: a few seconds of every modality's features fill it.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[store]\n", "[store]\nmax_db_mib = 2\n");
+    std::fs::write(&config, text).unwrap();
+    consent(&config, "P-LIVE");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let (id, mut player) = start_warm_up(&station, &pulse);
+    // The app goes on as apps do; once the store has failed its requests are refused with
+    // the reason (not answered `ok` into nothing).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let refusal = loop {
+        let a = station.ask(json!({"type": "note", "text": "still here", "session_id": id}));
+        if let Some(e) = a["error"].as_str() {
+            break e.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never refused: {}",
+            station.log_text()
+        );
+        sleep_s(0.3);
+    };
+    assert!(
+        refusal.contains("full") && refusal.contains(&id),
+        "{refusal}"
+    );
+    let _ = player.kill();
+    let _ = player.wait();
+    assert_eq!(station.wait_session_end(&id), "incomplete");
+    let status = station.ok(json!({"type": "status"}));
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("full"),
+        "{status}"
+    );
+    // Capture stopped: the session is not running, and what was stored before is kept,
+    // with counts and a duration that are those of its rows.
+    let conn = crate::common::store::open_db(&station.db);
+    let (frames, reason, duration_ns): (i64, String, i64) = conn
+        .query_row(
+            "SELECT frames, status_reason, duration_ns FROM sessions WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let stored = count(
+        &conn,
+        &format!("SELECT count(*) FROM frames WHERE session_id = '{id}'"),
+    );
+    assert!(frames > 0 && frames == stored, "{frames} vs {stored}");
+    assert!(
+        reason.contains("full") && reason.contains("kept"),
+        "{reason}"
+    );
+    assert!(duration_ns > 0, "{duration_ns}");
+    let open_phases = count(
+        &conn,
+        &format!("SELECT count(*) FROM phases WHERE session_id = '{id}' AND end_ns IS NULL"),
+    );
+    assert_eq!(open_phases, 0);
+}
+
+#[test]
 fn raw_media_past_retention_are_deleted_at_start_and_the_rest_is_kept() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

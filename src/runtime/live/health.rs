@@ -64,11 +64,9 @@ fn watched(service: &Service<'_>) -> Watched {
             .disk_free_mib
             .is_some_and(|f| f < service.config.recording.min_free_mib),
         sessions_run: status.sessions_run,
-        stage_failures: service
-            .state()
-            .running
-            .as_ref()
-            .map_or(0, |r| r.failures.list().len()),
+        stage_failures: service.state().running.as_ref().map_or(0, |r| {
+            r.failures.list().len() + usize::from(r.store_failed.get().is_some())
+        }),
         sync_refused: {
             let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
             store.outbox().held().unwrap_or(0)
@@ -108,20 +106,24 @@ fn health(service: &Service<'_>, started: Instant) -> Health {
             refused,
         )
     };
-    let stage_failures: Vec<String> = service
+    // A store that failed under the running session is one of its failures too (the
+    // session ends on it within a batch; `last_session_status` says `incomplete` after).
+    let (failures, store_failed) = service
         .state()
         .running
         .as_ref()
-        .map(|r| r.failures.list())
-        .unwrap_or_default()
+        .map(|r| (r.failures.list(), r.store_failed.get().cloned()))
+        .unwrap_or_default();
+    let stage_failures: Vec<String> = store_failed
+        .map(|e| format!("session database: {e}"))
         .into_iter()
+        .chain(
+            failures
+                .into_iter()
+                .map(|f| format!("{}: {}", f.stage, f.error)),
+        )
         .take(16)
-        .map(|f| {
-            format!("{}: {}", f.stage, f.error)
-                .chars()
-                .take(500)
-                .collect()
-        })
+        .map(|f| f.chars().take(500).collect())
         .collect();
     let device = |d: &super::DeviceStatus| DeviceHealth {
         present: d.present,

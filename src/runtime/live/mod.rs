@@ -147,6 +147,22 @@ struct Running {
     /// Set when the participant's consent was withdrawn during the session: capture
     /// stopped, and the session's raw recording is deleted when it ends.
     consent_withdrawn: Arc<AtomicBool>,
+    /// Why the store stopped writing this session (the disk full, an I/O error), once it
+    /// did: capture stops, and the app's requests are refused with it.
+    store_failed: Arc<std::sync::OnceLock<String>>,
+}
+
+impl Running {
+    /// The refusal of a request for this session once its store has failed.
+    fn store_refusal(&self) -> Result<(), String> {
+        match self.store_failed.get() {
+            Some(reason) => Err(format!(
+                "session `{}` cannot be stored any more ({reason}): capture stopped; what was stored before is kept",
+                self.id
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 struct State {
@@ -155,6 +171,9 @@ struct State {
     /// A `start_session` is between its checks and `running`: a second one is refused
     /// (two at the same moment would both pass the `running` check).
     starting: bool,
+    /// The last session that ended on an error, and the error: a request for it after it
+    /// ended is told why, not only that no session runs.
+    ended_on_error: Option<(String, String)>,
 }
 
 /// What the service's threads share.
@@ -272,6 +291,7 @@ pub fn serve(
             },
             running: None,
             starting: false,
+            ended_on_error: None,
         }),
         clients: AtomicU64::new(0),
         reserved: AtomicU64::new(0),
@@ -542,6 +562,9 @@ fn current_status(service: &Service<'_>) -> ServiceStatus {
         let at = at.load(Ordering::Relaxed);
         now.saturating_sub(at) / 1_000_000
     };
+    if let Some(e) = state.running.as_ref().and_then(|r| r.store_refusal().err()) {
+        status.last_error = Some(e);
+    }
     status.session = state.running.as_ref().map(|r| SessionStatus {
         session_id: r.id.clone(),
         participant_id: r.participant.clone(),

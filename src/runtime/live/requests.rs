@@ -39,11 +39,18 @@ pub(super) fn trusted_peer(stream: &UnixStream) -> bool {
     })
 }
 
-/// Why `request` cannot act when no session runs.
-fn no_session(request: &Request, caller: &Caller) -> String {
-    check_addressed(None, request, caller.conn, caller.proof())
+/// Why `request` cannot act when no session runs; when the session it is for (or, naming
+/// none, the last one) ended on an error, that error too.
+fn no_session(request: &Request, caller: &Caller, ended: Option<&(String, String)>) -> String {
+    let why = check_addressed(None, request, caller.conn, caller.proof())
         .err()
-        .unwrap_or_default()
+        .unwrap_or_default();
+    match ended {
+        Some((id, error)) if request.names_session().is_none_or(|n| n == id) => {
+            format!("{why}: it ended on an error: {error}")
+        }
+        _ => why,
+    }
 }
 
 /// `stop_session`: the running session ends; answered once it is stored and closed.
@@ -65,7 +72,7 @@ fn stop_session(
                 )?;
                 r
             }
-            None => return Err(no_session(request, caller)),
+            None => return Err(no_session(request, caller, state.ended_on_error.as_ref())),
         };
         r.end.store(true, Ordering::SeqCst);
         let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
@@ -129,17 +136,19 @@ pub(super) fn handle<'scope>(
                         caller.conn,
                         caller.proof(),
                     )?;
+                    r.store_refusal()?;
                     Ok(serde_json::json!({"session_id": r.id, "kept_by": r.tie.describe()}))
                 }
-                None => Err(no_session(&request, caller)),
+                None => Err(no_session(&request, caller, state.ended_on_error.as_ref())),
             }
         }
         Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
         Request::Recommend { k, text, policy } => service.recommender.ask(k, text, policy),
         Request::Event { ref kind, .. } => {
             let mut state = service.state();
+            let ended = state.ended_on_error.clone();
             let Some(r) = state.running.as_mut() else {
-                return Err(no_session(&request, caller));
+                return Err(no_session(&request, caller, ended.as_ref()));
             };
             check_addressed(
                 Some((r.id.as_str(), &mut r.tie)),
@@ -147,6 +156,7 @@ pub(super) fn handle<'scope>(
                 caller.conn,
                 caller.proof(),
             )?;
+            r.store_refusal()?;
             if r.end.load(Ordering::SeqCst) {
                 return Err(format!("session `{}` is stopping", r.id));
             }

@@ -107,6 +107,10 @@ pub(super) fn start_session_checked<'scope>(
     let kept_by = tie.describe();
     let token = tie.token.clone();
     let consent_withdrawn = Arc::new(AtomicBool::new(false));
+    let store_failed = sessions
+        .writer()
+        .map(|w| w.failure_flag())
+        .map_err(|e| e.to_string())?;
     let run = SessionRun {
         consent_withdrawn: consent_withdrawn.clone(),
         abandoned: tie.abandoned.clone(),
@@ -133,15 +137,21 @@ pub(super) fn start_session_checked<'scope>(
         failures,
         tie,
         consent_withdrawn,
+        store_failed,
     });
     let session_id = id.clone();
     let started = spawn(scope, "live-session", move || {
         let outcome = run_session(scope, service, stages, run, &sessions);
         let closed = sessions.close();
-        if let Err(e) = outcome.and(closed) {
-            service.set_error(format!("session {id}: {e}"));
+        let error = outcome
+            .and(closed)
+            .err()
+            .map(|e| format!("session {id}: {e}"));
+        if let Some(e) = &error {
+            service.set_error(e.clone());
         }
         let mut state = service.state();
+        state.ended_on_error = error.map(|e| (id.clone(), e));
         state.running = None;
         state.status.sessions_run += 1;
     });

@@ -452,6 +452,54 @@ pub fn finish(tx: &Transaction<'_>, id: &str, end: &SessionEnd) -> Result<(), St
     Ok(())
 }
 
+fn stored_frames(tx: &rusqlite::Connection, id: &str) -> Result<i64, StoreError> {
+    tx.query_row(
+        "SELECT count(*) FROM frames WHERE session_id = ?1",
+        [id],
+        |r| r.get(0),
+    )
+    .map_err(ctx("counting the session's stored frames"))
+}
+
+/// Closes a running session that ended without its close (its writer killed, or the store
+/// failed under it) as `incomplete` with `reason`, keeping every row it committed: its
+/// counts and duration are those of the frames stored (a killed session was listed as
+/// `0.0s`), and its last phase ends there. The caller announces it to sync.
+pub fn keep_incomplete(
+    tx: &rusqlite::Connection,
+    id: &str,
+    reason: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        &format!(
+            "UPDATE sessions SET status = 'incomplete', status_reason = ?2,
+             frames = (SELECT count(*) FROM frames WHERE session_id = ?1),
+             windows = (SELECT count(*) FROM windows WHERE session_id = ?1),
+             duration_ns = COALESCE((SELECT max(t_ns) FROM frames WHERE session_id = ?1)
+                 + CAST(1000000000.0 / NULLIF(nominal_fps, 0) AS INTEGER), duration_ns),
+             updated_at = {NOW}
+             WHERE id = ?1 AND status = 'running'"
+        ),
+        params![id, reason],
+    )
+    .map_err(ctx("marking the session incomplete"))?;
+    // Phases are the session's as stored: none past its end (their events stay).
+    tx.execute(
+        "DELETE FROM phases WHERE session_id = ?1
+         AND start_ns >= (SELECT duration_ns FROM sessions WHERE id = ?1) AND start_ns > 0",
+        [id],
+    )
+    .map_err(ctx("clipping the phases to the stored frames"))?;
+    tx.execute(
+        "UPDATE phases SET end_ns = (SELECT duration_ns FROM sessions WHERE id = ?1)
+         WHERE session_id = ?1
+           AND (end_ns IS NULL OR end_ns > (SELECT duration_ns FROM sessions WHERE id = ?1))",
+        [id],
+    )
+    .map_err(ctx("closing the last phase"))?;
+    Ok(())
+}
+
 /// What [`fail`] is told about the failed session.
 #[derive(Debug, Clone)]
 pub struct Failure {
@@ -464,6 +512,9 @@ pub struct Failure {
     /// and `show` name them.
     pub participant_id: Option<String>,
     pub source_path: Option<String>,
+    /// The store itself failed mid-session (a full disk, an I/O error): what it committed
+    /// before is good and is kept, `incomplete` with the reason, when it holds a frame.
+    pub keep_stored: bool,
 }
 
 /// Marks a session failed with its reason and removes its derived rows (frames, windows,
@@ -503,6 +554,14 @@ pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), Stor
                 "not marking a complete session failed: {}",
                 f.reason
             );
+        }
+        Some(_) if f.keep_stored && stored_frames(tx, &f.id)? > 0 => {
+            let frames = stored_frames(tx, &f.id)?;
+            let reason = format!(
+                "{}; everything stored before it is kept ({frames} frames)",
+                f.reason
+            );
+            keep_incomplete(tx, &f.id, &reason)?;
         }
         Some(_) => {
             super::predictions::delete_for_session(tx, &f.id)?;
