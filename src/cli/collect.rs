@@ -121,9 +121,10 @@ enum CollectCommand {
         #[command(flatten)]
         json: super::options::JsonOption,
     },
-    /// Fill a new or second central database (SQLite file or PostgreSQL) with everything
-    /// another one holds: enrolments, withdrawals and every record, through the same rules
-    /// (what it holds already is kept; nothing is stored twice; run it again at will).
+    /// Fill a new or second central database (SQLite file or PostgreSQL) with what another
+    /// one holds, verified: withdrawals, and every record whose station's signature
+    /// verifies with a key the target enrols, through the same rules (what it holds already
+    /// is kept; nothing is stored twice; run it again at will).
     Copy {
         /// The central database to read (a SQLite file or `postgres://...`).
         #[arg(long)]
@@ -134,6 +135,14 @@ enum CollectCommand {
         /// Only this study (default: every study the source holds).
         #[arg(long)]
         study: Option<String>,
+        /// Also copy the source's station enrolments (and revocations): the source's word
+        /// decides which keys the target trusts.
+        #[arg(long)]
+        with_enrolments: bool,
+        /// Also copy unsigned (plain sync) records, which nothing can verify, on the
+        /// source's word.
+        #[arg(long)]
+        accept_unsigned: bool,
         #[command(flatten)]
         json: super::options::JsonOption,
     },
@@ -225,8 +234,19 @@ impl Args {
                 from,
                 into,
                 study,
+                with_enrolments,
+                accept_unsigned,
                 json,
-            }) => copy(&from, &into, study.as_deref(), json.json),
+            }) => copy(
+                &from,
+                &into,
+                &crate::sync::central::CopyOptions {
+                    study,
+                    with_enrolments,
+                    accept_unsigned,
+                },
+                json.json,
+            ),
             Some(CollectCommand::Stations {
                 central,
                 config,
@@ -563,7 +583,13 @@ fn quarantine(action: QuarantineAction) -> Result<ExitCode, Failure> {
 }
 
 /// `collect copy --from A --into B`.
-fn copy(from: &str, into: &str, study: Option<&str>, json: bool) -> Result<ExitCode, Failure> {
+fn copy(
+    from: &str,
+    into: &str,
+    opts: &crate::sync::central::CopyOptions,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let study = opts.study.as_deref();
     use crate::sync::central::{is_postgres, redacted, Central};
     let same = if is_postgres(from) || is_postgres(into) {
         from == into
@@ -603,7 +629,7 @@ fn copy(from: &str, into: &str, study: Option<&str>, json: bool) -> Result<ExitC
     let mut target = Central::open(into).map_err(fail)?;
     let bar = super::progress_bar("records");
     let copied = target
-        .copy_from(&mut source, study, |done, all| {
+        .copy_from(&mut source, opts, |done, all| {
             bar.set_length(all);
             bar.set_position(done);
         })
@@ -631,6 +657,37 @@ fn copy(from: &str, into: &str, study: Option<&str>, json: bool) -> Result<ExitC
             copied.enrolments,
             copied.withdrawals
         );
+        if copied.unsigned_copied > 0 {
+            outln!(
+                "{} unsigned (plain sync) record(s) copied on the source's word (--accept-unsigned)",
+                copied.unsigned_copied
+            );
+        }
+        if copied.enrolments_not_copied > 0 {
+            outln!(
+                "{} enrolment(s) of the source not copied: the target trusts only the keys it enrols (--with-enrolments copies them)",
+                copied.enrolments_not_copied
+            );
+        }
+        if copied.withdrawals > 0 {
+            outln!(
+                "{} central withdrawal(s) of the source applied in the target (a withdrawal is always copied, so withdrawn data never comes back)",
+                copied.withdrawals
+            );
+        }
+        if copied.unverified > 0 {
+            outln!(
+                "{} record(s) NOT copied because they do not verify (nothing of them stored; copy again once fixed):",
+                copied.unverified
+            );
+            for r in &copied.unverified_reasons {
+                outln!("  {}", crate::sync::health::printable(r, 400));
+            }
+        }
+    }
+    // Records left behind are the run's failure to say, in scripts too.
+    if copied.unverified > 0 {
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -169,6 +169,7 @@ const ADDED: &[(&str, &str, &str)] = &[
     ("collect_chunks", "received_at", "TEXT"),
     ("collect_status", "connection", "TEXT"),
     ("collect_quarantine", "refused_id", "TEXT"),
+    ("collect_records", "proof", "TEXT"),
 ];
 
 const INDEXES: &str = "
@@ -301,11 +302,12 @@ impl Store {
             apply::remove_session(&tx, id)?;
         }
         for (id, payload) in records {
-            let h = apply::header(&payload).map_err(|e| e.of(&format!("central record {id}")))?;
-            apply::remove_session(&tx, &h.session_id)?;
-            apply::apply_record_without(&tx, &payload, None, skip)
-                .map_err(|e| e.of(&format!("central record {id}")))?;
-            super::sql::study::fold_predictions(&tx, &h.session_id)?;
+            apply_or_leave_out(&tx, &id, |tx| {
+                let h = apply::header(&payload)?;
+                apply::remove_session(tx, &h.session_id)?;
+                apply::apply_record_without(tx, &payload, None, skip)?;
+                Ok(super::sql::study::fold_predictions(tx, &h.session_id)?)
+            })?;
         }
         tx.commit()
             .map_err(|e| CentralError::database("cannot update the read view", e))
@@ -324,13 +326,50 @@ impl Store {
             .unchecked_transaction()
             .map_err(|e| CentralError::database("cannot make the snapshot", e))?;
         for (id, payload) in records {
-            apply::apply_record(&tx, &payload, None)
-                .map_err(|e| e.of(&format!("central record {id}")))?;
+            apply_or_leave_out(&tx, &id, |tx| {
+                apply::apply_record(tx, &payload, None).map(|_| ())
+            })?;
         }
         tx.commit()
             .map_err(|e| CentralError::database("cannot make the snapshot", e))?;
         Ok(store)
     }
+}
+
+/// Applies one central record to a read view inside a savepoint; a record that cannot be
+/// applied (one a collector of an older build let in) is left out with a warning naming
+/// it, so one record never breaks every read. `Err` only when the view itself fails.
+fn apply_or_leave_out(
+    tx: &Transaction<'_>,
+    id: &str,
+    apply: impl FnOnce(&Transaction<'_>) -> Result<(), CentralError>,
+) -> Result<bool, CentralError> {
+    let sql = |e: rusqlite::Error| CentralError::database("applying a record to the read view", e);
+    tx.execute_batch("SAVEPOINT record").map_err(sql)?;
+    let done = apply(tx);
+    if let Err(e) = &done {
+        tx.execute_batch("ROLLBACK TO record").map_err(sql)?;
+        tracing::warn!(
+            record = %id,
+            "central record {id} cannot be applied and is left out of this read: {e} (`collect quarantine` lists what the gate refuses now)"
+        );
+    }
+    tx.execute_batch("RELEASE record").map_err(sql)?;
+    Ok(done.is_ok())
+}
+
+/// Whether session record `payload` applies to the station schema (every table it carries
+/// known, every NOT NULL and CHECK held), tried on a scratch in-memory store: the gate a
+/// PostgreSQL central database puts every record through, the one a SQLite central file
+/// passes by applying it to its own tables.
+pub fn check_applies(payload: &str) -> Result<(), CentralError> {
+    let scratch = Store::open(Path::new(":memory:"))
+        .map_err(|e| CentralError::database("cannot make a scratch store to check a record", e))?;
+    let tx = scratch
+        .connection()
+        .unchecked_transaction()
+        .map_err(|e| CentralError::database("cannot check a record", e))?;
+    apply::apply_record(&tx, payload, None).map(|_| ())
 }
 
 fn bind(params: &[Val]) -> Vec<rusqlite::types::Value> {

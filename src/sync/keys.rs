@@ -334,7 +334,38 @@ pub fn signed_chunk(
     signer: &str,
     data: &str,
 ) -> Vec<u8> {
-    let data_digest = sha256_hex(data.as_bytes());
+    signed_chunk_of_digest(
+        study,
+        station,
+        kind,
+        subject,
+        message_id,
+        seq,
+        chunk,
+        chunks,
+        sha256,
+        signer,
+        &sha256_hex(data.as_bytes()),
+    )
+}
+
+/// [`signed_chunk`] from the chunk's data digest: what a central database keeps of one
+/// chunk (its `proof`) is enough to verify a record again without its sealed data, since
+/// the signed bytes name the whole message's plaintext sha256.
+#[allow(clippy::too_many_arguments)]
+pub fn signed_chunk_of_digest(
+    study: &str,
+    station: &str,
+    kind: &str,
+    subject: &str,
+    message_id: &str,
+    seq: i64,
+    chunk: usize,
+    chunks: usize,
+    sha256: &str,
+    signer: &str,
+    data_digest: &str,
+) -> Vec<u8> {
     serde_json::json!([
         "empathic-sync-chunk-v2",
         study,

@@ -1396,6 +1396,8 @@ fn a_new_central_database_is_filled_with_the_history_without_duplicates() {
             "--into",
             target,
             "--json",
+            // Plain sync: nothing signed to verify, copied on the source's word (issue 56).
+            "--accept-unsigned",
         ]);
         assert!(o.status.success(), "{target}: {}", stderr(&o));
         serde_json::from_str(&stdout(&o)).unwrap()

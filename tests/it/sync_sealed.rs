@@ -745,3 +745,189 @@ fn sealed_sync_into_postgresql_enrols_opens_and_refuses_alike() {
     assert_eq!(one["quarantined"].as_i64(), Some(1), "{v}");
     stop(c);
 }
+
+/// Issue 56 item 4: `collect copy` verifies what it reads. A source central database holds
+/// one genuine sealed record and a hostile source's additions: a forged enrolment (a key of
+/// its own, `allow_plain`), an unsigned purge of the genuine participant whose payload
+/// names someone else, and a copy of the genuine record with its payload altered. Copied
+/// into a SQLite file and a PostgreSQL database alike: nothing is taken on the source's
+/// word (exit 1, each left-out record named); once the target enrols the station itself,
+/// the genuine record alone is copied; `--accept-unsigned` lets the unsigned purge reach
+/// the rules, which refuse it (its payload disagrees with its subject), so nothing is
+/// erased; the forged enrolment is never copied without `--with-enrolments`.
+#[test]
+fn a_copy_verifies_every_record_and_takes_no_enrolment_or_purge_on_the_sources_word() {
+    use empathic::sync::central::{Central, Gate, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let keys = dir.join("keys");
+    let study_public = key("study", &keys.join("study.key"));
+    let s1_public = key("station", &keys.join("s1.key"));
+    let rogue_public = key("station", &keys.join("rogue.key"));
+    let s1 = SigningKey::load(&keys.join("s1.key")).unwrap();
+    let study = StudyPublicKey::parse(&study_public).unwrap();
+    let fast = config_without_vision_models_and(dir, "fast.toml", "");
+    let db = dir.join("station.db");
+    assert!(replay_cli(&crate::common::demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let genuine = outbox_message(&db, "session");
+
+    let source_path = dir.join("source.db");
+    let mut source = Central::open(path_str(&source_path)).unwrap();
+    source
+        .enrol(STUDY, "station-1", Some(&s1_public), false)
+        .unwrap();
+    let gate = Gate {
+        accept_plain: false,
+        study_key: Some(keys::StudySecretKey::load(&keys.join("study.key")).unwrap()),
+    };
+    let mut last = None;
+    for (topic, e) in forged(
+        "station-1",
+        &s1,
+        &study,
+        &genuine.message_id,
+        genuine.seq,
+        "session",
+        &genuine.subject,
+        &genuine.payload,
+    ) {
+        last = Some(
+            source
+                .store_publish_with(&topic, e.as_bytes(), &gate)
+                .unwrap(),
+        );
+    }
+    assert!(matches!(last, Some(Stored::Record { .. })), "{last:?}");
+    drop(source);
+    // The hostile source's additions, written straight into its tables.
+    let purge = serde_json::json!({"format": "empathic-purge", "version": 2,
+        "participant_id": "P-OTHER", "sessions": []})
+    .to_string();
+    let purge_sha = {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(purge.as_bytes()))
+    };
+    let conn = crate::common::store::open_db(&source_path);
+    conn.execute(
+        "INSERT INTO collect_stations (study, station, key, allow_plain, enrolled_at)
+         VALUES (?1, 'station-x', ?2, 1, '2026-01-01T00:00:00.000Z')",
+        [STUDY, rogue_public.as_str()],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO collect_records (message_id, study, station, kind, subject, participant,
+             seq, payload, sha256, received_at, voided, applied, sealed)
+         VALUES ('forged-purge', ?1, 'station-1', 'purge', 'P-DEMO', 'P-DEMO', ?2, ?3, ?4,
+                 '2099-01-01T00:00:00.000Z', 0, 0, 0)",
+        rusqlite::params![STUDY, genuine.seq + 1, purge, purge_sha],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO collect_records (message_id, study, station, kind, subject, participant,
+             seq, payload, sha256, received_at, voided, applied, sealed, proof)
+         SELECT 'altered', study, station, kind, subject, participant, seq + 2,
+                replace(payload, 'P-DEMO', 'P-EVIL'), sha256, received_at, 1, 0, sealed, proof
+         FROM collect_records WHERE message_id = ?1",
+        [&genuine.message_id],
+    )
+    .unwrap();
+    drop(conn);
+
+    let pg = crate::common::postgres::Postgres::start();
+    let copy = |target: &str, flags: &[&str]| -> (Option<i32>, serde_json::Value) {
+        let mut args = vec![
+            "collect",
+            "copy",
+            "--from",
+            path_str(&source_path),
+            "--into",
+            target,
+            "--json",
+        ];
+        args.extend(flags);
+        let o = empathic(&args);
+        (o.status.code(), serde_json::from_str(&stdout(&o)).unwrap())
+    };
+    let lite = dir.join("target.db").display().to_string();
+    for target in [lite.as_str(), pg.database("copied").as_str()] {
+        // Nothing enrolled in the target: nothing verifies; nothing is copied.
+        let (code, v) = copy(target, &[]);
+        assert_eq!(code, Some(1), "{target}: {v}");
+        assert_eq!(v["records"], 0, "{target}: {v}");
+        assert_eq!(v["unverified"], 3, "{target}: {v}");
+        assert_eq!(v["enrolments"], 0, "{target}: {v}");
+        assert_eq!(v["enrolments_not_copied"], 2, "{target}: {v}");
+        let reasons = v["unverified_reasons"].to_string();
+        assert!(
+            reasons.contains("does not enrol") && reasons.contains("unsigned"),
+            "{reasons}"
+        );
+        // The target enrols the station itself: the genuine record verifies, the altered
+        // one does not (its payload no longer matches what the station signed).
+        let o = empathic(&[
+            "collect",
+            "enrol",
+            "station-1",
+            &s1_public,
+            "--central",
+            target,
+            "--study",
+            STUDY,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (code, v) = copy(target, &[]);
+        assert_eq!(code, Some(1), "{target}: {v}");
+        assert_eq!(
+            (v["records"].as_u64(), v["unverified"].as_u64()),
+            (Some(1), Some(2)),
+            "{target}: {v}"
+        );
+        assert!(
+            v["unverified_reasons"]
+                .to_string()
+                .contains("does not match its sha256"),
+            "{v}"
+        );
+        // Unsigned records on the source's word: the purge reaches the rules, which refuse
+        // it (its payload names another participant than its subject).
+        let (_, v) = copy(target, &["--accept-unsigned"]);
+        assert_eq!(
+            (v["records"].as_u64(), v["refused"].as_u64()),
+            (Some(0), Some(1)),
+            "{target}: {v}"
+        );
+        let o = empathic(&["sessions", "list", "--db", target]);
+        assert!(o.status.success(), "{target}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&genuine.subject),
+            "{target}: nothing may be erased: {}",
+            stdout(&o)
+        );
+        let o = empathic(&[
+            "collect",
+            "stations",
+            "--central",
+            target,
+            "--study",
+            STUDY,
+            "--json",
+        ]);
+        assert!(
+            !stdout(&o).contains("station-x"),
+            "{target}: {}",
+            stdout(&o)
+        );
+        let o = empathic(&[
+            "collect",
+            "quarantine",
+            "list",
+            "--central",
+            target,
+            "--study",
+            STUDY,
+        ]);
+        assert!(stdout(&o).contains("P-OTHER"), "{target}: {}", stdout(&o));
+    }
+}

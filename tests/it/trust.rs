@@ -781,3 +781,113 @@ fn reading_commands_read_a_database_in_a_folder_nobody_may_write() {
         "{names:?}"
     );
 }
+
+/// Issue 56 item 4: one gate for every way into a central database. A record from a
+/// station the collector lets in, whose `sessions` row has no `station_id`, is refused
+/// (quarantined, answered) by a SQLite central file and a PostgreSQL database alike, and
+/// every read works after it. A PostgreSQL database that already applied such a record (an
+/// older collector let it in) is still read: the record is left out with a warning naming
+/// it, not every read broken.
+#[test]
+fn a_record_that_cannot_be_applied_is_refused_by_both_central_databases_and_breaks_no_read() {
+    use empathic::sync::central::{Central, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("station.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let pg = crate::common::postgres::Postgres::start();
+    let lite = tmp.path().join("central.db").display().to_string();
+    let pg_url = pg.database("gate");
+    let mut reasons = Vec::new();
+    for target in [lite.as_str(), pg_url.as_str()] {
+        let mut central = Central::open(target).unwrap();
+        let mut forger = Forger::new(&db);
+        let mut bad = forger.record();
+        let sessions = &mut bad["tables"]["sessions"];
+        let at = sessions["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| c == "station_id")
+            .unwrap();
+        sessions["rows"][0][at] = serde_json::Value::Null;
+        match forger.send(&mut central, &bad) {
+            Stored::Quarantined {
+                reason, receipt, ..
+            } => {
+                assert!(receipt.is_some(), "{target}: answered");
+                reasons.push(reason);
+            }
+            other => panic!("{target}: a record that cannot be applied was taken: {other:?}"),
+        }
+        let genuine = forger.record();
+        assert!(
+            matches!(forger.send(&mut central, &genuine), Stored::Record { .. }),
+            "{target}"
+        );
+        drop(central);
+        for args in [
+            vec!["sessions", "list", "--db", target],
+            vec![
+                "study",
+                "report",
+                "--central",
+                target,
+                "--study",
+                "test-study",
+                "--json",
+            ],
+        ] {
+            let o = empathic(&args);
+            assert!(o.status.success(), "{target} {args:?}: {}", stderr(&o));
+        }
+    }
+    // One gate: the same reason from both.
+    assert_eq!(reasons[0], reasons[1]);
+    // An older collector's leftover: the applied record made unappliable in place.
+    let bad_payload = {
+        let mut r = Forger::new(&db).record();
+        let sessions = &mut r["tables"]["sessions"];
+        let at = sessions["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| c == "station_id")
+            .unwrap();
+        sessions["rows"][0][at] = serde_json::Value::Null;
+        r.to_string()
+    };
+    let mut c = ::postgres::Client::connect(&pg_url, ::postgres::NoTls).unwrap();
+    let n = c
+        .execute(
+            "UPDATE collect_records SET payload = $1 WHERE kind = 'session' AND applied = 1",
+            &[&bad_payload],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    // Read as a user would (warnings shown: the tests' helper shows errors only).
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["sessions", "list", "--db", &pg_url])
+        .env("EMPATHIC_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot be applied and is left out"),
+        "{}\n{}",
+        stderr(&o),
+        stdout(&o)
+    );
+    let o = empathic(&[
+        "study",
+        "report",
+        "--central",
+        &pg_url,
+        "--study",
+        "test-study",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -11,9 +11,31 @@
 //! database that also received the messages live, stores nothing twice. A record the
 //! source kept without its payload (one of a withdrawn participant, dropped) is copied as
 //! such. The source is only read.
+//!
+//! Nothing of the source is trusted (issue 56): every record is verified before its rule
+//! runs: its payload must match its sha256, and a sealed record's kept [`Proof`] must
+//! verify with a key enrolled *in the target* for the station it names (a key revoked
+//! there only for records received before the revocation). A record that does not verify
+//! is not copied and not quarantined (enrolling its station and copying again takes it),
+//! counted in `unverified` with the reasons. Unsigned (plain) records carry nothing to
+//! verify: they are copied only with `accept_unsigned`, said in the count. Enrolments are
+//! copied only with `with_enrolments` (a source's enrolment is its word, not a proof);
+//! central withdrawals are always copied, so a withdrawn participant's data never comes
+//! back (a hostile source can withdraw a participant in the target: said per copy).
 
 use super::*;
 use crate::store::CentralError;
+
+/// What a copy is allowed to take on the source's word.
+#[derive(Debug, Default, Clone)]
+pub struct CopyOptions {
+    /// Only this study (every study when `None`).
+    pub study: Option<String>,
+    /// Copy the source's enrolments (and revocations) too.
+    pub with_enrolments: bool,
+    /// Copy unsigned (plain sync) records, which nothing can verify.
+    pub accept_unsigned: bool,
+}
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
@@ -23,9 +45,19 @@ pub struct Copied {
     pub already_held: u64,
     /// Records the target's rules refused (quarantined there, with the reason).
     pub refused: u64,
+    /// Records that did not verify (not copied, not quarantined), and the first reasons.
+    pub unverified: u64,
+    pub unverified_reasons: Vec<String>,
+    /// Unsigned records copied on the source's word (`accept_unsigned`).
+    pub unsigned_copied: u64,
     pub enrolments: u64,
+    /// Enrolments the source holds that were not copied (no `with_enrolments`).
+    pub enrolments_not_copied: u64,
     pub withdrawals: u64,
 }
+
+/// How many reasons [`Copied::unverified_reasons`] keeps.
+const REASONS_KEPT: usize = 5;
 
 /// One source record's identity, read before its payload.
 struct Row {
@@ -37,6 +69,8 @@ struct Row {
     sha: String,
     seq: Option<i64>,
     sealed: bool,
+    proof: Option<String>,
+    received_at: Option<String>,
 }
 
 impl Central {
@@ -45,9 +79,10 @@ impl Central {
     pub fn copy_from(
         &mut self,
         source: &mut Central,
-        study: Option<&str>,
+        opts: &CopyOptions,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<Copied, CentralError> {
+        let study = opts.study.as_deref();
         let mut out = Copied::default();
         let of_study = |s: &str| study.is_none_or(|want| want == s);
         // Enrolments: a station the source lets in is let in here (and a revocation holds).
@@ -63,7 +98,8 @@ impl Central {
         )?;
         let mut rows: Vec<Row> = Vec::new();
         for r in src.rows(
-            "SELECT message_id, study, station, kind, subject, sha256, seq, sealed
+            "SELECT message_id, study, station, kind, subject, sha256, seq, sealed, proof,
+                 received_at
              FROM collect_records ORDER BY study, station, seq, received_at",
             &[],
         )? {
@@ -73,7 +109,11 @@ impl Central {
                 (text(), text(), text(), text(), text(), text());
             let seq = r.next().and_then(|v| v.int());
             let sealed = r.next().and_then(|v| v.int()).unwrap_or(0) != 0;
+            let proof = r.next().and_then(Val::into_text);
+            let received_at = r.next().and_then(Val::into_text);
             rows.push(Row {
+                proof,
+                received_at,
                 id,
                 study,
                 station,
@@ -94,6 +134,10 @@ impl Central {
                 continue;
             };
             if !of_study(&st) {
+                continue;
+            }
+            if !opts.with_enrolments {
+                out.enrolments_not_copied += 1;
                 continue;
             }
             let allow_plain = e.next().and_then(|v| v.int()).unwrap_or(0);
@@ -158,7 +202,7 @@ impl Central {
 
         let all = rows.len() as u64;
         for (done, row) in rows.into_iter().enumerate() {
-            self.copy_record(source, row, &mut out)?;
+            self.copy_record(source, row, opts, &mut out)?;
             progress(done as u64 + 1, all);
         }
         Ok(out)
@@ -169,6 +213,7 @@ impl Central {
         &mut self,
         source: &mut Central,
         row: Row,
+        opts: &CopyOptions,
         out: &mut Copied,
     ) -> Result<(), CentralError> {
         let mut tx = self.begin()?;
@@ -190,6 +235,10 @@ impl Central {
         let payload = found.next().and_then(Val::into_text).unwrap_or_default();
         let participant = found.next().and_then(Val::into_text);
         let voided = found.next().and_then(|v| v.int()).unwrap_or(0) != 0;
+        let proof: Option<Proof> = row
+            .proof
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p).ok());
         let env = Envelope {
             id: row.id.clone(),
             kind: row.kind.clone(),
@@ -201,9 +250,36 @@ impl Central {
             chunk: 0,
             chunks: 1,
             seq: row.seq,
-            // Only whether it came sealed matters to the rules (the record's `sealed`).
-            signed: row.sealed.then(|| (String::new(), String::new())),
+            signed: proof.as_ref().map(|p| (p.signer.clone(), p.sig.clone())),
+            proof,
         };
+        let signed_but_unkept = row.sealed && env.proof.is_none();
+        let verified = if signed_but_unkept {
+            Err("a sealed record kept without its proof (collected by an older build): nothing to verify it with".to_string())
+        } else {
+            verify_copied(
+                tx.as_mut(),
+                &env,
+                &payload,
+                row.received_at.as_deref(),
+                opts,
+            )?
+        };
+        if let Err(reason) = verified {
+            drop(tx);
+            tracing::warn!(record = %env.id, station = %env.station, "collect copy: not copied: {reason}");
+            out.unverified += 1;
+            if out.unverified_reasons.len() < REASONS_KEPT {
+                out.unverified_reasons.push(format!(
+                    "{} ({} {}): {reason}",
+                    env.id, env.kind, env.subject
+                ));
+            }
+            return Ok(());
+        }
+        if env.proof.is_none() {
+            out.unsigned_copied += 1;
+        }
         let outcome = if payload.is_empty() {
             // Kept without its payload at the source (a withdrawn participant's record).
             insert_record(
@@ -247,4 +323,85 @@ impl Central {
         }
         Ok(())
     }
+}
+
+/// Whether a source record may be copied: its payload matches its sha256 (a record kept
+/// without its payload, a withdrawn participant's, has none to match) and its proof
+/// verifies with a key the target enrols for its station; an unsigned record only with
+/// `accept_unsigned`. The inner `Err` says why not.
+fn verify_copied(
+    tx: &mut dyn CentralTx,
+    env: &Envelope,
+    payload: &str,
+    received_at: Option<&str>,
+    opts: &CopyOptions,
+) -> Result<Result<(), String>, CentralError> {
+    if !payload.is_empty() && crate::digest::sha256_hex(payload.as_bytes()) != env.sha {
+        return Ok(Err(format!(
+            "its payload does not match its sha256 {}",
+            env.sha
+        )));
+    }
+    let Some(p) = &env.proof else {
+        return Ok(if opts.accept_unsigned {
+            Ok(())
+        } else {
+            Err("unsigned (plain sync): nothing verifies it; copy unsigned records only on the source's word with --accept-unsigned".into())
+        });
+    };
+    let enrolled = tx.rows(
+        "SELECT station, revoked_at FROM collect_stations WHERE study = ?1 AND key = ?2",
+        &[Val::text(&env.study), Val::text(&p.signer)],
+    )?;
+    let Some(row) = enrolled.into_iter().next() else {
+        return Ok(Err(format!(
+            "signed by {}, a key the target does not enrol for study {} (enrol station {} there, or copy with --with-enrolments)",
+            p.signer, env.study, env.station
+        )));
+    };
+    let mut row = row.into_iter();
+    let owner = row.next().and_then(Val::into_text).unwrap_or_default();
+    let revoked = row.next().and_then(Val::into_text);
+    if owner != env.station {
+        return Ok(Err(format!(
+            "signed by station {owner}'s key but names station {}",
+            env.station
+        )));
+    }
+    if let Some(at) = revoked {
+        // Received before the revocation: the key was good then.
+        if received_at.is_none_or(|r| r >= at.as_str()) {
+            return Ok(Err(format!(
+                "signed by station {owner}'s key, revoked in the target at {at}, and received after it"
+            )));
+        }
+    }
+    let (Some(seq), Ok(chunk), Ok(chunks)) =
+        (env.seq, usize::try_from(p.chunk), usize::try_from(p.chunks))
+    else {
+        return Ok(Err("its proof has no sequence number or chunk".into()));
+    };
+    let signed = keys::signed_chunk_of_digest(
+        &env.study,
+        &env.station,
+        &env.kind,
+        &env.subject,
+        &env.id,
+        seq,
+        chunk,
+        chunks,
+        &env.sha,
+        &p.signer,
+        &p.data_sha256,
+    );
+    let verifies = keys::VerifyingKey::parse(&p.signer)
+        .map(|k| k.verifies(&signed, &p.sig))
+        .unwrap_or(false);
+    Ok(if verifies {
+        Ok(())
+    } else {
+        Err(format!(
+            "the signature by station {owner}'s key does not verify over the record"
+        ))
+    })
 }

@@ -20,6 +20,22 @@ pub(super) struct Envelope {
     /// Sealed sync (format v2): the signer's public key and the signature over
     /// `keys::signed_chunk`; `data` is then a piece of the payload sealed to the study.
     pub(super) signed: Option<(String, String)>,
+    /// What the record keeps to be verified again (signed envelopes; a copied record's
+    /// from its source).
+    pub(super) proof: Option<Proof>,
+}
+
+/// What a central record keeps to be verified again (`collect_records.proof`, JSON): the
+/// signer, the signature and the digest of the one chunk whose signature it is. The signed
+/// bytes name the message's plaintext sha256, so the proof and the payload verify the
+/// record with no sealed data kept.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct Proof {
+    pub(super) signer: String,
+    pub(super) sig: String,
+    pub(super) chunk: i64,
+    pub(super) chunks: i64,
+    pub(super) data_sha256: String,
 }
 
 impl Envelope {
@@ -124,6 +140,13 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
                 .ok_or_else(|| format!("seq {s} is not a positive integer"))?,
         ),
     };
+    let proof = signed.as_ref().map(|(signer, sig)| Proof {
+        signer: signer.clone(),
+        sig: sig.clone(),
+        chunk: chunk as i64,
+        chunks: chunks as i64,
+        data_sha256: crate::digest::sha256_hex(data.as_bytes()),
+    });
     Ok(Envelope {
         id,
         kind,
@@ -136,5 +159,6 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
         chunks: chunks as i64,
         seq,
         signed,
+        proof,
     })
 }

@@ -43,7 +43,7 @@ use rules::*;
 
 use crate::sync::health as health_message;
 pub use alerts::Withdrawal;
-pub use copy::Copied;
+pub use copy::{Copied, CopyOptions};
 pub use enrol::INVALID_NAME;
 pub use health::{StationHealth, STRANGERS_KEPT, STRANGER_EXPIRY_DAYS};
 pub use postgres::redacted;

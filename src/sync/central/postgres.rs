@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS collect_purges (
     seq            BIGINT
 );
 ALTER TABLE collect_records ADD COLUMN IF NOT EXISTS sealed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE collect_records ADD COLUMN IF NOT EXISTS proof TEXT;
 CREATE TABLE IF NOT EXISTS collect_stations (
     study       TEXT NOT NULL,
     station     TEXT NOT NULL,
@@ -204,13 +205,19 @@ impl CentralTx for PgTx<'_> {
     }
 
     /// The view is built when read ([`snapshot`]); nothing to keep in step here.
+    /// PostgreSQL keeps no station-schema tables (its reads build them from the applied
+    /// records), so a record is checked the way a SQLite central file takes it: applied,
+    /// here to a scratch store. One that cannot be is refused (quarantined) as it is there.
     fn set_session(
         &mut self,
         _id: &str,
-        _record: Option<&str>,
+        record: Option<&str>,
         _seq: Option<i64>,
     ) -> Result<(), CentralError> {
-        Ok(())
+        match record {
+            Some(r) => crate::store::central::check_applies(r),
+            None => Ok(()),
+        }
     }
 
     fn remove_participant(&mut self, _id: &str) -> Result<(), CentralError> {

@@ -19,8 +19,8 @@ pub(super) fn insert_record(
 ) -> Result<(), CentralError> {
     tx.exec(
         "INSERT INTO collect_records (message_id, study, station, kind, subject, participant,
-             seq, payload, sha256, received_at, voided, applied, sealed)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             seq, payload, sha256, received_at, voided, applied, sealed, proof)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         &[
             Val::text(&env.id),
             Val::text(&env.study),
@@ -35,6 +35,11 @@ pub(super) fn insert_record(
             Val::Int(Some(i64::from(f.voided))),
             Val::Int(Some(i64::from(f.applied))),
             Val::Int(Some(i64::from(env.signed.is_some()))),
+            Val::Text(
+                env.proof
+                    .as_ref()
+                    .and_then(|p| serde_json::to_string(p).ok()),
+            ),
         ],
     )?;
     Ok(())
@@ -312,7 +317,37 @@ pub(super) fn store_tombstone(tx: &mut dyn CentralTx, env: &Envelope, payload: &
     Ok(Ok(()))
 }
 
+/// Whether a purge's payload is one (`empathic-purge`) and names the participant its
+/// envelope does: a purge erases by its subject, so one whose payload says otherwise
+/// (forged, or mangled) erases nothing.
+fn check_purge(env: &Envelope, payload: &str) -> Result<(), String> {
+    let v: serde_json::Value = serde_json::from_str(payload)
+        .map_err(|e| format!("a purge message that is not JSON: {e}"))?;
+    if v["format"] != "empathic-purge" {
+        return Err(format!(
+            "a purge message of format {} (this collector reads empathic-purge)",
+            v["format"]
+        ));
+    }
+    if v["participant_id"].as_str() != Some(env.subject.as_str()) {
+        return Err(format!(
+            "the purge message is of participant {}, the envelope names {}: nothing erased",
+            v["participant_id"], env.subject
+        ));
+    }
+    if !v["sessions"]
+        .as_array()
+        .is_some_and(|a| a.iter().all(serde_json::Value::is_string))
+    {
+        return Err("the purge message's `sessions` is not a list of session ids".into());
+    }
+    Ok(())
+}
+
 pub(super) fn store_purge(tx: &mut dyn CentralTx, env: &Envelope, payload: &str) -> Outcome {
+    if let Err(reason) = check_purge(env, payload) {
+        return Ok(Err(reason));
+    }
     let victims = tx.rows(
         "SELECT subject, applied FROM collect_records WHERE study = ?1 AND station = ?2
            AND participant = ?3 AND kind = 'session' AND (CAST(?4 AS BIGINT) IS NULL OR seq IS NULL OR seq < ?4)",
