@@ -17,8 +17,9 @@
 //! verify with a key enrolled *in the target* for the station it names (a key revoked
 //! there only for records received before the revocation). A record that does not verify
 //! is not copied and not quarantined (enrolling its station and copying again takes it),
-//! counted in `unverified` with the reasons. Unsigned (plain) records carry nothing to
-//! verify: they are copied only with `accept_unsigned`, said in the count. Enrolments are
+//! counted in `unverified` with the reasons. Unsigned (plain) records, and sealed ones an
+//! older build stored without a proof, carry nothing to verify: they are copied only with
+//! `accept_unsigned`, said in the count. Enrolments are
 //! copied only with `with_enrolments` (a source's enrolment is its word, not a proof);
 //! central withdrawals are always copied, so a withdrawn participant's data never comes
 //! back (a hostile source can withdraw a participant in the target: said per copy).
@@ -253,18 +254,19 @@ impl Central {
             signed: proof.as_ref().map(|p| (p.signer.clone(), p.sig.clone())),
             proof,
         };
-        let signed_but_unkept = row.sealed && env.proof.is_none();
-        let verified = if signed_but_unkept {
-            Err("a sealed record kept without its proof (collected by an older build): nothing to verify it with".to_string())
-        } else {
-            verify_copied(
-                tx.as_mut(),
-                &env,
-                &payload,
-                row.received_at.as_deref(),
-                opts,
-            )?
-        };
+        // A sealed record an older build stored kept no proof: like an unsigned one, it
+        // has nothing to verify it with (copied only with `accept_unsigned`).
+        let mut env = env;
+        if row.sealed && env.proof.is_none() {
+            env.signed = Some((String::new(), String::new()));
+        }
+        let verified = verify_copied(
+            tx.as_mut(),
+            &env,
+            &payload,
+            row.received_at.as_deref(),
+            opts,
+        )?;
         if let Err(reason) = verified {
             drop(tx);
             tracing::warn!(record = %env.id, station = %env.station, "collect copy: not copied: {reason}");
@@ -346,7 +348,11 @@ fn verify_copied(
         return Ok(if opts.accept_unsigned {
             Ok(())
         } else {
-            Err("unsigned (plain sync): nothing verifies it; copy unsigned records only on the source's word with --accept-unsigned".into())
+            Err(if env.signed.is_some() {
+                "sealed, but stored by an older build without its proof: nothing verifies it; copy such records only on the source's word with --accept-unsigned".into()
+            } else {
+                "unsigned (plain sync): nothing verifies it; copy unsigned records only on the source's word with --accept-unsigned".into()
+            })
         });
     };
     let enrolled = tx.rows(
