@@ -134,7 +134,13 @@ impl MjpegAviWriter {
             indexed: false,
         };
         drop(self.file);
-        write_index(&self.path, &contents)?;
+        // Reopened by the path it created (create_new: never through a link).
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| io_err(&self.path, "open", e))?;
+        write_index(file, &self.path, &contents)?;
         Ok(AviContents {
             indexed: true,
             ..contents
@@ -145,11 +151,23 @@ impl MjpegAviWriter {
 /// Finalises a file a crash left without its index: drops a torn last chunk, writes the
 /// index and sizes. Returns what it holds. A file already finalised is left as it is.
 pub fn finalize(path: &Path) -> Result<AviContents, CaptureError> {
-    let contents = read_chunks(path)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| io_err(path, "open", e))?;
+    finalize_file(file, path)
+}
+
+/// [`finalize`] on a file already open for reading and writing (`path` names it in
+/// messages): how a recording is repaired beneath its folder (`files::beneath`).
+pub fn finalize_file(file: File, path: &Path) -> Result<AviContents, CaptureError> {
+    let reader = file.try_clone().map_err(|e| io_err(path, "open", e))?;
+    let contents = read_chunks_from(reader, path)?;
     if contents.indexed {
         return Ok(contents);
     }
-    write_index(path, &contents)?;
+    write_index(file, path, &contents)?;
     Ok(AviContents {
         indexed: true,
         torn_tail: contents.torn_tail,
@@ -157,15 +175,10 @@ pub fn finalize(path: &Path) -> Result<AviContents, CaptureError> {
     })
 }
 
-fn write_index(path: &Path, contents: &AviContents) -> Result<(), CaptureError> {
+fn write_index(mut file: File, path: &Path, contents: &AviContents) -> Result<(), CaptureError> {
     let end = contents.chunks.last().map_or(HEADER_LEN, |&(at, size)| {
         at + u64::from(size) + u64::from(size % 2)
     });
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| io_err(path, "open", e))?;
     file.set_len(end)
         .map_err(|e| io_err(path, "truncate the torn end of", e))?;
     let mut index = Vec::with_capacity(8 + 16 * contents.chunks.len());
@@ -197,6 +210,13 @@ fn write_index(path: &Path, contents: &AviContents) -> Result<(), CaptureError> 
 /// stream). Stops at the index, at the end of the `movi` list, or at a torn chunk.
 pub fn read_chunks(path: &Path) -> Result<AviContents, CaptureError> {
     let file = File::open(path).map_err(|e| io_err(path, "open", e))?;
+    read_chunks_from(file, path)
+}
+
+fn read_chunks_from(mut file: File, path: &Path) -> Result<AviContents, CaptureError> {
+    // From the start, whoever had the file before.
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| io_err(path, "read", e))?;
     let len = file.metadata().map_err(|e| io_err(path, "open", e))?.len();
     let mut r = BufReader::new(file);
     let corrupt = |position: u64, message: &str| CaptureError::Corrupt {

@@ -14,7 +14,9 @@
 //! When the disk's free space falls below the configured floor, raw media stop first (the
 //! reason is kept in `session.json`); events, features and the database carry on.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
+
+use crate::files::beneath::{Beneath, Kind};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -304,35 +306,57 @@ pub fn event_line(event: &Event) -> Result<String, serde_json::Error> {
     serde_json::to_string(&v)
 }
 
+/// What [`delete_recordings_of`] did: the folders deleted, and what it would not follow
+/// (links in their folders, removed as links with their targets left as they were; and
+/// links in `root` itself, left, since whose they are cannot be read without following).
+#[derive(Debug, Default)]
+pub struct Deleted {
+    pub folders: Vec<PathBuf>,
+    pub links_not_followed: Vec<PathBuf>,
+}
+
 /// Deletes every recording folder under `root` whose `session.json` names participant
-/// `participant` (a withdrawal): video, audio, events and manifest. Returns the folders
-/// deleted; the first folder that cannot be deleted is the error (the others are still
-/// tried first).
-pub fn delete_recordings_of(root: &Path, participant: &str) -> Result<Vec<PathBuf>, RecordError> {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return Ok(Vec::new());
+/// `participant` (a withdrawal): video, audio, events and manifest, beneath `root` only
+/// (`files::beneath`: no link is followed). The first folder that cannot be deleted is the
+/// error (the others are still tried first).
+pub fn delete_recordings_of(root: &Path, participant: &str) -> Result<Deleted, RecordError> {
+    let mut out = Deleted::default();
+    let Ok(root_dir) = Beneath::open(root) else {
+        return Ok(out);
     };
-    let mut deleted = Vec::new();
+    let entries = root_dir.entries().map_err(|e| io(root, "list", e))?;
     let mut first_error = None;
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        let theirs = std::fs::read_to_string(dir.join("session.json"))
+    for (name, kind) in entries {
+        match kind {
+            Kind::Folder => {}
+            Kind::Link => {
+                out.links_not_followed.push(root_dir.shown(&name));
+                continue;
+            }
+            Kind::File | Kind::Other => continue,
+        }
+        let theirs = root_dir
+            .folder(&name)
+            .and_then(|d| d.read_to_string("session.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .is_some_and(|v| v["participant_id"].as_str() == Some(participant));
         if !theirs {
             continue;
         }
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => deleted.push(dir),
+        match root_dir.remove_all(&name) {
+            Ok(links) => {
+                out.folders.push(root_dir.shown(&name));
+                out.links_not_followed.extend(links);
+            }
             Err(e) => {
-                first_error.get_or_insert(io(&dir, "delete the recording", e));
+                first_error.get_or_insert(io(&root_dir.shown(&name), "delete the recording", e));
             }
         }
     }
     match first_error {
         Some(e) => Err(e),
-        None => Ok(deleted),
+        None => Ok(out),
     }
 }
 
@@ -347,13 +371,22 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
 /// `session.json` marked `repaired` with what was done. Returns each folder and the repair
 /// done or why it failed; a folder that cannot be repaired is left untouched.
 pub fn repair_interrupted(root: &Path) -> Vec<(PathBuf, Result<String, RecordError>)> {
-    let Ok(entries) = std::fs::read_dir(root) else {
+    let Ok(root_dir) = Beneath::open(root) else {
+        return Vec::new();
+    };
+    let Ok(entries) = root_dir.entries() else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        let Ok(text) = std::fs::read_to_string(dir.join("session.json")) else {
+    for (name, kind) in entries {
+        if kind != Kind::Folder {
+            continue;
+        }
+        let shown = root_dir.shown(&name);
+        let Ok(dir) = root_dir.folder(&name) else {
+            continue;
+        };
+        let Ok(text) = dir.read_to_string("session.json") else {
             continue;
         };
         let Ok(mut manifest) = serde_json::from_str::<SessionManifestFile>(&text) else {
@@ -366,20 +399,29 @@ pub fn repair_interrupted(root: &Path) -> Vec<(PathBuf, Result<String, RecordErr
             continue;
         }
         let result = repair_folder(&dir, info).and_then(|note| {
-            write_manifest(&dir, &manifest)?;
+            let path = dir.shown("session.json");
+            let text =
+                serde_json::to_string_pretty(&manifest).map_err(|e| io(&path, "encode", e))?;
+            dir.write_atomically("session.json", text.as_bytes())
+                .map_err(|e| io(&path, "write", e))?;
             Ok(note)
         });
-        out.push((dir, result));
+        out.push((shown, result));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
-fn repair_folder(dir: &Path, info: &mut RecordingInfo) -> Result<String, RecordError> {
+/// Repairs the media of one folder, opened beneath it: a `video.avi` or `audio.wav` that is
+/// a link (or not a regular file) is refused, never written through.
+fn repair_folder(dir: &Beneath, info: &mut RecordingInfo) -> Result<String, RecordError> {
     let mut notes = Vec::new();
-    let video = dir.join("video.avi");
-    if video.exists() {
-        let c = avi::finalize(&video)?;
+    if dir.kind("video.avi").ok().flatten().is_some() {
+        let path = dir.shown("video.avi");
+        let file = dir
+            .file("video.avi", true)
+            .map_err(|e| io(&path, "open", e))?;
+        let c = avi::finalize_file(file, &path)?;
         info.video_frames = c.chunks.iter().filter(|c| c.1 > 0).count() as u64;
         info.video_slots_empty = c.chunks.len() as u64 - info.video_frames;
         notes.push(format!(
@@ -392,9 +434,12 @@ fn repair_folder(dir: &Path, info: &mut RecordingInfo) -> Result<String, RecordE
             }
         ));
     }
-    let audio = dir.join("audio.wav");
-    if audio.exists() {
-        let samples = repair_wav(&audio)?;
+    if dir.kind("audio.wav").ok().flatten().is_some() {
+        let path = dir.shown("audio.wav");
+        let file = dir
+            .file("audio.wav", true)
+            .map_err(|e| io(&path, "open", e))?;
+        let samples = repair_wav(file, &path)?;
         notes.push(format!("audio sizes set to the {samples} samples it holds"));
     }
     info.state = RecordingState::Repaired;
@@ -408,12 +453,7 @@ fn repair_folder(dir: &Path, info: &mut RecordingInfo) -> Result<String, RecordE
 
 /// Sets a 16-bit PCM WAV's RIFF and data sizes from the file's length (hound writes the
 /// canonical 44-byte header for mono 16-bit).
-fn repair_wav(path: &Path) -> Result<u64, RecordError> {
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| io(path, "open", e))?;
+fn repair_wav(mut f: File, path: &Path) -> Result<u64, RecordError> {
     let len = f.metadata().map_err(|e| io(path, "open", e))?.len();
     let mut head = [0u8; 44];
     std::io::Read::read_exact(&mut f, &mut head).map_err(|e| io(path, "read the header of", e))?;

@@ -357,8 +357,16 @@ pub fn purge(
     outln!(
         "purged participant {id}: {} session(s) and {} recording(s) removed; the collector removes theirs at the next sync",
         sessions.len(),
-        recordings.len()
+        recordings.folders.len()
     );
+    // A link is never followed (the station deletes only beneath its recordings folder):
+    // what it points to may hold the participant's media, and staff must look.
+    for link in &recordings.links_not_followed {
+        eprintln!(
+            "purge: {} is a symbolic link: not followed; whatever it points to was NOT deleted (check it by hand)",
+            link.display()
+        );
+    }
     if !emptied {
         eprintln!(
             "purge: another process (the service?) holds {} open: its write-ahead log keeps older page versions until that process's next checkpoint",

@@ -299,6 +299,24 @@ impl Store {
             .map_err(sql("reading calibration history"))
     }
 
+    /// Every session that has ended: its id, when its row was last written (its end, RFC
+    /// 3339 UTC) and the boot it was written in (`/proc/sys/kernel/random/boot_id`), for
+    /// raw-media retention.
+    pub fn session_ends(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, updated_at, coalesce(owner_boot_id, '') FROM sessions
+                 WHERE status <> 'running'",
+            )
+            .map_err(sql("reading when sessions ended"))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sql("reading when sessions ended"))?;
+        Ok(rows)
+    }
+
     /// Every session, newest first.
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let mut stmt = self

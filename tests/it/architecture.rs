@@ -706,3 +706,86 @@ fn progress_bars_are_drawn_only_by_the_commands() {
         "progress is reported through a callback outside src/cli: {found:?}"
     );
 }
+
+/// Issue 56: every operation on the station's recordings goes through one helper
+/// (`files::beneath`), which never follows a link out of the folder it opened. Deleting
+/// anywhere else is named here with why it is not a recording's.
+#[test]
+fn station_files_are_deleted_only_beneath_their_folders() {
+    let src = root().join("src");
+    let allowed: &[(&str, &str)] = &[
+        ("files/beneath.rs", "the helper itself"),
+        ("files/mod.rs", "an output's own .partial beside it"),
+        ("doctor/mod.rs", "the doctor's probe files it just made"),
+        (
+            "runtime/live/control_socket.rs",
+            "the socket, only when it is a socket (issue 56 item 5)",
+        ),
+        ("store/writer.rs", "the database's reserve file"),
+        ("digest.rs", "a unit test's temporary folder"),
+    ];
+    let mut found = Vec::new();
+    for f in sources(&src) {
+        let rel = f.strip_prefix(&src).unwrap().display().to_string();
+        if allowed.iter().any(|(a, _)| *a == rel) {
+            continue;
+        }
+        let code = code(&f);
+        for needle in ["remove_dir_all", "fs::remove_file", "fs::remove_dir("] {
+            if code.contains(needle) {
+                found.push(format!("{rel} calls `{needle}`: go through files::beneath"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    // The recordings' readers and deleters open them through the helper.
+    for (file, needle) in [
+        ("capture/record.rs", "Beneath::open"),
+        ("runtime/live/retention.rs", "Beneath::open"),
+        ("runtime/live/session_run.rs", "Beneath::open"),
+    ] {
+        assert!(
+            code(&src.join(file)).contains(needle),
+            "{file} does not open the recordings through files::beneath"
+        );
+    }
+}
+
+/// Issue 56: one gate for every way into a central database. The session records are
+/// applied (checked) by `replica` alone: the live collector and `collect copy` both reach
+/// it through `rules::store_session`, and PostgreSQL's `set_session` checks with
+/// `store::central::check_applies`, the same apply.
+#[test]
+fn every_way_into_a_central_database_passes_one_gate() {
+    let central = root().join("src/sync/central");
+    let copy = code(&central.join("copy.rs"));
+    let live = code(&central.join("mod.rs"));
+    for (name, text) in [("copy.rs", &copy), ("mod.rs", &live)] {
+        for rule in [
+            "store_session(",
+            "store_purge(",
+            "store_tombstone(",
+            "store_consent(",
+        ] {
+            assert!(text.contains(rule), "{name} does not use the rule {rule}");
+        }
+    }
+    assert!(
+        copy.contains("verify_copied("),
+        "collect copy verifies what it reads"
+    );
+    assert!(
+        code(&central.join("postgres.rs")).contains("check_applies("),
+        "PostgreSQL checks each record with the store's apply"
+    );
+    let inserts: Vec<String> = sources(&root().join("src"))
+        .into_iter()
+        .filter(|f| code(f).contains("INSERT INTO collect_records"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert_eq!(
+        inserts.len(),
+        1,
+        "one place writes central records: {inserts:?}"
+    );
+}

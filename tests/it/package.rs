@@ -460,7 +460,13 @@ fn the_packages_install_upgrade_remove_and_purge_with_dpkg_keeping_every_session
     assert_eq!(app_sessions, ["complete"], "{said}");
     drop(conn);
 
-    // 5. Remove keeps the state and the config; purge says what it deletes, and deletes it.
+    // 5. Remove keeps the state and the config; purge says what it deletes, and deletes it,
+    //    the configured folders outside /var/lib/empathic too (issue 56): the recordings
+    //    moved to /srv (the service's), a database path on a file the service does not own
+    //    (kept, and said).
+    root.ok(
+        "mkdir -p /srv/station-rec/s-1 && echo x > /srv/station-rec/s-1/video.avi          && chown -R empathic:empathic /srv/station-rec && echo keep > /srv/not-the-station.db          && sed -i 's|^dir = \"/var/lib/empathic/recordings\"|dir = \"/srv/station-rec\"|;                     s|^db_path = .*|db_path = \"/srv/not-the-station.db\"|' /etc/empathic/station.toml",
+    );
     root.ok("dpkg -r empathic");
     assert!(db.is_file(), "remove keeps the session database");
     assert!(
@@ -477,6 +483,16 @@ fn the_packages_install_upgrade_remove_and_purge_with_dpkg_keeping_every_session
         assert!(out.contains(want), "purge says {want:?}: {out}");
     }
     assert!(!root.path("/var/lib/empathic").exists() && !root.path("/etc/empathic").exists());
+    assert!(
+        out.contains("purge deletes the configured recordings folder /srv/station-rec")
+            && !root.path("/srv/station-rec").exists(),
+        "{out}"
+    );
+    assert!(
+        out.contains("KEPT /srv/not-the-station.db")
+            && root.path("/srv/not-the-station.db").is_file(),
+        "{out}"
+    );
     assert!(!root
         .path("/etc/systemd/system/multi-user.target.wants/empathic.service")
         .exists());

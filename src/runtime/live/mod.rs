@@ -176,6 +176,30 @@ struct State {
     ended_on_error: Option<(String, String)>,
 }
 
+impl State {
+    /// The service's state before its first session: its devices named, nothing run.
+    fn at_start(config: &Config, camera: &dyn CameraOpener) -> Self {
+        State {
+            status: ServiceStatus {
+                station_id: config.station.id.clone(),
+                pid: std::process::id(),
+                camera: DeviceStatus {
+                    name: camera.describe(),
+                    ..DeviceStatus::default()
+                },
+                microphone: DeviceStatus {
+                    name: format!("microphone `{}`", config.audio.device),
+                    ..DeviceStatus::default()
+                },
+                ..ServiceStatus::default()
+            },
+            running: None,
+            starting: false,
+            ended_on_error: None,
+        }
+    }
+}
+
 /// What the service's threads share.
 struct Service<'a> {
     config: &'a Config,
@@ -267,7 +291,7 @@ pub fn serve(
     let store = Store::open_with(&config.store.db_path, (&config.store).into())?;
     store.set_sync_content(&config.sync.content())?;
     finish_interrupted_recordings(config);
-    apply_retention(config);
+    apply_retention(config, &store);
     let listener = bind_socket(config)?;
     let subscribers = Arc::new(subscribe::Subscribers::new(clock.clone()));
     let service = Service {
@@ -275,24 +299,7 @@ pub fn serve(
         camera,
         clock,
         stop,
-        state: Mutex::new(State {
-            status: ServiceStatus {
-                station_id: config.station.id.clone(),
-                pid: std::process::id(),
-                camera: DeviceStatus {
-                    name: camera.describe(),
-                    ..DeviceStatus::default()
-                },
-                microphone: DeviceStatus {
-                    name: format!("microphone `{}`", config.audio.device),
-                    ..DeviceStatus::default()
-                },
-                ..ServiceStatus::default()
-            },
-            running: None,
-            starting: false,
-            ended_on_error: None,
-        }),
+        state: Mutex::new(State::at_start(config, camera)),
         clients: AtomicU64::new(0),
         reserved: AtomicU64::new(0),
         subscriber_slots: AtomicU64::new(0),

@@ -69,7 +69,10 @@ pub(super) fn start_session_checked<'scope>(
     let (stages, sessions) = begin_session(service, &participant, &id, &start_time, camera)?;
     // Retention holds on a service that runs for weeks without a restart: applied before
     // every session's recording, not only at start (issue 46's soak found it only at start).
-    super::retention::apply_retention(config);
+    {
+        let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
+        super::retention::apply_retention(config, &store);
+    }
     let recording = match create_recording(config, &participant, &id, &start_time, camera) {
         Ok(recording) => recording,
         Err(reason) => {
@@ -431,6 +434,17 @@ pub(super) fn run_session<'scope>(
     Ok(())
 }
 
+/// Deletes recording folder `dir` beneath its parent (`files::beneath`: nothing through a
+/// link).
+fn remove_recording(dir: &std::path::Path) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(std::io::Error::other("not a recording folder"));
+    };
+    crate::files::beneath::Beneath::open(parent)?
+        .remove_all(name)
+        .map(|_| ())
+}
+
 /// Starts the camera and microphone threads (each owns its device: neither is `Send`) and
 /// returns the queues they fill.
 fn start_devices<'scope>(
@@ -482,7 +496,7 @@ fn finish_recording(
     });
     run_hook(&config.recording.on_stop, id, "recording.on_stop");
     match &recording_result {
-        Some(Ok(dir)) if consent_withdrawn => match std::fs::remove_dir_all(dir) {
+        Some(Ok(dir)) if consent_withdrawn => match remove_recording(dir) {
             Ok(()) => {
                 tracing::info!(session = %id, dir = %dir.display(), "consent withdrawn: the session's raw recording deleted")
             }

@@ -10,6 +10,8 @@
 //! previous file in place (the partial removed). The target is checked again just before the
 //! rename, for one that changed during a long extraction.
 
+pub mod beneath;
+
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
