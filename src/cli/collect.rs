@@ -268,9 +268,10 @@ impl Args {
                 }
                 outln!("enrolments of study {study}:");
                 for e in &enrolments {
+                    // Printable: an enrolment an older build took may hold any text.
                     outln!(
                         "  {:<16} {:<56} {}{}",
-                        e.station,
+                        crate::sync::health::printable(&e.station, 64),
                         if e.key.is_empty() {
                             "(plain allowed)"
                         } else {
@@ -299,7 +300,7 @@ impl Args {
                 for c in known {
                     outln!(
                         "  {:<16} {}; {} / {}{}; {}",
-                        c.station,
+                        crate::sync::health::printable(&c.station, 64),
                         c.sessions,
                         c.sealed,
                         c.plain,

@@ -303,8 +303,16 @@ pub fn check_id(field: &str, id: &str) -> Result<(), String> {
         ));
     }
     if let Some(c) = id.chars().find(|c| !ok_char(*c)) {
+        // The id is shown escaped: it may come from anyone (an envelope, a command line)
+        // and must not reach a terminal or a log with its control characters.
+        let shown: String = id
+            .chars()
+            .take(80)
+            .collect::<String>()
+            .escape_debug()
+            .to_string();
         return Err(format!(
-            "{field} `{id}` has the character {c:?}; use ASCII letters, digits and - _ . : @ (for a folder without session.json the folder's name is the session_id)"
+            "{field} `{shown}` has the character {c:?}; use ASCII letters, digits and - _ . : @ (for a folder without session.json the folder's name is the session_id)"
         ));
     }
     Ok(())

@@ -329,28 +329,34 @@ impl WriterActor {
         };
         // What was stored is the session's (`keep_stored`): it stays, `incomplete`;
         // otherwise the partial rows wait for the space to be freed and a rerun.
-        let (status, reason) = if f.keep_stored {
-            ("incomplete", format!("{} (the disk was full)", f.reason))
+        let id = self
+            .session
+            .as_ref()
+            .map_or(f.id.as_str(), |s| s.id.as_str())
+            .to_string();
+        let staged = self.session.as_ref().is_some_and(|s| s.replaces.is_some());
+        if f.keep_stored && !staged && session_rows::stored_frames(&self.conn, &id)? > 0 {
+            // What was stored is the session's: kept `incomplete` with its counts; its
+            // record did not fit in the outbox, so it is announced once space is freed.
+            let reason = format!(
+                "{} (the disk was full: once space is freed, `empathic sync --backfill` announces it to sync)",
+                f.reason
+            );
+            session_rows::keep_incomplete(&self.conn, &id, &reason)?;
         } else {
-            ("failed", format!(
+            let reason = format!(
                 "{} (the disk was full: this run's partial rows are kept until space is freed and the session is rerun)",
                 f.reason
-            ))
-        };
-        self.conn
-            .execute(
-                "UPDATE sessions SET status = ?3, status_reason = ?2,
-                   updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-                 WHERE id = ?1 AND status = 'running'",
-                rusqlite::params![
-                    self.session
-                        .as_ref()
-                        .map_or(f.id.as_str(), |s| s.id.as_str()),
-                    reason,
-                    status
-                ],
-            )
-            .map_err(super::sql("marking the session failed on a full disk"))?;
+            );
+            self.conn
+                .execute(
+                    "UPDATE sessions SET status = 'failed', status_reason = ?2,
+                       updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                     WHERE id = ?1 AND status = 'running'",
+                    rusqlite::params![id, reason],
+                )
+                .map_err(super::sql("marking the session failed on a full disk"))?;
+        }
         self.session = None;
         Ok(())
     }

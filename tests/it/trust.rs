@@ -891,3 +891,68 @@ fn a_record_that_cannot_be_applied_is_refused_by_both_central_databases_and_brea
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Issue 56 item 5: text that arrives is cleaned where it enters. Station ids at enrolment
+/// follow the one id rule (no `<`, newline, ESC, or 5,000 characters), and the refusal
+/// shows the id escaped; a stranger's envelope with control characters in its fields is
+/// quarantined with a reason that has none (it goes to the log, the table and the page).
+#[test]
+fn text_from_strangers_is_cleaned_where_it_enters() {
+    use empathic::sync::central::{Central, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let central = tmp.path().join("central.db");
+    let long = "s".repeat(5000);
+    for bad in [
+        "st<b>",
+        "st\nnew",
+        "st\u{1b}[31mred",
+        "st\u{7}",
+        long.as_str(),
+    ] {
+        let o = empathic(&[
+            "collect",
+            "enrol",
+            bad,
+            "--allow-plain",
+            "--db",
+            path_str(&central),
+            "--study",
+            "s",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains('\u{1b}') && !stderr(&o).contains('\u{7}'),
+            "{:?}",
+            stderr(&o)
+        );
+    }
+    let o = empathic(&[
+        "collect",
+        "stations",
+        "--db",
+        path_str(&central),
+        "--study",
+        "s",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("st<b>"), "{}", stdout(&o));
+    let mut c = Central::open(path_str(&central)).unwrap();
+    for envelope in [
+        serde_json::json!({"v": 1, "message_id": "m-1", "kind": "x\u{7}\u{1b}[2J",
+            "study": "s", "station": "st", "subject": "a", "sha256": "00", "data": "",
+            "chunk": 0, "chunks": 1}),
+        serde_json::json!({"v": 1, "message_id": "m\u{1b}]0;owned\u{7}", "kind": "session",
+            "study": "s", "station": "st", "subject": "a", "sha256": "00", "data": "",
+            "chunk": 0, "chunks": 1}),
+    ] {
+        match c
+            .store_publish("empathic/v1/s/st/session", envelope.to_string().as_bytes())
+            .unwrap()
+        {
+            Stored::Quarantined { reason, .. } => {
+                assert!(!reason.chars().any(char::is_control), "{reason:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -452,7 +452,8 @@ pub fn finish(tx: &Transaction<'_>, id: &str, end: &SessionEnd) -> Result<(), St
     Ok(())
 }
 
-fn stored_frames(tx: &rusqlite::Connection, id: &str) -> Result<i64, StoreError> {
+/// How many frames session `id` has stored.
+pub fn stored_frames(tx: &rusqlite::Connection, id: &str) -> Result<i64, StoreError> {
     tx.query_row(
         "SELECT count(*) FROM frames WHERE session_id = ?1",
         [id],

@@ -25,6 +25,11 @@ impl Central {
         key: Option<&str>,
         allow_plain: bool,
     ) -> Result<(), CentralError> {
+        // The one id rule, as for every envelope: a station's name reaches pages, logs and
+        // terminals, and names folders.
+        for (field, value) in [("study", study), ("station", station)] {
+            crate::session::manifest::check_id(field, value).map_err(CentralError::Refused)?;
+        }
         if key.is_none() && !allow_plain {
             return Err(CentralError::Refused(format!(
                 "enrolling {station} needs its public key (ed25519:..., from `empathic keys init station` on it) or --allow-plain"

@@ -121,6 +121,7 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
     // The one id rule, here too: a subject (a session or participant id) becomes folder
     // names in `export windows`, a station's name reaches pages and terminals.
     for (field, value) in [
+        ("message_id", &id),
         ("study", &study),
         ("station", &station),
         ("subject", &subject),

@@ -326,6 +326,9 @@ impl Central {
         receipt: Option<(String, String, String)>,
         refusal: Option<Refusal>,
     ) -> Result<Stored, CentralError> {
+        // Cleaned where it enters: a reason quotes what a stranger sent (a kind, a field),
+        // and goes to the log, the table, `collect quarantine list` and the study page.
+        let reason = health_message::printable(&reason, 2000);
         let message_id = receipt.as_ref().map(|(_, id, _)| id.as_str());
         let refused_id = refusal
             .as_ref()
