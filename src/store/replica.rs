@@ -214,9 +214,12 @@ fn tables(payload: &str) -> Result<Vec<Table>, CentralError> {
                 .collect()
         }
         Some(1) => v1_tables(&v),
-        other => Err(CentralError::Record(format!(
-            "record version {other:?} (this build reads 1 and 2)"
+        Some(newer) => Err(CentralError::Record(format!(
+            "record version {newer} (this build reads 1 and 2: upgrade the collector)"
         ))),
+        None => Err(CentralError::Record(
+            "a record without a version (this build reads 1 and 2)".into(),
+        )),
     }
 }
 

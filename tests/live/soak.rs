@@ -140,8 +140,22 @@ fn recordings(dir: &Path) -> Vec<(PathBuf, Duration, bool, u64)> {
         .collect()
 }
 
-/// A day passes: every recording's session.json one day older.
-fn a_day_passes(dir: &Path) {
+/// A day passes: every recording one day older, by its session.json and by its session's
+/// stored end (retention ages recordings by the stored end, issue 56). A simulated day
+/// cannot advance the kernel's boot clock, by which retention tells a day that passed from
+/// a clock that was stepped; so the ended sessions are recorded as from an earlier boot, as
+/// a month on a station spans reboots (a day passing within one boot passes for the boot
+/// clock too).
+fn a_day_passes(dir: &Path, db: &Path) {
+    let conn = crate::common::store::open_db(db);
+    conn.execute(
+        "UPDATE sessions SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '-1 day'),
+                             owner_boot_id = 'an-earlier-boot'
+         WHERE status <> 'running'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
     for (folder, _, _, _) in recordings(dir) {
         let f = folder.join("session.json");
         let t = std::fs::metadata(&f).and_then(|m| m.modified()).unwrap();
@@ -453,7 +467,7 @@ fn a_month_of_sessions_with_faults_keeps_every_session_once_and_nothing_grows() 
             soak.broker = Some(start_broker(&soak.dir, soak.port));
             broker_back_after = None;
         }
-        a_day_passes(&soak.station.recordings);
+        a_day_passes(&soak.station.recordings, &soak.station.db);
     }
 
     // Every session reaches the collector, once.

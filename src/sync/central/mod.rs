@@ -25,7 +25,7 @@
 //! (`store::replica`), so the central file is read by `sessions`, `report`, `evaluate` and `export`
 //! exactly like a station's; from PostgreSQL the same commands read a snapshot built from
 //! the applied records by the same code ([`Central::read_view`]). The central database's
-//! tables (format 7) are specified in docs/formats.md.
+//! tables (format 8) are specified in docs/formats.md.
 
 mod postgres;
 
