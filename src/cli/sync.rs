@@ -373,6 +373,10 @@ pub fn purge(
             store.path().display()
         );
     }
+    // A withdrawal that may have left media behind a link is not a clean success.
+    if !recordings.links_not_followed.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
