@@ -382,27 +382,7 @@ fn verify_copied(
             )));
         }
     }
-    let (Some(seq), Ok(chunk), Ok(chunks)) =
-        (env.seq, usize::try_from(p.chunk), usize::try_from(p.chunks))
-    else {
-        return Ok(Err("its proof has no sequence number or chunk".into()));
-    };
-    let signed = keys::signed_chunk_of_digest(
-        &env.study,
-        &env.station,
-        &env.kind,
-        &env.subject,
-        &env.id,
-        seq,
-        chunk,
-        chunks,
-        &env.sha,
-        &p.signer,
-        &p.data_sha256,
-    );
-    let verifies = keys::VerifyingKey::parse(&p.signer)
-        .map(|k| k.verifies(&signed, &p.sig))
-        .unwrap_or(false);
+    let verifies = env.proof_verifies(p);
     Ok(if verifies {
         Ok(())
     } else {

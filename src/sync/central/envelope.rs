@@ -39,6 +39,33 @@ pub(super) struct Proof {
 }
 
 impl Envelope {
+    /// Whether `p` (this envelope's own proof, or one a central record kept) is a valid
+    /// signature by `p.signer` over this message: the one check of a station's signature
+    /// for the live gate and `collect copy` alike (`keys::signed_chunk_of_digest`).
+    pub(super) fn proof_verifies(&self, p: &Proof) -> bool {
+        let (Some(seq), Ok(chunk), Ok(chunks)) = (
+            self.seq,
+            usize::try_from(p.chunk),
+            usize::try_from(p.chunks),
+        ) else {
+            return false;
+        };
+        let signed = keys::signed_chunk_of_digest(
+            &self.study,
+            &self.station,
+            &self.kind,
+            &self.subject,
+            &self.id,
+            seq,
+            chunk,
+            chunks,
+            &self.sha,
+            &p.signer,
+            &p.data_sha256,
+        );
+        keys::VerifyingKey::parse(&p.signer).is_ok_and(|k| k.verifies(&signed, &p.sig))
+    }
+
     pub(super) fn receipt_topic(&self) -> String {
         format!("empathic/v1/{}/{}/receipt", self.study, self.station)
     }

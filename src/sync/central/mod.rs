@@ -508,35 +508,20 @@ fn admit(
     env: &Envelope,
     gate: &Gate,
 ) -> Result<Result<(), Refused>, CentralError> {
-    let Some((signer, sig)) = &env.signed else {
+    let Some((signer, _)) = &env.signed else {
         return plain_admitted(tx, gate, &env.study, &env.station);
     };
     let owner = match signer_enrolled(tx, &env.study, &env.station, signer)? {
         Ok(owner) => owner,
         Err(reason) => return Ok(Err(reason)),
     };
-    let Some(seq) = env.seq else {
+    if env.seq.is_none() {
         return Ok(Err(Refused::new(
             "bad_signature",
             "a sealed envelope without `seq`".into(),
         )));
-    };
-    let signed = keys::signed_chunk(
-        &env.study,
-        &env.station,
-        &env.kind,
-        &env.subject,
-        &env.id,
-        seq,
-        env.chunk as usize,
-        env.chunks as usize,
-        &env.sha,
-        signer,
-        &env.data,
-    );
-    let verifies = keys::VerifyingKey::parse(signer)
-        .map(|k| k.verifies(&signed, sig))
-        .unwrap_or(false);
+    }
+    let verifies = env.proof.as_ref().is_some_and(|p| env.proof_verifies(p));
     Ok(if verifies {
         Ok(())
     } else {
