@@ -53,6 +53,26 @@ fn no_session(request: &Request, caller: &Caller, ended: Option<&(String, String
     }
 }
 
+/// The running session, when `request` from `caller` may act on it and its store still
+/// writes (heartbeats and events); else why not.
+fn addressed_running<'s>(
+    state: &'s mut super::State,
+    request: &Request,
+    caller: &Caller,
+) -> Result<&'s mut super::Running, String> {
+    let Some(r) = state.running.as_mut() else {
+        return Err(no_session(request, caller, state.ended_on_error.as_ref()));
+    };
+    check_addressed(
+        Some((r.id.as_str(), &mut r.tie)),
+        request,
+        caller.conn,
+        caller.proof(),
+    )?;
+    r.store_refusal()?;
+    Ok(r)
+}
+
 /// `stop_session`: the running session ends; answered once it is stored and closed.
 fn stop_session(
     service: &Service<'_>,
@@ -127,36 +147,14 @@ pub(super) fn handle<'scope>(
         Request::StopSession { .. } => stop_session(service, &request, caller),
         Request::Heartbeat { .. } => {
             let mut state = service.state();
-            let r = state.running.as_mut();
-            match r {
-                Some(r) => {
-                    check_addressed(
-                        Some((r.id.as_str(), &mut r.tie)),
-                        &request,
-                        caller.conn,
-                        caller.proof(),
-                    )?;
-                    r.store_refusal()?;
-                    Ok(serde_json::json!({"session_id": r.id, "kept_by": r.tie.describe()}))
-                }
-                None => Err(no_session(&request, caller, state.ended_on_error.as_ref())),
-            }
+            let r = addressed_running(&mut state, &request, caller)?;
+            Ok(serde_json::json!({"session_id": r.id, "kept_by": r.tie.describe()}))
         }
         Request::Subscribe { .. } => Err("subscribe is answered by the connection".into()),
         Request::Recommend { k, text, policy } => service.recommender.ask(k, text, policy),
         Request::Event { ref kind, .. } => {
             let mut state = service.state();
-            let ended = state.ended_on_error.clone();
-            let Some(r) = state.running.as_mut() else {
-                return Err(no_session(&request, caller, ended.as_ref()));
-            };
-            check_addressed(
-                Some((r.id.as_str(), &mut r.tie)),
-                &request,
-                caller.conn,
-                caller.proof(),
-            )?;
-            r.store_refusal()?;
+            let r = addressed_running(&mut state, &request, caller)?;
             if r.end.load(Ordering::SeqCst) {
                 return Err(format!("session `{}` is stopping", r.id));
             }

@@ -548,6 +548,12 @@ pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), Stor
         }
         _ => {}
     }
+    // Frames the store itself failed under are the session's (`keep_stored`).
+    let kept = if f.keep_stored {
+        stored_frames(tx, &f.id)?
+    } else {
+        0
+    };
     match status(tx, &f.id)?.as_deref() {
         Some("complete") => {
             tracing::warn!(
@@ -556,8 +562,8 @@ pub fn fail(tx: &Transaction<'_>, f: &Failure, owner: &Owner) -> Result<(), Stor
                 f.reason
             );
         }
-        Some(_) if f.keep_stored && stored_frames(tx, &f.id)? > 0 => {
-            let frames = stored_frames(tx, &f.id)?;
+        Some(_) if kept > 0 => {
+            let frames = kept;
             let reason = format!(
                 "{}; everything stored before it is kept ({frames} frames)",
                 f.reason
