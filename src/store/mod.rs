@@ -41,7 +41,7 @@ pub use read::{
     ExportReads, ModalityRow, PhaseRow, SessionDetail, SessionSummary, StoryExposureRow,
     StoryPrediction,
 };
-pub use sql::announce::CONSENT_VERSION;
+pub use sql::announce::{CONSENT_VERSION, PAYLOAD_VERSION};
 pub use sql::export::{ExportModality, ExportWindow};
 pub use sql::report::{PredictionPoint, SurveyRow, UtteranceRow};
 pub use sql::stories::StoredEmbedding;

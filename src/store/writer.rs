@@ -335,11 +335,17 @@ impl WriterActor {
             .map_or(f.id.as_str(), |s| s.id.as_str())
             .to_string();
         let staged = self.session.as_ref().is_some_and(|s| s.replaces.is_some());
-        if f.keep_stored && !staged && session_rows::stored_frames(&self.conn, &id)? > 0 {
+        let kept = if f.keep_stored && !staged {
+            session_rows::stored_frames(&self.conn, &id)?
+        } else {
+            0
+        };
+        if kept > 0 {
             // What was stored is the session's: kept `incomplete` with its counts; its
             // record did not fit in the outbox, so it is announced once space is freed.
+            // The reason says what was kept in the same words as a failure that fitted.
             let reason = format!(
-                "{} (the disk was full: once space is freed, `empathic sync --backfill` announces it to sync)",
+                "{}; everything stored before it is kept ({kept} frames) (the disk was full: once space is freed, `empathic sync --backfill` announces it to sync)",
                 f.reason
             );
             session_rows::keep_incomplete(&self.conn, &id, &reason)?;

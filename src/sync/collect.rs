@@ -193,7 +193,10 @@ pub fn collect(
                     break;
                 };
                 if let Some(r) = stored.refusal() {
-                    if refusals.due(&r.message_id) {
+                    // A `too_new` refusal answers a whole message read again (a resend the
+                    // station was asked to make): one per resend, as a stranger must send
+                    // every chunk again to get another.
+                    if r.code == "too_new" || refusals.due(&r.message_id) {
                         outgoing.push_back(Outgoing::Refusal(r.clone()));
                     }
                 }
@@ -296,7 +299,8 @@ fn refusal(
 
 /// Which messages were told of their refusal lately: one refusal per message a minute at
 /// most (a message refused at the gate is refused chunk by chunk, and a stranger's flood
-/// must not turn into as many answers), the memory bounded.
+/// must not turn into as many answers), the memory bounded. `too_new` is judged on the
+/// whole message, so it is answered once per whole message received instead.
 #[derive(Default)]
 struct RefusalsTold(std::collections::HashMap<String, std::time::Instant>);
 

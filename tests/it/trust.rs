@@ -956,3 +956,50 @@ fn text_from_strangers_is_cleaned_where_it_enters() {
         }
     }
 }
+
+/// Issue 56 item 10: a record newer than its collector is not stranded. It is refused
+/// `too_new`, not settled and with no receipt (the station holds it and sends it again),
+/// and when it comes again to a collector that reads it (here: the same message id with a
+/// version this build reads, standing for the upgrade) it is judged again and stored, not
+/// answered as a duplicate.
+#[test]
+fn a_record_newer_than_its_collector_is_held_for_an_upgrade_not_settled() {
+    use empathic::sync::central::{Central, Stored};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("station.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let mut central = Central::open(path_str(&tmp.path().join("central.db"))).unwrap();
+    let mut forger = Forger::new(&db);
+    let genuine = forger.record();
+    let mut newer = genuine.clone();
+    newer["version"] = 3.into();
+    match forger.send(&mut central, &newer) {
+        Stored::Quarantined {
+            reason,
+            receipt,
+            refusal,
+        } => {
+            assert!(
+                receipt.is_none(),
+                "no receipt: the station must send it again"
+            );
+            let r = refusal.expect("a refusal");
+            assert_eq!(r.code, "too_new");
+            assert!(!r.settled, "held, not settled");
+            assert!(
+                reason.contains("version 3") && reason.contains("upgrade"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same message again, as an upgraded collector would read it.
+    forger.next -= 1;
+    assert!(
+        matches!(forger.send(&mut central, &genuine), Stored::Record { .. }),
+        "judged again and stored"
+    );
+}

@@ -5,7 +5,7 @@
 //! reads a station one record version older; a record newer than the collector knows is
 //! refused with the reason and nothing of it applied.
 
-use crate::common::broker::{free_port, start_broker, start_collector_as};
+use crate::common::broker::{free_port, start_broker, start_collector_as, sync_args};
 use crate::common::central::{sync_ok, wait_subscribed};
 use crate::common::old_store::{self, store_at};
 use crate::common::postgres::Postgres;
@@ -298,9 +298,11 @@ fn every_schema_upgrades_and_syncs(central: &str, dir: &std::path::Path) {
 }
 
 /// A mixed fleet, the other way: a station newer than its collector sends a record
-/// version the collector does not know. The collector refuses it with the reason (the
-/// station keeps it in its outbox with that reason) and applies nothing of it; the
-/// station's other records are stored as usual.
+/// version the collector does not know. The collector refuses it `too_new` with the reason
+/// and applies nothing of it; the station holds it (not settled, not synced: an upgraded
+/// collector must still get it), `sync` says so, `--retry-refused` sends it again and it
+/// is judged again (not answered as a duplicate); the station's other records are stored
+/// as usual.
 #[test]
 fn a_record_newer_than_a_sqlite_collector_is_refused_with_the_reason_and_nothing_applied() {
     let tmp = tempfile::tempdir().unwrap();
@@ -343,19 +345,39 @@ fn newer_record_refused(central: &str, dir: &std::path::Path) {
         )
         .unwrap();
     }
-    sync_ok(&db, port, "st-new");
-    let conn = open_db(&db);
-    let (state, code, reason): (String, Option<String>, Option<String>) = conn
-        .query_row(
-            "SELECT state, refused_code, refused_reason FROM outbox WHERE subject = ?1 AND kind = 'session'",
-            [&future],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .unwrap();
-    let reason = reason.unwrap_or_default();
+    let args = sync_args(&db, port, "st-new", &["--until-synced", "--timeout", "30"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = empathic(&args);
+    assert_eq!(o.status.code(), Some(1), "held, said: {}", stderr(&o));
+    assert!(stderr(&o).contains("too_new"), "{}", stderr(&o));
+    let held = |db: &std::path::Path| -> (String, Option<String>, String, String) {
+        open_db(db)
+            .query_row(
+                "SELECT state, refused_code, coalesce(refused_reason, ''), coalesce(refused_at, '') FROM outbox WHERE subject = ?1 AND kind = 'session'",
+                [&future],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap()
+    };
+    let (state, code, reason, first_at) = held(&db);
     assert!(
-        reason.contains("record version") && reason.contains("reads 1 and 2"),
-        "the station keeps why: {state} {code:?} {reason}"
+        state != "synced"
+            && code.as_deref() == Some("too_new")
+            && reason.contains("version 3")
+            && reason.contains("reads up to version 2")
+            && reason.contains("upgrade"),
+        "the station holds it and keeps why: {state} {code:?} {reason}"
+    );
+    // Asked to, the station sends it again; the collector judges it again.
+    let mut retry = args.clone();
+    retry.push("--retry-refused");
+    let o = empathic(&retry);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (state, code, _, again) = held(&db);
+    assert!(
+        state != "synced" && code.as_deref() == Some("too_new") && again > first_at,
+        "sent again and refused again: {state} {code:?} {first_at} -> {again}: {}",
+        stderr(&o)
     );
     let applied = central_count(
         central,

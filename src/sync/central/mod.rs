@@ -131,7 +131,7 @@ pub struct Refusal {
 
 /// Why a chunk or message is refused: a short code the station can act on, and the text
 /// for people. Codes: `not_enrolled`, `wrong_station`, `revoked`, `bad_signature`,
-/// `plain_refused`, `cannot_open` (a sealed message this collector cannot open: no study
+/// `plain_refused`, `too_new` (a message of a version this collector does not read yet: held by the station, not settled), `cannot_open` (a sealed message this collector cannot open: no study
 /// key, or sealed to another one), `content` (read, and unusable: final).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
@@ -456,6 +456,16 @@ impl Central {
                 return self.quarantine(topic, summary.as_bytes(), refused.reason, None, refusal);
             }
         };
+        if let Some(reason) = newer_than_known(&env, &whole) {
+            // Not this collector's to judge: no receipt and not settled, so the station
+            // holds it and sends it again (its hourly probe) until an upgraded collector
+            // stores it; the quarantine entry names it by `refused_id`, so that resend is
+            // judged again, not answered as a duplicate.
+            tx.commit()?;
+            let refusal = env.refusal(&Refused::new("too_new", reason.clone()), false);
+            let summary = env.summary();
+            return self.quarantine(topic, summary.as_bytes(), reason, None, Some(refusal));
+        }
         let outcome = match check_seq(tx.as_mut(), &env)? {
             Err(reason) => Err(reason),
             Ok(()) => match env.kind.as_str() {
@@ -500,6 +510,23 @@ impl Central {
             sha256: env.sha,
         })
     }
+}
+
+/// Why a whole message is of a version newer than this collector reads, when it is (its
+/// `version` above the highest this build reads for its kind).
+fn newer_than_known(env: &Envelope, whole: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(whole).ok()?;
+    let version = v["version"].as_u64()?;
+    let known = u64::from(match env.kind.as_str() {
+        "consent" => crate::store::CONSENT_VERSION,
+        _ => crate::store::PAYLOAD_VERSION,
+    });
+    (version > known).then(|| {
+        format!(
+            "a {} message of version {version}: this collector reads up to version {known}; upgrade it (the station holds the message and sends it again)",
+            env.kind
+        )
+    })
 }
 
 /// Whether `gate` lets chunk `env` in (`Ok(Err(refused))`: quarantine it).
