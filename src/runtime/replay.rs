@@ -134,8 +134,18 @@ pub fn replay(
         o.quality.skipped_events = session.skipped_events.clone();
         o
     });
+    // A live recording that a later start repaired was cut short (the service killed, the
+    // power lost): replayed, it is still the session it was, and says why it ended.
+    let cut_short = m.recording.as_ref().and_then(|r| {
+        (r.state == crate::session::manifest::RecordingState::Repaired).then(|| {
+            format!(
+                "recorded live until the service was killed or the station lost power; the recording was repaired at a later start ({}) and holds what was recorded until then",
+                r.repair.as_deref().unwrap_or("no repair noted")
+            )
+        })
+    });
     let ended = sessions.end(&m.session_id, &m.station_id, run, |outcome| {
-        outcome.stopped.then(|| {
+        let stopped = outcome.stopped.then(|| {
             format!(
                 "stopped by a signal after {:.1} s of the session; everything computed until then is stored{}",
                 outcome.duration_ns as f64 / 1e9,
@@ -145,7 +155,9 @@ pub fn replay(
                     ""
                 }
             )
-        })
+        });
+        let why: Vec<String> = cut_short.into_iter().chain(stopped).collect();
+        (!why.is_empty()).then(|| why.join("; "))
     })?;
     sessions.close()?;
     let outcome = ended.outcome;

@@ -20,11 +20,12 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
 use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionStart, WindowRow};
+use super::sql::frames::{self, FrameRows};
+use super::sql::predictions;
 pub use super::sql::session_rows::Failure;
 use super::sql::session_rows::{self, EventCursor};
-use super::sql::{frames, predictions};
 use super::{connect, ConnectOptions, Owner, StoreError};
-use crate::core::FrameRecord;
+use crate::core::{FrameRecord, ModalityId};
 use crate::session::Event;
 
 /// Capacity of the writer's command queue.
@@ -35,7 +36,7 @@ type Ack = Sender<Result<(), StoreError>>;
 enum Command {
     Begin(Box<SessionStart>, Ack),
     Events(Vec<Event>),
-    Frame(Arc<FrameRecord>),
+    Frame(Arc<FrameRecord>, FrameRows),
     Window(Box<WindowRow>),
     Predictions(Vec<PredictionRow>),
     Finish(Box<SessionEnd>, Ack),
@@ -51,7 +52,7 @@ impl Command {
             | Command::Fail(_, a)
             | Command::Flush(a) => Some(a),
             Command::Events(_)
-            | Command::Frame(_)
+            | Command::Frame(..)
             | Command::Window(_)
             | Command::Predictions(_) => None,
         }
@@ -161,7 +162,24 @@ impl StoreWriter {
 
     /// Queues one frame record of the current session.
     pub fn frame(&self, record: Arc<FrameRecord>) -> Result<(), StoreError> {
-        self.send(Command::Frame(record))
+        self.send(Command::Frame(record, FrameRows::All))
+    }
+
+    /// Queues one frame record of the current session whose modality `later` is not known
+    /// yet (a live frame before its words): its row is written by [`Self::frame_later`],
+    /// so a service killed meanwhile keeps the frame.
+    pub fn frame_before(
+        &self,
+        record: Arc<FrameRecord>,
+        later: ModalityId,
+    ) -> Result<(), StoreError> {
+        self.send(Command::Frame(record, FrameRows::AllBut(later)))
+    }
+
+    /// Queues modality `m` of a frame queued by [`Self::frame_before`], now known (the
+    /// complete record).
+    pub fn frame_later(&self, record: Arc<FrameRecord>, m: ModalityId) -> Result<(), StoreError> {
+        self.send(Command::Frame(record, FrameRows::Only(m)))
     }
 
     /// Queues one window of the current session.
@@ -403,14 +421,16 @@ impl WriterActor {
                     ),
                     None => Err(no_session("events")),
                 },
-                Command::Frame(record) => match &session {
+                Command::Frame(record, rows) => match &session {
                     Some(s) => s
                         .layout
                         .check(&record.features)
                         .map_err(|message| StoreError::Invalid {
                             message: format!("frame {}: {message}", record.index),
                         })
-                        .and_then(|()| frames::write_frame(&tx, &s.id, &s.modality_names, record)),
+                        .and_then(|()| {
+                            frames::write_frame(&tx, &s.id, &s.modality_names, record, *rows)
+                        }),
                     None => Err(no_session("a frame")),
                 },
                 Command::Window(row) => match &session {

@@ -9,8 +9,15 @@
 //! modalities are each stage's pooling of the rows inside the interval, absent when there
 //! are none; its text modality is the text track at `start_ns`. Rows before the first
 //! slot are discarded.
+//!
+//! Live runs release in two steps ([`FrameAligner::storing_before_words`]): a slot whose
+//! audio is complete is *heard* at once (its record with the text modality not yet known,
+//! for the store: a killed service loses only what audio had not reached), and *complete*
+//! once its words are known (the same record with its text, for the windows). Replays
+//! release in one step, so their stored rows are those of the complete records.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::core::{FrameRecord, ModalityId};
 use crate::features::text::TextTrack;
@@ -49,6 +56,19 @@ pub struct FrameAligner {
     /// The text modality and its track, filled as utterances arrive.
     text: Option<(ModalityId, TextTrack)>,
     pending: VecDeque<VideoSlot>,
+    /// Two-step release: slots whose audio is complete, waiting for their words (the
+    /// record as heard, and the slot's end).
+    heard: Option<VecDeque<(Arc<FrameRecord>, Nanos)>>,
+}
+
+/// What one release gave.
+#[derive(Debug, Default)]
+pub struct Released {
+    /// Two-step release only: records whose audio is complete, the text modality not yet
+    /// known (absent in the record); each comes again in `complete` once it is.
+    pub heard: Vec<Arc<FrameRecord>>,
+    /// Records whose audio and words are complete, in slot order.
+    pub complete: Vec<FrameRecord>,
 }
 
 impl FrameAligner {
@@ -67,7 +87,23 @@ impl FrameAligner {
             audio_ended: false,
             text,
             pending: VecDeque::new(),
+            heard: None,
         }
+    }
+
+    /// Releases in two steps (live runs): records are [`Released::heard`] once their audio
+    /// is complete, before their words are known. Without a text modality there is
+    /// nothing to wait for and one step remains.
+    pub fn storing_before_words(mut self) -> Self {
+        if self.text.is_some() {
+            self.heard = Some(VecDeque::new());
+        }
+        self
+    }
+
+    /// The modality released after its record (two-step release): the text modality.
+    pub fn words_later(&self) -> Option<ModalityId> {
+        self.heard.as_ref().and(self.text.as_ref()).map(|(m, _)| *m)
     }
 
     pub fn push_video(&mut self, slot: VideoSlot) {
@@ -109,26 +145,22 @@ impl FrameAligner {
     }
 
     /// Slots waiting for audio or text.
+    /// Slots held (waiting for audio, or heard and waiting for their words).
     pub fn pending_slots(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.heard.as_ref().map_or(0, VecDeque::len)
     }
 
-    /// Releases every slot whose audio and text are complete.
-    pub fn drain_ready(&mut self) -> Vec<FrameRecord> {
-        let mut out = Vec::new();
+    /// Releases every slot whose audio is complete (as heard, in two-step release) and
+    /// every one whose words are complete too.
+    pub fn drain_ready(&mut self) -> Released {
+        let mut out = Released::default();
         while let Some(slot) = self.pending.front() {
             let audio_ready = self.audio_ended
                 || self
                     .audio
                     .iter()
                     .all(|q| q.latest.is_some_and(|t| t >= slot.end_ns));
-            // Known through the slot's end, not only its start: the window this slot may
-            // complete takes the stories in play before its end (shown or retrieved then),
-            // which must be as known live as in a replay.
-            let text_ready = self
-                .text
-                .as_ref()
-                .is_none_or(|(_, t)| t.is_known_at(slot.end_ns));
+            let text_ready = self.heard.is_some() || self.words_known(slot.end_ns);
             if !(audio_ready && text_ready) {
                 break;
             }
@@ -147,24 +179,56 @@ impl FrameAligner {
                     *f = (q.pool.pool)(&inside);
                 }
             }
-            if let Some((m, track)) = &self.text {
-                if let Some(f) = features.get_mut(m.index()) {
-                    // The transcript covers a dropped frame's time too.
-                    *f = track.at(slot.start_ns).map(<[f32]>::to_vec);
-                }
-            }
-            out.push(FrameRecord {
+            let record = FrameRecord {
                 index: slot.index,
                 t_ns: slot.start_ns,
                 decoded: slot.decoded,
                 features,
-            });
+            };
+            match &mut self.heard {
+                Some(heard) => {
+                    let record = Arc::new(record);
+                    out.heard.push(record.clone());
+                    heard.push_back((record, slot.end_ns));
+                }
+                None => out.complete.push(self.with_words(record)),
+            }
+        }
+        while let Some((_, end_ns)) = self.heard.as_ref().and_then(VecDeque::front) {
+            if !self.words_known(*end_ns) {
+                break;
+            }
+            let Some((record, _)) = self.heard.as_mut().and_then(VecDeque::pop_front) else {
+                break;
+            };
+            let record = Arc::unwrap_or_clone(record);
+            out.complete.push(self.with_words(record));
         }
         out
     }
 
+    /// Whether the words are known through `end_ns`: through the slot's end, not only its
+    /// start, as the window this slot may complete takes the stories in play before its
+    /// end (shown or retrieved then), which must be as known live as in a replay.
+    fn words_known(&self, end_ns: Nanos) -> bool {
+        self.text
+            .as_ref()
+            .is_none_or(|(_, t)| t.is_known_at(end_ns))
+    }
+
+    /// `record` with its text modality: the track at the slot's start (the transcript
+    /// covers a dropped frame's time too).
+    fn with_words(&self, mut record: FrameRecord) -> FrameRecord {
+        if let Some((m, track)) = &self.text {
+            if let Some(f) = record.features.get_mut(m.index()) {
+                *f = track.at(record.t_ns).map(<[f32]>::to_vec);
+            }
+        }
+        record
+    }
+
     /// Releases everything (end of stream).
-    pub fn finish(&mut self) -> Vec<FrameRecord> {
+    pub fn finish(&mut self) -> Released {
         self.audio_ended = true;
         if let Some((_, t)) = &mut self.text {
             t.end();
@@ -236,14 +300,17 @@ mod tests {
         a.push_video(slot(0));
         a.push_video(slot(1));
         a.push_audio(m, (0..10).map(|k| row(k * 10, -20.0)).collect());
-        assert!(a.drain_ready().is_empty(), "row at 90 ms < end 100 ms");
+        assert!(
+            a.drain_ready().complete.is_empty(),
+            "row at 90 ms < end 100 ms"
+        );
         a.push_audio(m, vec![row(100, -20.0)]);
-        let out = a.drain_ready();
+        let out = a.drain_ready().complete;
         assert_eq!(out.len(), 1);
         assert!((out[0].get(m).unwrap()[0] + 20.0).abs() < 1e-4);
         assert_eq!(a.pending_slots(), 1);
         // Audio ends: slot 1 gets only the one row it has.
-        let out = a.finish();
+        let out = a.finish().complete;
         assert_eq!(out.len(), 1);
         assert!(out[0].get(m).is_some());
     }
@@ -256,7 +323,7 @@ mod tests {
         a.push_video(slot(1));
         a.push_audio(m, vec![row(150, -30.0)]);
         a.end_audio();
-        let out = a.drain_ready();
+        let out = a.drain_ready().complete;
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].get(m), None);
         assert!(out[1].get(m).is_some());
@@ -283,18 +350,58 @@ mod tests {
         track.push(50_000_000, 150_000_000, std::sync::Arc::new(vec![7.0]));
         track.known_until(60_000_000);
         assert!(
-            a.drain_ready().is_empty(),
+            a.drain_ready().complete.is_empty(),
             "slot 0 ends after what is known"
         );
         a.text_track().unwrap().known_until(100_000_000);
-        let out = a.drain_ready();
+        let out = a.drain_ready().complete;
         assert_eq!(out.len(), 1, "slot 1 ends after what is known");
         assert_eq!(
             out[0].get(t),
             None,
             "the utterance starts after slot 0's start"
         );
-        let out = a.finish();
+        let out = a.finish().complete;
         assert_eq!(out[0].get(t), Some(&[7.0f32][..]));
+    }
+
+    #[test]
+    fn live_slots_are_heard_before_their_words_and_complete_after() {
+        let mut l = ModalityLayout::new();
+        let t = l
+            .add(
+                Stream::Text,
+                ModalitySpec::by_algorithm("t", vec!["t".into()], "test", 1),
+            )
+            .unwrap();
+        let mut a = FrameAligner::new(vec![], Some((t, TextTrack::new(0)))).storing_before_words();
+        for i in 0..3u64 {
+            let mut s = slot(i);
+            s.features = vec![None];
+            a.push_video(s);
+        }
+        let track = a.text_track().unwrap();
+        track.push(50_000_000, 150_000_000, std::sync::Arc::new(vec![7.0]));
+        track.known_until(60_000_000);
+        // No audio to wait for: every slot is heard at once, none complete.
+        let out = a.drain_ready();
+        assert_eq!(
+            out.heard.iter().map(|r| r.index).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert!(out.heard.iter().all(|r| r.get(t).is_none()));
+        assert!(out.complete.is_empty());
+        assert_eq!(a.pending_slots(), 3, "heard slots are still held");
+        a.text_track().unwrap().known_until(200_000_000);
+        let out = a.drain_ready();
+        assert!(out.heard.is_empty(), "each is heard once");
+        assert_eq!(
+            out.complete.iter().map(|r| r.index).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        assert_eq!(out.complete[1].get(t), Some(&[7.0f32][..]));
+        let out = a.finish();
+        assert_eq!(out.complete.len(), 1);
+        assert_eq!(a.pending_slots(), 0);
     }
 }

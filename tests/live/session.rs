@@ -567,10 +567,13 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
     let folder = station.recordings.join(&id);
     assert_eq!(manifest(&folder)["recording"]["state"], "finalised");
 
-    // SIGKILL: the next start marks the session incomplete and repairs the folder.
+    // SIGKILL: the next start marks the session incomplete and repairs the folder. Frames
+    // are stored as they are heard (their words follow), so the kill loses at most about a
+    // second of them although the words wait `transcript_wait_ms` (15 s).
     station.spawn(&pulse.runtime_dir);
     station
         .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE", "session_id": "kill-1"}));
+    let started = Instant::now();
     sleep_s(12.0);
     let stored_before = {
         let c = crate::common::store::open_db(&station.db);
@@ -579,6 +582,7 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
             "SELECT count(*) FROM frames WHERE session_id = 'kill-1'",
         )
     };
+    let elapsed = started.elapsed().as_secs_f64();
     station.signal("-KILL");
     station.wait_exit();
     let _ = player.kill();
@@ -591,12 +595,32 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
         })
         .unwrap();
     assert_eq!(status, "incomplete");
-    assert!(
-        count(
-            &conn,
-            "SELECT count(*) FROM frames WHERE session_id = 'kill-1'"
-        ) >= stored_before
+    let kept = count(
+        &conn,
+        "SELECT count(*) FROM frames WHERE session_id = 'kill-1'",
     );
+    assert!(kept >= stored_before);
+    let duration_s: f64 = conn
+        .query_row(
+            "SELECT duration_ns / 1e9 FROM sessions WHERE id = 'kill-1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        duration_s > elapsed - 1.5 && duration_s <= elapsed + 0.5,
+        "killed {elapsed:.1} s in, {duration_s:.1} s kept ({kept} frames)"
+    );
+    // Every frame has a row per modality: the words that never came are absent.
+    let modalities = count(
+        &conn,
+        "SELECT count(*) FROM modalities WHERE session_id = 'kill-1'",
+    );
+    let rows = count(
+        &conn,
+        "SELECT count(*) FROM frame_features WHERE session_id = 'kill-1'",
+    );
+    assert_eq!(rows, kept * modalities);
     let folder = station.recordings.join("kill-1");
     let m = manifest(&folder);
     assert_eq!(m["recording"]["state"], "repaired", "{m}");
@@ -604,14 +628,29 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
         m["recording"]["video_frames"].as_u64().unwrap() > 100,
         "{m}"
     );
-    // The repaired folder replays.
-    let db = replay_recording(dir.path(), &folder);
+    // The repaired folder replays, and the session says why it ended (exit 1: stored
+    // `incomplete`, the reason on stderr).
+    let db = dir.path().join("replayed.db");
+    let o = replay_cli(&folder, &db, None);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("repaired"), "{}", stderr(&o));
     let c = crate::common::store::open_db(&db);
     assert!(
         count(
             &c,
             "SELECT count(*) FROM windows WHERE session_id = 'kill-1'"
         ) > 0
+    );
+    let (status, reason): (String, String) = c
+        .query_row(
+            "SELECT status, status_reason FROM sessions WHERE id = 'kill-1'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        status == "incomplete" && reason.contains("killed") && reason.contains("repaired"),
+        "{status}: {reason}"
     );
 }
 

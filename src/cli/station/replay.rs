@@ -114,10 +114,17 @@ fn replay(args: Args) -> Result<ExitCode, Failure> {
         );
         return Ok(exit_code(ExitKind::BadInput));
     }
-    // A replay stopped by a signal did not finish: say so in the exit code.
+    // A replay stopped by a signal did not finish, and a session stored `incomplete` (a
+    // recording cut short, a video ending early) holds less than a whole session: the exit
+    // code says so, and why goes to stderr for scripts that keep only that.
     Ok(if summary.status == "complete" {
         ExitCode::SUCCESS
     } else {
+        eprintln!(
+            "replay: session stored {}: {}",
+            summary.status,
+            summary.status_reason.as_deref().unwrap_or("no reason recorded")
+        );
         exit_code(ExitKind::Runtime)
     })
 }

@@ -258,6 +258,13 @@ pub(super) fn start<'s, 'a: 's>(
     let align = spawn(scope, "align-windows", move || {
         let track = TextTrack::new(sh.config.text.horizon_ms.saturating_mul(1_000_000));
         let aligner = FrameAligner::new(pools, Some((text_modality, track)));
+        // Live: frames are stored before their words are known (the transcript wait), so
+        // a killed service loses only what audio had not reached.
+        let aligner = if sh.live_text {
+            aligner.storing_before_words()
+        } else {
+            aligner
+        };
         align_windows(inputs, aligner, sh, window_txs)
     })?;
     Ok(Handles {

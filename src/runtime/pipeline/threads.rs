@@ -29,6 +29,7 @@ use crate::runtime::RunError;
 use crate::session::events::phase_at;
 use crate::session::{Event, PhaseSpan};
 use crate::store::StoreWriter;
+use crate::windows::align::Released;
 use crate::windows::{FrameAligner, VideoSlot, WindowAssembler};
 use crate::Nanos;
 use crossbeam_channel::{never, select};
@@ -463,27 +464,52 @@ pub(super) fn align_windows(
     let mut phases: Vec<PhaseSpan> = Vec::new();
     let mut stories = InPlay::default();
     let mut frames = 0u64;
-    let mut emit =
-        |record: FrameRecord, phases: &[PhaseSpan], stories: &InPlay| -> Result<(), RunError> {
-            let record = Arc::new(record);
-            if let (Some((clock, start)), true) = (latency_from, record.decoded) {
-                // Capture (the slot's time on the session clock) to handed to the writer.
-                let age = clock.now_ns().saturating_sub(start + record.t_ns);
-                latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
-            }
-            writer.frame(record.clone())?;
-            frames += 1;
-            progress.advance(1);
-            if let Some(mut w) = assembler.push(record) {
-                // Decided now, from the phase events known (all up to the last frame's start).
-                w.phase = phase_at(phases, w.mid_ns());
-                w.stories = stories.at(w.end_ns);
-                let w = Arc::new(w);
-                for c in &consumers {
-                    if c.send(w.clone()).is_err() {
-                        return Err(next_stopped("align-windows", "a window consumer"));
-                    }
+    // Live: frames are stored once heard (their words follow), so a killed service keeps
+    // them; replays store each frame whole.
+    let words_later = aligner.words_later();
+    let mut store = |record: &Arc<FrameRecord>| -> Result<(), RunError> {
+        if let (Some((clock, start)), true) = (latency_from, record.decoded) {
+            // Capture (the slot's time on the session clock) to handed to the writer.
+            let age = clock.now_ns().saturating_sub(start + record.t_ns);
+            latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
+        }
+        match words_later {
+            Some(m) => writer.frame_before(record.clone(), m)?,
+            None => writer.frame(record.clone())?,
+        }
+        frames += 1;
+        progress.advance(1);
+        Ok(())
+    };
+    let mut emit_window = |record: Arc<FrameRecord>,
+                           phases: &[PhaseSpan],
+                           stories: &InPlay|
+     -> Result<(), RunError> {
+        if let Some(mut w) = assembler.push(record) {
+            // Decided now, from the phase events known (all up to the last frame's start).
+            w.phase = phase_at(phases, w.mid_ns());
+            w.stories = stories.at(w.end_ns);
+            let w = Arc::new(w);
+            for c in &consumers {
+                if c.send(w.clone()).is_err() {
+                    return Err(next_stopped("align-windows", "a window consumer"));
                 }
+            }
+        }
+        Ok(())
+    };
+    let mut emit =
+        |released: Released, phases: &[PhaseSpan], stories: &InPlay| -> Result<(), RunError> {
+            for record in &released.heard {
+                store(record)?;
+            }
+            for record in released.complete {
+                let record = Arc::new(record);
+                match words_later {
+                    Some(m) => writer.frame_later(record.clone(), m)?,
+                    None => store(&record)?,
+                }
+                emit_window(record, phases, stories)?;
             }
             Ok(())
         };
@@ -539,13 +565,10 @@ pub(super) fn align_windows(
                 }
             },
         }
-        for record in meter.time(|| aligner.drain_ready()) {
-            emit(record, &phases, &stories)?;
-        }
+        let released = meter.time(|| aligner.drain_ready());
+        emit(released, &phases, &stories)?;
     }
-    for record in aligner.finish() {
-        emit(record, &phases, &stories)?;
-    }
+    emit(aligner.finish(), &phases, &stories)?;
     let windows_emitted = assembler.windows_emitted();
     meter.done(figures, consumers.first());
     Ok(AlignDone {

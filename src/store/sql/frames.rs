@@ -3,17 +3,67 @@
 use rusqlite::{params, Transaction};
 
 use super::ctx;
-use crate::core::FrameRecord;
+use crate::core::{FrameRecord, ModalityId};
 use crate::store::rows::{vec_to_blob, WindowRow};
 use crate::store::StoreError;
 
-/// Writes one frame record of session `id`; `modality_names` in layout order.
+/// Which rows of a frame record to write.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FrameRows {
+    /// The frame and every modality's row.
+    All,
+    /// The frame and every modality's row but this one's (not known yet: a live frame
+    /// before its words).
+    AllBut(ModalityId),
+    /// Only this modality's row (the frame was written before it was known).
+    Only(ModalityId),
+}
+
+impl FrameRows {
+    fn writes(self, m: usize) -> bool {
+        match self {
+            FrameRows::All => true,
+            FrameRows::AllBut(x) => x.index() != m,
+            FrameRows::Only(x) => x.index() == m,
+        }
+    }
+}
+
+/// Writes one frame record of session `id` (the rows `rows` says); `modality_names` in
+/// layout order.
 pub fn write_frame(
     tx: &Transaction<'_>,
     id: &str,
     modality_names: &[&'static str],
     record: &FrameRecord,
+    rows: FrameRows,
 ) -> Result<(), StoreError> {
+    if !matches!(rows, FrameRows::Only(_)) {
+        write_frame_row(tx, id, record)?;
+    }
+    let mut st = tx
+        .prepare_cached(
+            "INSERT INTO frame_features (session_id, modality, frame_index, present, vec)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(ctx("writing frame features"))?;
+    for (m, (name, v)) in modality_names.iter().zip(&record.features).enumerate() {
+        if !rows.writes(m) {
+            continue;
+        }
+        st.execute(params![
+            id,
+            name,
+            record.index as i64,
+            v.is_some(),
+            v.as_deref().map(vec_to_blob)
+        ])
+        .map_err(ctx("writing frame features"))?;
+    }
+    Ok(())
+}
+
+fn write_frame_row(tx: &Transaction<'_>, id: &str, record: &FrameRecord) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO frames (session_id, frame_index, t_ns, decoded) VALUES (?1, ?2, ?3, ?4)",
     )
@@ -26,22 +76,6 @@ pub fn write_frame(
         ])
     })
     .map_err(ctx("writing frames"))?;
-    let mut st = tx
-        .prepare_cached(
-            "INSERT INTO frame_features (session_id, modality, frame_index, present, vec)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .map_err(ctx("writing frame features"))?;
-    for (name, v) in modality_names.iter().zip(&record.features) {
-        st.execute(params![
-            id,
-            name,
-            record.index as i64,
-            v.is_some(),
-            v.as_deref().map(vec_to_blob)
-        ])
-        .map_err(ctx("writing frame features"))?;
-    }
     Ok(())
 }
 

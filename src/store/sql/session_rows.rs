@@ -465,7 +465,8 @@ pub fn stored_frames(tx: &rusqlite::Connection, id: &str) -> Result<i64, StoreEr
 /// Closes a running session that ended without its close (its writer killed, or the store
 /// failed under it) as `incomplete` with `reason`, keeping every row it committed: its
 /// counts and duration are those of the frames stored (a killed session was listed as
-/// `0.0s`), and its last phase ends there. The caller announces it to sync.
+/// `0.0s`), its last phase ends there, and a frame stored before its words has its text
+/// modality absent. The caller announces it to sync.
 pub fn keep_incomplete(
     tx: &rusqlite::Connection,
     id: &str,
@@ -484,6 +485,19 @@ pub fn keep_incomplete(
         params![id, reason],
     )
     .map_err(ctx("marking the session incomplete"))?;
+    // A live frame is stored before its words are known (the transcript wait): a frame
+    // whose words never came has its text modality absent, as every frame has a row per
+    // modality.
+    tx.execute(
+        "INSERT INTO frame_features (session_id, modality, frame_index, present, vec)
+         SELECT f.session_id, m.name, f.frame_index, 0, NULL
+         FROM frames f JOIN modalities m ON m.session_id = f.session_id
+         WHERE f.session_id = ?1 AND NOT EXISTS (
+             SELECT 1 FROM frame_features x WHERE x.session_id = f.session_id
+               AND x.modality = m.name AND x.frame_index = f.frame_index)",
+        [id],
+    )
+    .map_err(ctx("marking the words never known absent"))?;
     // Phases are the session's as stored: none past its end (their events stay).
     tx.execute(
         "DELETE FROM phases WHERE session_id = ?1
