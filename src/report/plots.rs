@@ -161,6 +161,39 @@ fn finish_svg(svg: String, height: u32) -> String {
     )
 }
 
+/// `svg` with a `<desc>` saying, per series, the session time its measured points span (a
+/// plot's text for screen readers, and what a test reads to check that points are drawn at
+/// their frames' own times). NaN values are gaps, not points.
+fn described<'a>(svg: String, series: impl Iterator<Item = (&'a str, &'a [(f64, f64)])>) -> String {
+    let spans: Vec<String> = series
+        .map(|(label, points)| {
+            let measured = || {
+                points
+                    .iter()
+                    .filter(|(_, v)| v.is_finite())
+                    .map(|(t, _)| *t)
+            };
+            match (measured().reduce(f64::min), measured().reduce(f64::max)) {
+                (Some(first), Some(last)) => format!(
+                    "{}: measured from {first:.2} s to {last:.2} s ({} points)",
+                    esc(label),
+                    measured().count()
+                ),
+                _ => format!("{}: no measured point", esc(label)),
+            }
+        })
+        .collect();
+    match svg.find('>') {
+        Some(end) => format!(
+            "{}<desc>{}</desc>{}",
+            &svg[..=end],
+            spans.join("; "),
+            &svg[end + 1..]
+        ),
+        None => svg,
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> String {
     format!("cannot draw a plot: {e}")
 }
@@ -212,7 +245,7 @@ pub fn line_chart(
 ) -> Result<String, String> {
     let height = 230;
     let x_max = duration.max(1.0);
-    draw_svg!(
+    let svg: Result<String, String> = draw_svg!(
         height,
         Frame {
             x_labels: 34,
@@ -283,7 +316,15 @@ pub fn line_chart(
             }
             Ok(())
         },
-    )
+    );
+    svg.map(|svg| {
+        described(
+            svg,
+            series
+                .iter()
+                .map(|s| (s.label.as_str(), s.points.as_slice())),
+        )
+    })
 }
 
 /// The colour of `v` on the heat strip's scale (white = 0, dark blue = `max`).
@@ -324,7 +365,7 @@ pub fn heat_strip(
     let height = 44 + row_h * lanes as u32;
     let buckets = 300usize;
     let x_max = duration.max(1.0);
-    draw_svg!(
+    let svg: Result<String, String> = draw_svg!(
         height,
         Frame {
             x_labels: 30,
@@ -380,7 +421,14 @@ pub fn heat_strip(
             }
             Ok(())
         },
-    )
+    );
+    svg.map(|svg| {
+        described(
+            svg,
+            rows.iter()
+                .map(|(label, points)| (label.as_str(), points.as_slice())),
+        )
+    })
 }
 
 /// Spans on one lane per row (phases, speech), with point markers (stories, ratings).
@@ -593,6 +641,19 @@ mod tests {
         assert_eq!(g.len(), 6);
         assert!(g[3].1.is_nan() && g[3].0 > 11.0 && g[3].0 < 27.0);
         assert_eq!(with_gaps(&p[..3], 1.5), p[..3].to_vec());
+    }
+
+    #[test]
+    fn a_plot_says_the_time_its_measured_points_span() {
+        let fixed = [(0.5, f64::NAN), (1.0, 2.0), (16.5, 3.0)];
+        let svg = described(
+            "<svg viewBox=\"0 0 1 1\"><g/></svg>".into(),
+            [("yaw <Ry>", fixed.as_slice()), ("none", &[][..])].into_iter(),
+        );
+        assert_eq!(
+            svg,
+            "<svg viewBox=\"0 0 1 1\"><desc>yaw &lt;Ry&gt;: measured from 1.00 s to 16.50 s (2 points); none: no measured point</desc><g/></svg>"
+        );
     }
 
     #[test]

@@ -134,30 +134,9 @@ pub fn replay(
         o.quality.skipped_events = session.skipped_events.clone();
         o
     });
-    // A live recording that a later start repaired was cut short (the service killed, the
-    // power lost): replayed, it is still the session it was, and says why it ended.
-    let cut_short = m.recording.as_ref().and_then(|r| {
-        (r.state == crate::session::manifest::RecordingState::Repaired).then(|| {
-            format!(
-                "recorded live until the service was killed or the station lost power; the recording was repaired at a later start ({}) and holds what was recorded until then",
-                r.repair.as_deref().unwrap_or("no repair noted")
-            )
-        })
-    });
+    let replace = opts.replace;
     let ended = sessions.end(&m.session_id, &m.station_id, run, |outcome| {
-        let stopped = outcome.stopped.then(|| {
-            format!(
-                "stopped by a signal after {:.1} s of the session; everything computed until then is stored{}",
-                outcome.duration_ns as f64 / 1e9,
-                if opts.replace {
-                    " (with --replace: a session already stored complete under this id is kept, not replaced)"
-                } else {
-                    ""
-                }
-            )
-        });
-        let why: Vec<String> = cut_short.into_iter().chain(stopped).collect();
-        (!why.is_empty()).then(|| why.join("; "))
+        ended_short(m, outcome, replace)
     })?;
     sessions.close()?;
     let outcome = ended.outcome;
@@ -362,4 +341,31 @@ fn display_path(p: &Path) -> String {
         .unwrap_or_else(|_| p.to_path_buf())
         .display()
         .to_string()
+}
+
+/// Why a replayed session holds less than a whole session, when it does: a live recording
+/// that a later start repaired was cut short (the service killed, the power lost), and
+/// replayed it is still the session it was; a replay stopped by a signal.
+fn ended_short(m: &SessionManifest, outcome: &pipeline::Outcome, replace: bool) -> Option<String> {
+    let cut_short = m.recording.as_ref().and_then(|r| {
+        (r.state == RecordingState::Repaired).then(|| {
+            format!(
+                "recorded live until the service was killed or the station lost power; the recording was repaired at a later start ({}) and holds what was recorded until then",
+                r.repair.as_deref().unwrap_or("no repair noted")
+            )
+        })
+    });
+    let stopped = outcome.stopped.then(|| {
+        format!(
+            "stopped by a signal after {:.1} s of the session; everything computed until then is stored{}",
+            outcome.duration_ns as f64 / 1e9,
+            if replace {
+                " (with --replace: a session already stored complete under this id is kept, not replaced)"
+            } else {
+                ""
+            }
+        )
+    });
+    let why: Vec<String> = cut_short.into_iter().chain(stopped).collect();
+    (!why.is_empty()).then(|| why.join("; "))
 }

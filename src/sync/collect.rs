@@ -151,12 +151,13 @@ pub fn collect(
                             .unwrap_or_default(),
                     )
                     .is_ok(),
-                Outgoing::Refusal(r) => client
+                Outgoing::Refusal(r, envelope) => client
                     .try_publish(
                         r.topic.clone(),
                         QoS::AtLeastOnce,
                         false,
-                        serde_json::to_string(&refusal(r, name, signing)).unwrap_or_default(),
+                        serde_json::to_string(&refusal(r, envelope, name, signing))
+                            .unwrap_or_default(),
                     )
                     .is_ok(),
             };
@@ -197,7 +198,8 @@ pub fn collect(
                     // station was asked to make): one per resend, as a stranger must send
                     // every chunk again to get another.
                     if r.code == "too_new" || refusals.due(&r.message_id) {
-                        outgoing.push_back(Outgoing::Refusal(r.clone()));
+                        let envelope = crate::digest::sha256_hex(&p.payload);
+                        outgoing.push_back(Outgoing::Refusal(r.clone(), envelope));
                     }
                 }
                 if let Some((topic, message_id, sha256)) = stored.receipt() {
@@ -264,12 +266,14 @@ fn receipt(
 /// signing key.
 fn refusal(
     r: &super::central::Refusal,
+    envelope_sha256: &str,
     collector: &str,
     signing: Option<&SigningKey>,
 ) -> super::Refusal {
     let mut out = super::Refusal {
         message_id: r.message_id.clone(),
         sha256: r.sha256.clone(),
+        envelope_sha256: Some(envelope_sha256.to_string()),
         collector: collector.to_string(),
         code: r.code.to_string(),
         reason: r.reason.clone(),
@@ -285,6 +289,7 @@ fn refusal(
             station,
             &out.message_id,
             &out.sha256,
+            out.envelope_sha256.as_deref(),
             collector,
             &out.code,
             &out.reason,
@@ -328,7 +333,8 @@ impl RefusalsTold {
 
 /// What the collector owes the broker after a commit.
 enum Outgoing {
-    Refusal(super::central::Refusal),
+    /// A refusal, and the sha256 of the envelope bytes it answers.
+    Refusal(super::central::Refusal, String),
     Ack(Publish),
     Receipt {
         topic: String,

@@ -414,24 +414,42 @@ pub fn signed_refusal(
     station: &str,
     message_id: &str,
     sha256: &str,
+    envelope_sha256: Option<&str>,
     collector: &str,
     code: &str,
     reason: &str,
     settled: bool,
     signer: &str,
 ) -> Vec<u8> {
-    serde_json::json!([
-        "empathic-sync-refusal-v1",
-        study,
-        station,
-        message_id,
-        sha256,
-        collector,
-        code,
-        reason,
-        settled,
-        signer
-    ])
+    match envelope_sha256 {
+        // Version 2 names the exact envelope bytes refused (one chunk as published), so
+        // a refusal of a copy altered on the way, or of an earlier attempt, binds nothing.
+        Some(envelope) => serde_json::json!([
+            "empathic-sync-refusal-v2",
+            study,
+            station,
+            message_id,
+            sha256,
+            envelope,
+            collector,
+            code,
+            reason,
+            settled,
+            signer
+        ]),
+        None => serde_json::json!([
+            "empathic-sync-refusal-v1",
+            study,
+            station,
+            message_id,
+            sha256,
+            collector,
+            code,
+            reason,
+            settled,
+            signer
+        ]),
+    }
     .to_string()
     .into_bytes()
 }

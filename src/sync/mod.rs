@@ -127,6 +127,10 @@ pub struct Receipt {
 pub struct Refusal {
     pub message_id: String,
     pub sha256: String,
+    /// The sha256 of the exact envelope bytes refused (the chunk as it reached the
+    /// collector): a station takes a refusal only for bytes it published in this attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope_sha256: Option<String>,
     pub collector: String,
     pub code: String,
     pub reason: String,
@@ -541,6 +545,7 @@ fn connection_round(
     // The message in flight: its outbox row, and the acks that complete it.
     let mut current: Option<(Pending, u64)> = None;
     let mut queue: std::collections::VecDeque<(String, String)> = Default::default();
+    let mut sent = SentEnvelopes::default();
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(());
@@ -568,6 +573,7 @@ fn connection_round(
         while let Some((t, payload)) = queue.front() {
             match client.try_publish(t.clone(), QoS::AtLeastOnce, false, payload.clone()) {
                 Ok(()) => {
+                    sent.note(payload);
                     queue.pop_front();
                 }
                 Err(_) => break,
@@ -620,7 +626,11 @@ fn connection_round(
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic == refusals => {
                 let in_flight = current.as_ref().map(|(m, _)| m.message_id.as_str());
-                take_refusal(conn, opts, &p.payload, in_flight, &digest, &mut told)?;
+                let heard = Heard {
+                    in_flight,
+                    sent: &sent,
+                };
+                take_refusal(conn, opts, &p.payload, heard, &digest, &mut told)?;
             }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
@@ -639,6 +649,41 @@ fn connection_round(
     }
 }
 
+/// What a refusal is checked against: the message in flight, and the envelopes this
+/// connection round published.
+struct Heard<'a> {
+    in_flight: Option<&'a str>,
+    sent: &'a SentEnvelopes,
+}
+
+/// The sha256 of each envelope (chunk) this connection round handed to the broker, the
+/// latest [`SentEnvelopes::KEPT`] of them (a refusal follows its chunk within seconds).
+#[derive(Default)]
+struct SentEnvelopes {
+    order: std::collections::VecDeque<String>,
+    set: std::collections::HashSet<String>,
+}
+
+impl SentEnvelopes {
+    const KEPT: usize = 4096;
+
+    fn note(&mut self, payload: &str) {
+        let d = crate::digest::sha256_hex(payload.as_bytes());
+        if self.set.insert(d.clone()) {
+            self.order.push_back(d);
+            if self.order.len() > Self::KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn holds(&self, digest: &str) -> bool {
+        self.set.contains(digest)
+    }
+}
+
 /// A collector's refusal received: checked (signed by a collector this station trusts,
 /// under sealed sync; naming a message of this outbox as it was sent) and kept on the
 /// message, held under `digest` unless settled. Logged at `warn` when its collector or code
@@ -647,10 +692,11 @@ fn take_refusal(
     conn: &Outbox<'_>,
     opts: &SyncOptions,
     payload: &[u8],
-    in_flight: Option<&str>,
+    heard: Heard<'_>,
     digest: &str,
     told: &mut Option<String>,
 ) -> Result<(), Round> {
+    let Heard { in_flight, sent } = heard;
     let r = match serde_json::from_slice::<Refusal>(payload) {
         Ok(r) => r,
         Err(e) => {
@@ -662,7 +708,16 @@ fn take_refusal(
         Some(s) => s.check_refusal(&r, &opts.study, &opts.station),
         None => Ok(()),
     };
-    let matches = match signed {
+    // Bound to the bytes this station published in this attempt: a refusal of a copy
+    // altered on the way (anyone on the broker can republish one) or of an earlier
+    // attempt holds nothing.
+    let bound = match (&r.envelope_sha256, &opts.sealing) {
+        (Some(d), _) if sent.holds(d) => Ok(()),
+        (Some(_), _) => Err("it names envelope bytes this station did not publish in this attempt (a copy altered on the way, or an earlier attempt)".to_string()),
+        (None, Some(_)) => Err("it names no envelope bytes (a collector older than this station); the message is sent again".to_string()),
+        (None, None) => Ok(()),
+    };
+    let matches = match signed.and(bound) {
         Ok(()) => conn.receipt_matches(&r.message_id, Some(&r.sha256), in_flight)?,
         Err(why) => Err(why),
     };

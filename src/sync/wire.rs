@@ -113,6 +113,7 @@ impl Sealing {
             station,
             &r.message_id,
             &r.sha256,
+            r.envelope_sha256.as_deref(),
             &r.collector,
             &r.code,
             &r.reason,

@@ -102,6 +102,43 @@ fn a_truncated_video_keeps_every_frame_that_decoded() {
         )
         .unwrap();
     assert_eq!(events, 20);
+    // Issue 55 item 12: the report draws every per-frame series at its frames' stored
+    // times, not stretched over the session's (longer, audio) duration.
+    let page = tmp.path().join("page.html");
+    let o = empathic(&[
+        "report",
+        "demo-0001",
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&page),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let last_frame_secs = (frames - 1) as f64 / 15.0;
+    for series in ["pitch (Rx)", "face found", "voicing probability"] {
+        let (first, last) = drawn_span(&html, series);
+        assert!(
+            first < 1.0 && (last - last_frame_secs).abs() < 0.07,
+            "{series}: drawn {first}-{last} s, stored frames end at {last_frame_secs:.2} s of {:.1} s",
+            duration_ns as f64 / 1e9
+        );
+    }
+}
+
+/// The session time span a report plot says series `label` was measured over (its
+/// `<desc>`), as (first, last) seconds.
+fn drawn_span(html: &str, label: &str) -> (f64, f64) {
+    let key = format!("{label}: measured from ");
+    let at = html
+        .find(&key)
+        .unwrap_or_else(|| panic!("no plot describes `{label}`"));
+    let rest = &html[at + key.len()..];
+    let mut numbers = rest
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse::<f64>().unwrap());
+    (numbers.next().unwrap(), numbers.next().unwrap())
 }
 
 #[test]

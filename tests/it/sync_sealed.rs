@@ -931,3 +931,127 @@ fn a_copy_verifies_every_record_and_takes_no_enrolment_or_purge_on_the_sources_w
         assert!(stdout(&o).contains("P-OTHER"), "{target}: {}", stdout(&o));
     }
 }
+
+/// Issue 56 item 3 (probe case 6): anyone on the broker republishes each of a station's
+/// chunks with one character of its signature changed, at once. The collector refuses the
+/// copies (`bad_signature`, signed, naming the genuine message id and sha256 and the bytes
+/// it refused); the station takes no refusal for bytes it did not publish, so nothing is
+/// held and `sync --until-synced` ends synced.
+#[test]
+fn a_refusal_of_a_tampered_copy_holds_nothing_at_the_station() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let broker = start_broker(dir, free_port());
+    let port = broker.port;
+    let keys = dir.join("keys");
+    let study_public = key("study", &keys.join("study.key"));
+    let collector_public = key("collector", &keys.join("collector.key"));
+    let s1_public = key("station", &keys.join("s1.key"));
+    let central = dir.join("central.db");
+    let o = empathic(&[
+        "collect",
+        "enrol",
+        "station-1",
+        &s1_public,
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let spy = Spy::start(port);
+    let c = collector(&central, port, &keys);
+    wait_subscribed(port, &[path_str(&central)], Duration::from_secs(20));
+    let cfg = station_config(
+        dir,
+        "s1.toml",
+        &keys.join("s1.key"),
+        &study_public,
+        &collector_public,
+    );
+    let db = dir.join("station-1.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&cfg))
+        .status
+        .success());
+
+    // The tamperer: every chunk the station publishes comes again, its `sig` altered.
+    let done = Arc::new(AtomicBool::new(false));
+    let tampered = Arc::new(Mutex::new(0usize));
+    let tamperer = {
+        let (done, tampered) = (done.clone(), tampered.clone());
+        let mut opts = MqttOptions::new("tamperer", "127.0.0.1", port);
+        opts.set_keep_alive(Duration::from_secs(5))
+            .set_max_packet_size(1 << 24, 1 << 24);
+        let (client, mut conn) = Client::new(opts, 256);
+        client
+            .subscribe(
+                format!("empathic/v1/{STUDY}/station-1/session"),
+                QoS::AtLeastOnce,
+            )
+            .unwrap();
+        std::thread::Builder::new()
+            .name("tamperer".into())
+            .spawn(move || {
+                let mut mine = std::collections::HashSet::new();
+                while !done.load(Ordering::Relaxed) {
+                    let Ok(Ok(Event::Incoming(Packet::Publish(p)))) =
+                        conn.recv_timeout(Duration::from_millis(100))
+                    else {
+                        continue;
+                    };
+                    if mine.contains(&p.payload.to_vec()) {
+                        continue;
+                    }
+                    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&p.payload) else {
+                        continue;
+                    };
+                    let Some(sig) = v["sig"].as_str().map(str::to_string) else {
+                        continue;
+                    };
+                    let flipped = if sig.starts_with('A') { "B" } else { "A" };
+                    v["sig"] = format!("{flipped}{}", &sig[1..]).into();
+                    let copy = v.to_string().into_bytes();
+                    mine.insert(copy.clone());
+                    client
+                        .publish(p.topic.clone(), QoS::AtLeastOnce, false, copy)
+                        .unwrap();
+                    *tampered.lock().unwrap() += 1;
+                }
+            })
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let o = sync(&db, &cfg, port, "station-1", "30");
+    // The collector's refusals of the copies take a moment more: wait for them too.
+    let refusal_of_a_copy = || {
+        spy.seen.lock().unwrap().iter().any(|(t, p)| {
+            t.ends_with("station-1/refusal")
+                && serde_json::from_slice::<serde_json::Value>(p)
+                    .is_ok_and(|r| r["code"] == "bad_signature" && r["sig"].is_string())
+        })
+    };
+    wait_until(
+        "the collector's refusal of a tampered copy",
+        refusal_of_a_copy,
+    );
+    done.store(true, Ordering::Relaxed);
+    let _ = tamperer.join();
+    assert!(*tampered.lock().unwrap() > 0, "no chunk was tampered with");
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A second sync, with the refusals now all published: nothing held, nothing sent.
+    let o = sync(&db, &cfg, port, "station-1", "10");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = sync_status(&db, &cfg);
+    assert_eq!(s["synced"].as_u64(), Some(1), "{s}");
+    assert!(s["last_refusal"].is_null(), "{s}");
+    let station = crate::common::store::open_db(&db);
+    let held: Vec<String> = column(
+        &station,
+        "SELECT message_id FROM outbox WHERE refused_code IS NOT NULL",
+    );
+    assert!(held.is_empty(), "{held:?}");
+    wait_until("demo-0001 centrally", || {
+        sessions_in(&crate::common::store::open_db(&central)) == ["demo-0001"]
+    });
+    stop(c);
+}

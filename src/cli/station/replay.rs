@@ -123,7 +123,10 @@ fn replay(args: Args) -> Result<ExitCode, Failure> {
         eprintln!(
             "replay: session stored {}: {}",
             summary.status,
-            summary.status_reason.as_deref().unwrap_or("no reason recorded")
+            summary
+                .status_reason
+                .as_deref()
+                .unwrap_or("no reason recorded")
         );
         exit_code(ExitKind::Runtime)
     })

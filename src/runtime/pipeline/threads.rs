@@ -456,63 +456,21 @@ pub(super) fn align_windows(
     sh: &Shared<'_>,
     consumers: Vec<PolicySender<Arc<Window>>>,
 ) -> Result<AlignDone, RunError> {
-    let (windows, period_ns, writer) = (&sh.config.windows, sh.period_ns, sh.writer);
-    let (progress, figures, latency_from) = (sh.progress, sh.figures, sh.latency_from());
+    let windows = &sh.config.windows;
     let mut meter = Meter::new("align-windows");
-    let mut latencies_us: Vec<u32> = Vec::new();
-    let mut assembler = WindowAssembler::new(windows.length_frames, windows.hop_frames, period_ns);
     let mut phases: Vec<PhaseSpan> = Vec::new();
     let mut stories = InPlay::default();
-    let mut frames = 0u64;
-    // Live: frames are stored once heard (their words follow), so a killed service keeps
-    // them; replays store each frame whole.
-    let words_later = aligner.words_later();
-    let mut store = |record: &Arc<FrameRecord>| -> Result<(), RunError> {
-        if let (Some((clock, start)), true) = (latency_from, record.decoded) {
-            // Capture (the slot's time on the session clock) to handed to the writer.
-            let age = clock.now_ns().saturating_sub(start + record.t_ns);
-            latencies_us.push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
-        }
-        match words_later {
-            Some(m) => writer.frame_before(record.clone(), m)?,
-            None => writer.frame(record.clone())?,
-        }
-        frames += 1;
-        progress.advance(1);
-        Ok(())
+    let mut out = FramesOut {
+        sh,
+        // Live: frames are stored once heard (their words follow), so a killed service
+        // keeps them; replays store each frame whole.
+        words_later: aligner.words_later(),
+        latency_from: sh.latency_from(),
+        latencies_us: Vec::new(),
+        frames: 0,
+        assembler: WindowAssembler::new(windows.length_frames, windows.hop_frames, sh.period_ns),
+        consumers,
     };
-    let mut emit_window = |record: Arc<FrameRecord>,
-                           phases: &[PhaseSpan],
-                           stories: &InPlay|
-     -> Result<(), RunError> {
-        if let Some(mut w) = assembler.push(record) {
-            // Decided now, from the phase events known (all up to the last frame's start).
-            w.phase = phase_at(phases, w.mid_ns());
-            w.stories = stories.at(w.end_ns);
-            let w = Arc::new(w);
-            for c in &consumers {
-                if c.send(w.clone()).is_err() {
-                    return Err(next_stopped("align-windows", "a window consumer"));
-                }
-            }
-        }
-        Ok(())
-    };
-    let mut emit =
-        |released: Released, phases: &[PhaseSpan], stories: &InPlay| -> Result<(), RunError> {
-            for record in &released.heard {
-                store(record)?;
-            }
-            for record in released.complete {
-                let record = Arc::new(record);
-                match words_later {
-                    Some(m) => writer.frame_later(record.clone(), m)?,
-                    None => store(&record)?,
-                }
-                emit_window(record, phases, stories)?;
-            }
-            Ok(())
-        };
     let (mut video_done, mut audio_done, mut text_done) = (false, false, false);
     let none_slots = never::<VideoSlot>();
     let none_rows = never::<AudioOut>();
@@ -566,16 +524,88 @@ pub(super) fn align_windows(
             },
         }
         let released = meter.time(|| aligner.drain_ready());
-        emit(released, &phases, &stories)?;
+        out.emit(released, &phases, &stories)?;
     }
-    emit(aligner.finish(), &phases, &stories)?;
-    let windows_emitted = assembler.windows_emitted();
-    meter.done(figures, consumers.first());
+    out.emit(aligner.finish(), &phases, &stories)?;
+    meter.done(sh.figures, out.consumers.first());
     Ok(AlignDone {
-        frames,
-        windows: windows_emitted,
-        latency: LatencySummary::of(latencies_us),
+        frames: out.frames,
+        windows: out.assembler.windows_emitted(),
+        latency: LatencySummary::of(out.latencies_us),
     })
+}
+
+/// Where the aligner's released frames go: the store writer (live: each frame once heard,
+/// its words when known), and the window assembler (complete frames only).
+struct FramesOut<'a, 's> {
+    sh: &'a Shared<'s>,
+    words_later: Option<crate::core::ModalityId>,
+    latency_from: Option<(&'s dyn Clock, Nanos)>,
+    latencies_us: Vec<u32>,
+    frames: u64,
+    assembler: WindowAssembler,
+    consumers: Vec<PolicySender<Arc<Window>>>,
+}
+
+impl FramesOut<'_, '_> {
+    fn emit(
+        &mut self,
+        released: Released,
+        phases: &[PhaseSpan],
+        stories: &InPlay,
+    ) -> Result<(), RunError> {
+        for record in &released.heard {
+            self.store(record)?;
+        }
+        for record in released.complete {
+            let record = Arc::new(record);
+            match self.words_later {
+                Some(m) => self.sh.writer.frame_later(record.clone(), m)?,
+                None => self.store(&record)?,
+            }
+            self.assemble(record, phases, stories)?;
+        }
+        Ok(())
+    }
+
+    /// Hands a frame to the store writer (without its words when they come later).
+    fn store(&mut self, record: &Arc<FrameRecord>) -> Result<(), RunError> {
+        if let (Some((clock, start)), true) = (self.latency_from, record.decoded) {
+            // Capture (the slot's time on the session clock) to handed to the writer.
+            let age = clock.now_ns().saturating_sub(start + record.t_ns);
+            self.latencies_us
+                .push(u32::try_from(age / 1_000).unwrap_or(u32::MAX));
+        }
+        match self.words_later {
+            Some(m) => self.sh.writer.frame_before(record.clone(), m)?,
+            None => self.sh.writer.frame(record.clone())?,
+        }
+        self.frames += 1;
+        self.sh.progress.advance(1);
+        Ok(())
+    }
+
+    /// Pushes a complete frame into the assembler and hands each window it completes to
+    /// every consumer.
+    fn assemble(
+        &mut self,
+        record: Arc<FrameRecord>,
+        phases: &[PhaseSpan],
+        stories: &InPlay,
+    ) -> Result<(), RunError> {
+        if let Some(mut w) = self.assembler.push(record) {
+            // Decided now, from the phase events known (all up to the last frame's start).
+            w.phase = phase_at(phases, w.mid_ns());
+            w.stories = stories.at(w.end_ns);
+            let w = Arc::new(w);
+            for c in &self.consumers {
+                if c.send(w.clone()).is_err() {
+                    return Err(next_stopped("align-windows", "a window consumer"));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One window consumer on its own thread.
