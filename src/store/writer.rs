@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionStart, WindowRow};
 use super::sql::frames::{self, FrameRows};
@@ -482,12 +482,29 @@ fn finish(
     end: &SessionEnd,
 ) -> Result<(), StoreError> {
     if let (Some(final_id), false) = (&s.replaces, end.status == EndStatus::Complete) {
-        // A replacement stopped before its end does not displace a complete session.
-        tracing::warn!(
-            session = final_id.as_str(),
-            "the replacement stopped before its end; the stored complete session is kept"
-        );
-        return session_rows::delete(tx, &s.id);
+        // A replacement that is not complete displaces only a stored session that is not
+        // complete either and holds fewer frames (a killed live session replayed from its
+        // repaired recording); never a complete one, nor more than it stored.
+        let stored: Option<(String, i64)> = tx
+            .query_row(
+                "SELECT status, frames FROM sessions WHERE id = ?1",
+                [final_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(super::sql("reading the session being replaced"))?;
+        let better = stored.as_ref().is_some_and(|(status, frames)| {
+            status != "complete" && end.frames > u64::try_from(*frames).unwrap_or(u64::MAX)
+        });
+        if !better {
+            let (status, frames) = stored.unwrap_or_else(|| ("gone".into(), 0));
+            tracing::warn!(
+                session = final_id.as_str(),
+                "the replacement is not complete ({} frames): the stored session ({status}, {frames} frames) is kept",
+                end.frames
+            );
+            return session_rows::delete(tx, &s.id);
+        }
     }
     session_rows::finish(tx, &s.id, end)?;
     if let Some(final_id) = &s.replaces {

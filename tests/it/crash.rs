@@ -214,4 +214,14 @@ fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
         .map(|p| p["secs"].as_f64().unwrap())
         .sum();
     assert!(phases <= duration + 0.01, "{quality}");
+    // The stored phases too: none starts or ends past the last stored frame (a trial found
+    // a cool_down stored from 550 s to 205.8 s).
+    let past: Vec<String> = crate::common::store::column(
+        &conn,
+        &format!(
+            "SELECT phase || ' ' || start_ns || '..' || coalesce(end_ns, -1) FROM phases
+             WHERE start_ns > {duration_ns} OR end_ns > {duration_ns} OR end_ns < start_ns"
+        ),
+    );
+    assert!(past.is_empty(), "phases past {duration} s: {past:?}");
 }

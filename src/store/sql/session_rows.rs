@@ -4,7 +4,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::{ctx, NOW};
 use crate::session::{Event, EventKind};
-use crate::store::rows::{SessionEnd, SessionSource, SessionStart};
+use crate::store::rows::{EndStatus, SessionEnd, SessionSource, SessionStart};
 use crate::store::{Owner, StoreError};
 
 /// The stored status of session `id`, if it exists.
@@ -449,6 +449,29 @@ pub fn finish(tx: &Transaction<'_>, id: &str, end: &SessionEnd) -> Result<(), St
         ],
     )
     .map_err(ctx("closing the session"))?;
+    if end.status == EndStatus::Incomplete {
+        // Cut short (a replay stopped by a signal): no phase past what was stored.
+        clip_phases(tx, id)?;
+    }
+    Ok(())
+}
+
+/// Clips session `id`'s phases to its stored duration: none starts after it (their events
+/// stay), none ends past it.
+fn clip_phases(tx: &rusqlite::Connection, id: &str) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM phases WHERE session_id = ?1
+         AND start_ns >= (SELECT duration_ns FROM sessions WHERE id = ?1) AND start_ns > 0",
+        [id],
+    )
+    .map_err(ctx("clipping the phases to the stored frames"))?;
+    tx.execute(
+        "UPDATE phases SET end_ns = (SELECT duration_ns FROM sessions WHERE id = ?1)
+         WHERE session_id = ?1
+           AND (end_ns IS NULL OR end_ns > (SELECT duration_ns FROM sessions WHERE id = ?1))",
+        [id],
+    )
+    .map_err(ctx("closing the last phase"))?;
     Ok(())
 }
 
@@ -499,20 +522,7 @@ pub fn keep_incomplete(
     )
     .map_err(ctx("marking the words never known absent"))?;
     // Phases are the session's as stored: none past its end (their events stay).
-    tx.execute(
-        "DELETE FROM phases WHERE session_id = ?1
-         AND start_ns >= (SELECT duration_ns FROM sessions WHERE id = ?1) AND start_ns > 0",
-        [id],
-    )
-    .map_err(ctx("clipping the phases to the stored frames"))?;
-    tx.execute(
-        "UPDATE phases SET end_ns = (SELECT duration_ns FROM sessions WHERE id = ?1)
-         WHERE session_id = ?1
-           AND (end_ns IS NULL OR end_ns > (SELECT duration_ns FROM sessions WHERE id = ?1))",
-        [id],
-    )
-    .map_err(ctx("closing the last phase"))?;
-    Ok(())
+    clip_phases(tx, id)
 }
 
 /// What [`fail`] is told about the failed session.
