@@ -102,6 +102,10 @@ pub fn replay(
         nominal_fps: m.nominal_fps,
         layout: stages.layout.clone(),
         replace: opts.replace,
+        recovers_recording: m
+            .recording
+            .as_ref()
+            .is_some_and(|r| r.state == RecordingState::Repaired),
         text_source: transcripts.text_from,
     })?;
     let setup_secs = started.elapsed().as_secs_f64();

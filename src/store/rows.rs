@@ -42,6 +42,10 @@ pub struct SessionStart {
     pub layout: ModalityLayout,
     /// Replace a complete session with the same id (otherwise that is an error).
     pub replace: bool,
+    /// The run replays a live recording that was cut short and repaired (its service was
+    /// killed): a rerun that is not complete may still displace a stored session that is
+    /// not complete either, when it holds more frames.
+    pub recovers_recording: bool,
     /// Whose utterances feed the text modality (the dialogue app's or the station's
     /// recogniser's); both may be stored.
     pub text_source: crate::core::TranscriptSource,

@@ -225,6 +225,8 @@ struct ActiveSession {
     modality_names: Vec<&'static str>,
     layout: crate::core::ModalityLayout,
     events: EventCursor,
+    /// See [`SessionStart::recovers_recording`].
+    recovers_recording: bool,
 }
 
 /// Bytes kept free beside the database (a file of zeros, `<db>.reserve`) so that a run
@@ -407,6 +409,7 @@ impl WriterActor {
                             modality_names: start.layout.iter().map(|(_, m)| m.spec.name).collect(),
                             layout: start.layout.clone(),
                             events: EventCursor::default(),
+                            recovers_recording: start.recovers_recording,
                         });
                     })
                 }
@@ -482,9 +485,9 @@ fn finish(
     end: &SessionEnd,
 ) -> Result<(), StoreError> {
     if let (Some(final_id), false) = (&s.replaces, end.status == EndStatus::Complete) {
-        // A replacement that is not complete displaces only a stored session that is not
-        // complete either and holds fewer frames (a killed live session replayed from its
-        // repaired recording); never a complete one, nor more than it stored.
+        // A replacement that is not complete displaces nothing, but for a killed live
+        // session replayed from its repaired recording: it displaces the stored run when
+        // that is not complete either and holds fewer frames.
         let stored: Option<(String, i64)> = tx
             .query_row(
                 "SELECT status, frames FROM sessions WHERE id = ?1",
@@ -493,9 +496,10 @@ fn finish(
             )
             .optional()
             .map_err(super::sql("reading the session being replaced"))?;
-        let better = stored.as_ref().is_some_and(|(status, frames)| {
-            status != "complete" && end.frames > u64::try_from(*frames).unwrap_or(u64::MAX)
-        });
+        let better = s.recovers_recording
+            && stored.as_ref().is_some_and(|(status, frames)| {
+                status != "complete" && end.frames > u64::try_from(*frames).unwrap_or(u64::MAX)
+            });
         if !better {
             let (status, frames) = stored.unwrap_or_else(|| ("gone".into(), 0));
             tracing::warn!(

@@ -126,45 +126,6 @@ fn a_truncated_video_keeps_every_frame_that_decoded() {
     }
 }
 
-/// A session stored `incomplete` is displaced by a rerun that is not complete either only
-/// when the rerun holds more frames (a killed live session replayed from its repaired
-/// recording, which a trial found kept the shorter stored run); never by one holding
-/// fewer, and a complete session never by one that is not.
-#[test]
-fn an_incomplete_session_is_replaced_only_by_a_rerun_that_holds_more() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fast = config_without_vision_models(tmp.path());
-    let cut = |name: &str, share: f64| {
-        let dir = copy_session(&demo_session(), &tmp.path().join(name));
-        let bytes = std::fs::read(dir.join("video.avi")).unwrap();
-        let keep = (bytes.len() as f64 * share) as usize;
-        std::fs::write(dir.join("video.avi"), &bytes[..keep]).unwrap();
-        dir
-    };
-    let (half, most, little) = (cut("half", 0.5), cut("most", 0.8), cut("little", 0.25));
-    let db = tmp.path().join("r.db");
-    let replay = |dir: &Path| {
-        let o = replay_cli_with(dir, &db, Some(&fast), &["--replace"]);
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        stored(&db, "demo-0001")
-    };
-    let first = replay(&half);
-    assert_eq!(first.0, "incomplete");
-    let more = replay(&most);
-    assert!(
-        more.0 == "incomplete" && more.2 > first.2,
-        "{first:?} then {more:?}"
-    );
-    let fewer = replay(&little);
-    assert_eq!(fewer, more, "a rerun holding fewer frames displaced it");
-    // A complete session is never displaced by a rerun that is not complete.
-    let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let complete = stored(&db, "demo-0001");
-    assert_eq!(complete.0, "complete");
-    assert_eq!(replay(&most), complete);
-}
-
 /// The session time span a report plot says series `label` was measured over (its
 /// `<desc>`), as (first, last) seconds.
 fn drawn_span(html: &str, label: &str) -> (f64, f64) {

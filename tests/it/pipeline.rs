@@ -69,6 +69,7 @@ fn run_demo(
             nominal_fps: m.nominal_fps,
             layout: stages.layout.clone(),
             replace: false,
+            recovers_recording: false,
             text_source: Default::default(),
         })
         .unwrap();

@@ -652,6 +652,27 @@ fn sigterm_and_sigkill_mid_session_keep_what_was_stored_and_the_recording() {
         status == "incomplete" && reason.contains("killed") && reason.contains("repaired"),
         "{status}: {reason}"
     );
+    // Replayed into the station's own database it displaces the shorter run the kill
+    // left (a trial found the shorter one kept): a rerun that is not complete displaces
+    // a stored one only for a repaired recording, and only with more frames.
+    let replayed_frames = count(
+        &c,
+        "SELECT count(*) FROM frames WHERE session_id = 'kill-1'",
+    );
+    assert!(replayed_frames > kept, "{replayed_frames} vs {kept}");
+    let o = replay_cli_with(&folder, &station.db, None, &["--replace"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (frames, reason): (i64, String) = crate::common::store::open_db(&station.db)
+        .query_row(
+            "SELECT frames, status_reason FROM sessions WHERE id = 'kill-1'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        frames == replayed_frames && reason.contains("repaired"),
+        "{frames} frames: {reason}"
+    );
 }
 
 #[test]

@@ -268,6 +268,7 @@ fn begin_session(
             nominal_fps: config.video.nominal_fps,
             layout: stages.layout.clone(),
             replace: false,
+            recovers_recording: false,
             text_source: transcripts.text_from,
         })
         .map_err(|e| e.to_string())?;
