@@ -5,6 +5,12 @@
 # the reference dialogue app (`empathic-dialogue`), then listed and reported.
 #
 #   scripts/trial-station.sh [VIDEO.avi] [SPEECH.wav] [FOLDER]
+#   TRIAL_KILL_AFTER=SECONDS scripts/trial-station.sh ...
+#
+# With TRIAL_KILL_AFTER the service is killed (SIGKILL, as a power cut would) that many
+# seconds into the session, started again (its start recovers the killed session: stored
+# `incomplete` with what was kept), stopped, and the session's repaired recording replayed
+# with `--replace` (stored again with its windows, still `incomplete`, saying why).
 #
 # VIDEO (default: the demo session's) is the camera; SPEECH (16 kHz mono WAV; default: the
 # demo's) is played into the microphone while the robot waits for answers; FOLDER (default:
@@ -67,16 +73,35 @@ TOML
 export EMPATHIC_CONFIG="$dir/station.toml"
 "$bin/empathic" stories import "$repo/demo/stories/stories.jsonl" >/dev/null
 "$bin/empathic" participant consent P-TRIAL --given >/dev/null
-EMPATHIC_LOG=info,ort=warn "$bin/empathic" run 2>"$dir/service.log" & pids+=($!)
+EMPATHIC_LOG=info,ort=warn "$bin/empathic" run 2>"$dir/service.log" & pids+=($!); service=$!
 for _ in $(seq 300); do [[ -S $dir/control.sock ]] && break; sleep 0.1; done
 [[ -S $dir/control.sock ]] || { echo "trial: the service did not open its socket; see $dir/service.log" >&2; exit 1; }
 "$bin/empathic" doctor --live | grep -E "camera|microphone|control|story" || true
 
 echo "trial: one session (the robot's lines below; the speech plays as the participant, again and again with 2 s pauses)"
 ( while :; do paplay -d mic "$speech" 2>/dev/null || exit 0; sleep 2; done ) & pids+=($!)
-"$bin/empathic-dialogue" --socket "$dir/control.sock" --participant P-TRIAL --ratings 4,2,5 \
-  --answer-s 8 --max-turn-s 12 --read-s 3 --face-s 20 --prediction-wait-s 10 --words-wait-s 15 \
-  --summary "$dir/dialogue.json"
+dialogue=("$bin/empathic-dialogue" --socket "$dir/control.sock" --participant P-TRIAL --ratings 4,2,5
+  --answer-s 8 --max-turn-s 12 --read-s 3 --face-s 20 --prediction-wait-s 10 --words-wait-s 15
+  --summary "$dir/dialogue.json")
+if [[ -z ${TRIAL_KILL_AFTER:-} ]]; then
+  "${dialogue[@]}"
+else
+  "${dialogue[@]}" & app=$!
+  sleep "$TRIAL_KILL_AFTER"
+  echo "trial: SIGKILL to the service ($service), ${TRIAL_KILL_AFTER} s in"
+  kill -9 "$service"
+  wait "$app" || echo "trial: the app ended with $? (the station went away, as it should say above)"
+  echo "trial: as stored before recovery:"
+  "$bin/empathic" sessions list
+  echo "trial: the service starts again; its start recovers the killed session"
+  EMPATHIC_LOG=info,ort=warn "$bin/empathic" run 2>>"$dir/service.log" & restarted=$!
+  for _ in $(seq 300); do [[ -S $dir/control.sock ]] && break; sleep 0.1; done
+  kill "$restarted"; wait "$restarted" || true
+  "$bin/empathic" sessions list
+  recording=$(ls -td "$dir"/recordings/*/ | head -n1)
+  echo "trial: its recording ${recording} replayed with --replace (exit 1 = stored incomplete, as it should be)"
+  "$bin/empathic" replay "$recording" --replace || echo "trial: replay exit $?"
+fi
 echo
 "$bin/empathic" sessions list
 id=$("$bin/empathic" sessions list --json | grep -oE '"id": *"[^"]+"' | tail -n1 | sed -E 's/.*"([^"]+)"$/\1/' || true)

@@ -136,7 +136,10 @@ pub fn open_existing_store(path: &Path) -> Result<Store, Failure> {
     if !path.exists() {
         return Err((
             ExitKind::BadInput,
-            format!("no session database at {}", path.display()),
+            format!(
+                "no session database at {}: name one with --db PATH, or the station's config with --config FILE (or $EMPATHIC_CONFIG; /etc/empathic/station.toml is read when it exists)",
+                path.display()
+            ),
         ));
     }
     // Read-write first (it migrates and marks abandoned sessions); a read-only file or

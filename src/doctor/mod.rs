@@ -540,16 +540,28 @@ pub fn render(checks: &[Check], live: bool) -> (String, bool) {
     let ready = |need: Need| checks.iter().filter(|c| c.need == need).all(|c| c.ok);
     let replay_ready = ready(Need::Replay);
     let live_ready = replay_ready && ready(Need::Live);
-    let yes = |b: bool| if b { "yes" } else { "no" };
+    // A "no" names the checks behind it, so nobody has to scan the list for MISSING.
+    let answer = |needs: &[Need]| -> String {
+        let missing: Vec<&str> = checks
+            .iter()
+            .filter(|c| needs.contains(&c.need) && !c.ok)
+            .map(|c| c.name)
+            .collect();
+        if missing.is_empty() {
+            "yes".to_string()
+        } else {
+            format!("no (missing: {})", missing.join(", "))
+        }
+    };
     out.push_str(&format!(
-        "ready for replay: {}; ready for live capture: {}\n",
-        yes(replay_ready),
-        yes(live_ready)
+        "ready for replay: {}\nready for live capture: {}\n",
+        answer(&[Need::Replay]),
+        answer(&[Need::Replay, Need::Live])
     ));
     if checks.iter().any(|c| c.need == Need::Study) {
         out.push_str(&format!(
             "ready for study sessions (stories recommended): {}\n",
-            yes(live_ready && ready(Need::Study))
+            answer(&[Need::Replay, Need::Live, Need::Study])
         ));
     }
     (out, if live { live_ready } else { replay_ready })

@@ -204,7 +204,7 @@ pub fn calibration_word(predictor: &str, calibration: &str, synthetic: bool) -> 
 pub fn calibration_label(predictor: &str, calibration: &str, synthetic: bool) -> &'static str {
     match calibration_word(predictor, calibration, synthetic) {
         "synthetic" => "synthetic: not an empathy model",
-        "uncalibrated" => "uncalibrated: relative to the story bank, fitted to no ratings",
+        "uncalibrated" => "uncalibrated: a zero-shot map, fitted to no ratings",
         "calibrated" => "calibrated: fitted to this participant's earlier ratings",
         _ => "population: the model's map from its training participants",
     }

@@ -178,6 +178,27 @@ pub struct ReplaySummary {
     pub no_story_bank: Option<String>,
 }
 
+/// The worst quality verdict and the measures that earned it ("bad: sharpness 12.0 (bad)"),
+/// as the replay summary and `sessions show` print it.
+pub fn verdict_line(q: &QualityReport) -> String {
+    let rows = verdict::quality_rows(q);
+    let worst = rows
+        .iter()
+        .map(|r| r.verdict)
+        .max()
+        .unwrap_or(verdict::Verdict::Good);
+    let flagged: Vec<String> = rows
+        .iter()
+        .filter(|r| r.verdict != verdict::Verdict::Good)
+        .map(|r| format!("{} {} ({})", r.measure, r.value, r.verdict.class()))
+        .collect();
+    if flagged.is_empty() {
+        worst.class().to_string()
+    } else {
+        format!("{}: {}", worst.class(), flagged.join("; "))
+    }
+}
+
 /// The predictions section shared by the replay summary and `sessions show`.
 pub fn render_predictions(s: &mut String, predictions: &[crate::store::StoryPrediction]) {
     if predictions.is_empty() {
@@ -297,6 +318,7 @@ impl ReplaySummary {
                 .collect();
             let _ = writeln!(s, "phases    {}", list.join(", "));
         }
+        let _ = writeln!(s, "verdict   {}", verdict_line(q));
         if let Some(why) = &self.no_story_bank {
             let _ = writeln!(s, "stories   no story bank: {why}");
         }
@@ -412,9 +434,11 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
     );
     let _ = writeln!(
         s,
-        "source       {} {}",
+        "source       {}{}",
         x.source,
-        x.source_path.as_deref().unwrap_or("")
+        x.source_path
+            .as_deref()
+            .map_or(String::new(), |p| format!(" {p}"))
     );
     let _ = writeln!(
         s,
@@ -479,27 +503,7 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
     render_predictions(&mut s, &d.predictions);
     if let Some(q) = &x.quality {
         if let Ok(q) = serde_json::from_value::<QualityReport>(q.clone()) {
-            let rows = verdict::quality_rows(&q);
-            let worst = rows
-                .iter()
-                .map(|r| r.verdict)
-                .max()
-                .unwrap_or(verdict::Verdict::Good);
-            let flagged: Vec<String> = rows
-                .iter()
-                .filter(|r| r.verdict != verdict::Verdict::Good)
-                .map(|r| format!("{} {} ({})", r.measure, r.value, r.verdict.class()))
-                .collect();
-            let _ = writeln!(
-                s,
-                "verdict      {}{}",
-                worst.class(),
-                if flagged.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", flagged.join("; "))
-                }
-            );
+            let _ = writeln!(s, "verdict      {}", verdict_line(&q));
             let _ = writeln!(
                 s,
                 "quality      missing {} / duplicated {} / repeated {} frames; a/v offset {:+.1} ms, mismatch {:+.1} ms; clipping {:.4} %, silence {:.1} %",
@@ -512,6 +516,16 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
                 q.silence_ratio * 100.0
             );
         }
+    } else if x.status == "running" {
+        let _ = writeln!(
+            s,
+            "quality      not yet measured: the session is running, or its process was killed (the service's next start stores what it kept)"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "quality      not measured (the session ended before its quality report was made)"
+        );
     }
     s
 }

@@ -261,7 +261,12 @@ fn missing_session_folder_and_bad_speed_are_usage_errors() {
     let db = tmp.path().join("x.db");
     let out = empathic(&["replay", "/nonexistent/session", "--db", path_str(&db)]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("/nonexistent/session"));
+    assert!(stderr(&out).contains("no session folder at /nonexistent/session"));
+    // A mistyped folder leaves no database behind.
+    assert!(
+        !db.exists(),
+        "a database was created for a folder that is not there"
+    );
     let out = empathic(&["replay", path_str(&demo_session()), "--speed", "warp"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("warp"));

@@ -62,6 +62,9 @@ fn sessions_on_a_missing_database_is_a_usage_error() {
     let out = empathic(&["sessions", "list", "--db", "/nonexistent/x.db"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("/nonexistent/x.db"));
+    // It says how to name the right one.
+    assert!(stderr(&out).contains("--db PATH"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--config FILE"), "{}", stderr(&out));
 }
 
 #[test]

@@ -319,3 +319,133 @@ fn per_participant_calibration_lowers_the_error_on_the_synthetic_held_out_partic
     println!("synthetic held-out: MSE population {pop:.3}, per participant {cal:.3} ({n} ratings)");
     assert!(cal < pop, "population {pop}, calibrated {cal}");
 }
+
+/// Rewrites the `metadata_props` entries of an ONNX model (ModelProto field 14, each a
+/// StringStringEntryProto of `key` = 1 and `value` = 2) whose key is in `set`, leaving every
+/// other field's bytes as they were. Protobuf lets a test do this without an ONNX library:
+/// the top level is a sequence of tagged fields.
+fn with_metadata(model: &[u8], set: &[(&str, &str)]) -> Vec<u8> {
+    fn varint(bytes: &[u8], at: &mut usize) -> u64 {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = bytes[*at];
+            *at += 1;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        value
+    }
+    fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn put_bytes(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
+        put_varint(out, field << 3 | 2);
+        put_varint(out, bytes.len() as u64);
+        out.extend_from_slice(bytes);
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < model.len() {
+        let start = at;
+        let tag = varint(model, &mut at);
+        match tag & 7 {
+            0 => {
+                varint(model, &mut at);
+            }
+            1 => at += 8,
+            5 => at += 4,
+            2 => {
+                let len = varint(model, &mut at) as usize;
+                let body = &model[at..at + len];
+                at += len;
+                if tag >> 3 == 14 {
+                    // key = field 1, first in every entry the exporters write.
+                    let mut k = 0;
+                    assert_eq!(varint(body, &mut k), 1 << 3 | 2);
+                    let key_len = varint(body, &mut k) as usize;
+                    let key = std::str::from_utf8(&body[k..k + key_len]).unwrap();
+                    if let Some((_, value)) = set.iter().find(|(name, _)| *name == key) {
+                        let mut entry = Vec::new();
+                        put_bytes(&mut entry, 1, key.as_bytes());
+                        put_bytes(&mut entry, 2, value.as_bytes());
+                        put_bytes(&mut out, 14, &entry);
+                        continue;
+                    }
+                }
+            }
+            other => panic!("wire type {other} in a ModelProto"),
+        }
+        out.extend_from_slice(&model[start..at]);
+    }
+    out
+}
+
+#[test]
+fn evaluate_reads_whom_a_model_named_by_path_was_fitted_on_from_the_model_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("p.db");
+    // The reference model, its provenance saying it was fitted on the demo's participant
+    // (as `tools/fusion/train.py` writes it), under an id no manifest knows.
+    let original = std::fs::read(model("text-mean-v1.onnx")).unwrap();
+    let fitted = tmp.path().join("fitted.onnx");
+    let training = r#"{"split": {"train_participants": ["P-DEMO", "P-OTHER"], "validation_participants": []}}"#;
+    std::fs::write(
+        &fitted,
+        with_metadata(
+            &original,
+            &[
+                ("empathic.id", "text-mean-fitted"),
+                ("empathic.training", training),
+            ],
+        ),
+    )
+    .unwrap();
+    let unknown = tmp.path().join("unknown.onnx");
+    std::fs::write(
+        &unknown,
+        with_metadata(&original, &[("empathic.id", "text-mean-unknown")]),
+    )
+    .unwrap();
+    let cfg = config(tmp.path(), "fitted.toml", &[&fitted, &unknown]);
+    let o = replay_cli(&demo_session(), &db, Some(&cfg));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = empathic(&[
+        "evaluate",
+        "--db",
+        path_str(&db),
+        "--config",
+        path_str(&cfg),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let warnings_of = |predictor: &str| -> String {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["predictor"] == predictor && e["phase"].is_null())
+            .unwrap_or_else(|| panic!("no row for {predictor}: {v}"))["warnings"]
+            .to_string()
+    };
+    let fitted_warnings = warnings_of("text-mean-fitted");
+    assert!(
+        fitted_warnings.contains("evaluated on 1 participant(s) the model was fitted on (P-DEMO)"),
+        "{fitted_warnings}"
+    );
+    // A model whose provenance names no split: said, not assumed held out.
+    let unknown_warnings = warnings_of("text-mean-unknown");
+    assert!(
+        unknown_warnings.contains("does not record whom it was fitted on"),
+        "{unknown_warnings}"
+    );
+    assert!(
+        !unknown_warnings.contains("fitted on (P-DEMO)"),
+        "{unknown_warnings}"
+    );
+}

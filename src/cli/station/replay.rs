@@ -60,6 +60,17 @@ fn replay(args: Args) -> Result<ExitCode, Failure> {
     } = args;
     let (db, json) = (db.db, json.json);
     let config = load_config(config.path())?;
+    // Checked before the database is opened: a mistyped folder must not leave a new
+    // database (and its disk reserve) behind.
+    if !session_dir.is_dir() {
+        return Err((
+            ExitKind::BadInput,
+            format!(
+                "no session folder at {} (a recorded session: manifest.json, video, audio and events.jsonl)",
+                session_dir.display()
+            ),
+        ));
+    }
     // The stream is written at the end: a folder that is not there fails now, not after
     // the whole replay.
     if let Some(path) = &emit {
