@@ -31,6 +31,7 @@ macro_rules! out {
 
 pub mod collect;
 pub mod evaluate;
+pub mod explain;
 pub mod export;
 pub mod export_session;
 pub mod keys;

@@ -368,6 +368,12 @@ impl Config {
         )?;
         within("store.max_db_mib", self.store.max_db_mib, 0, 1 << 30)?;
         within("fusion.retrieve_k", self.fusion.retrieve_k as u64, 0, 20)?;
+        within(
+            "fusion.explain_max_coalitions",
+            self.fusion.explain_max_coalitions as u64,
+            16,
+            4096,
+        )?;
         for p in &self.fusion.predictors {
             if p.ends_with(".onnx") {
                 if !Path::new(p).is_file() {

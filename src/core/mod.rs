@@ -13,8 +13,10 @@
 //! - [`choices`]: what a configuration chooses ([`LldSet`], [`Policy`], the built-in
 //!   predictors);
 //! - [`rated`]: a stored prediction against its rating ([`RatedWindow`]);
-//! - [`vector`]: the one [`cosine`] between embeddings.
+//! - [`vector`]: the one [`cosine`] between embeddings;
+//! - [`attribution`]: what moved a prediction ([`Attribution`], per cue).
 
+pub mod attribution;
 pub mod choices;
 pub mod modality;
 pub mod phase;
@@ -23,6 +25,7 @@ pub mod rated;
 pub mod vector;
 pub mod window;
 
+pub use attribution::{Attribution, CueAttribution};
 pub use choices::{LldSet, Policy, BUILTIN_PREDICTORS, COMPARE_LLDS};
 pub use modality::{
     Computed, DuplicateModality, Modality, ModalityId, ModalityLayout, ModalitySpec, Stream,

@@ -14,8 +14,11 @@
 //! participant's own words against the story, no training). ONNX-exported fusion models
 //! (AMER, TFN, LF-LSTM, EF-LSTM) implement the same trait.
 
+pub mod attribute;
 pub mod calibration;
+pub mod cues;
 pub mod evaluate;
+pub mod explain;
 #[cfg(feature = "sensing")]
 pub mod onnx_model;
 pub mod recommend;
@@ -147,6 +150,8 @@ pub struct Prediction {
     /// Per modality of the subset, the share of the window's frames present.
     pub coverage: BTreeMap<String, f64>,
     pub synthetic: bool,
+    /// What moved it (`[fusion] explain`), when the predictor can say.
+    pub attribution: Option<crate::core::Attribution>,
 }
 
 pub trait Predictor: Send {
@@ -166,6 +171,25 @@ pub trait Predictor: Send {
         inputs.iter().map(|i| self.represent(i)).collect()
     }
     fn population_map(&self) -> PopulationMap;
+    /// The population baseline of `modality` (what a left-out cue group's columns become in
+    /// an attribution), when the predictor carries one.
+    fn baseline(&self, _modality: &str) -> Option<&[f32]> {
+        None
+    }
+    /// `z` for the window altered as each variant says (see [`explain::Variant`]; `None`
+    /// where nothing is left to represent), or `None` when the predictor cannot (then its
+    /// predictions carry no attribution).
+    fn represent_variants(
+        &mut self,
+        _input: &WindowInput<'_>,
+        _variants: &[explain::Variant],
+    ) -> Option<Vec<Option<Vec<f32>>>> {
+        None
+    }
+    /// Whether a run costs microseconds, so an attribution may take many.
+    fn cheap(&self) -> bool {
+        false
+    }
 }
 
 /// The built-in predictor `id`: the one place config validation, set-up and evaluation
@@ -257,6 +281,8 @@ pub struct FusionStage {
     bank: Option<std::sync::Arc<zero_shot::BankRelative>>,
     /// Predict windows that have no phase (a recording whose events declare none).
     predict_unphased: bool,
+    /// Attribute each prediction, within this many coalitions a window (`[fusion] explain`).
+    explain: Option<usize>,
 }
 
 impl FusionStage {
@@ -284,7 +310,14 @@ impl FusionStage {
             predictors,
             bank: None,
             predict_unphased: false,
+            explain: None,
         })
+    }
+
+    /// Attributes every prediction to its cues (within `max_coalitions` model runs a window
+    /// per fusion model), or none when `None`.
+    pub fn set_explain(&mut self, max_coalitions: Option<usize>) {
+        self.explain = max_coalitions;
     }
 
     /// Gives the built-in zero-shot predictor its bank-relative population map (see
@@ -404,7 +437,7 @@ impl FusionStage {
         }
         let mut rows = Vec::new();
         for (wi, window) in windows.iter().enumerate() {
-            for ((c, in_use), reps) in self.predictors.iter().zip(&reps) {
+            for ((c, in_use), reps) in self.predictors.iter_mut().zip(&reps) {
                 let Some(rep) = &reps[wi] else {
                     continue;
                 };
@@ -412,25 +445,66 @@ impl FusionStage {
                 let relative = self.bank.as_ref().filter(|_| {
                     c.predictor.id() == zero_shot::TextZeroShot::ID && in_use.label == "population"
                 });
+                let score = |z: &[f32], cos: f64| {
+                    relative
+                        .and_then(|b| b.score(z, cos))
+                        .unwrap_or_else(|| in_use.map.score(cos))
+                };
+                let first = rows.len();
                 for story in &window.stories {
                     let Some(cos) = cosine(&rep.z, &story.embedding) else {
                         continue;
                     };
-                    let score = relative
-                        .and_then(|b| b.score(&rep.z, cos))
-                        .unwrap_or_else(|| in_use.map.score(cos));
                     rows.push(Prediction {
                         window_index: window.index,
                         predictor: c.predictor.id().to_string(),
                         story_id: story.story_id.clone(),
                         retrieved: story.retrieved,
                         raw_cosine: cos,
-                        score,
+                        score: score(&rep.z, cos),
                         calibration: in_use.label.clone(),
                         modalities: modalities.clone(),
                         coverage: rep.coverage.clone(),
                         synthetic: c.predictor.synthetic(),
+                        attribution: None,
                     });
+                }
+                let Some(max) = self.explain else { continue };
+                let made = &mut rows[first..];
+                if made.is_empty() {
+                    continue;
+                }
+                // With nothing to represent, the score is the map's answer to "nothing in
+                // common": the middle of the scale relative to a bank, else cosine 0.
+                let nothing = if relative.is_some() {
+                    3.0
+                } else {
+                    in_use.map.score(0.0)
+                };
+                let value = |z: Option<&[f32]>, e: &[f32]| {
+                    z.and_then(|z| cosine(z, e).map(|cos| score(z, cos)))
+                        .unwrap_or(nothing)
+                };
+                let stories: Vec<(&[f32], f64)> = made
+                    .iter()
+                    .filter_map(|p| {
+                        window
+                            .stories
+                            .iter()
+                            .find(|s| s.story_id == p.story_id)
+                            .map(|s| (s.embedding.as_slice(), p.score))
+                    })
+                    .collect();
+                if stories.len() != made.len() {
+                    continue;
+                }
+                let input = WindowInput { window, layout };
+                if let Some(found) =
+                    attribute::attribute(c.predictor.as_mut(), &input, max, &stories, &value)
+                {
+                    for (p, a) in made.iter_mut().zip(found) {
+                        p.attribution = Some(a);
+                    }
                 }
             }
         }

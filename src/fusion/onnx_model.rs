@@ -36,6 +36,9 @@ struct Declared {
     dims: usize,
     layout_version: u32,
     producer: Option<String>,
+    /// `empathic.<name>.baseline`: the training population's mean vector (base64 of
+    /// little-endian float32), what a left-out cue group becomes in an attribution.
+    baseline: Option<Vec<f32>>,
 }
 
 /// A fusion model file under contract v1.
@@ -92,6 +95,12 @@ impl OnnxPredictor {
                 dims: parse(&format!("empathic.{m}.dims"))?,
                 layout_version: parse(&format!("empathic.{m}.layout_version"))? as u32,
                 producer: meta.custom(&format!("empathic.{m}.producer")),
+                baseline: match meta.custom(&format!("empathic.{m}.baseline")) {
+                    Some(text) => Some(decode_baseline(&text).map_err(|e| {
+                        contract(path, format!("metadata `empathic.{m}.baseline`: {e}"))
+                    })?),
+                    None => None,
+                },
             });
         }
         let map_text = get("empathic.population_map")?;
@@ -235,6 +244,67 @@ impl OnnxPredictor {
 
 type Coverage = BTreeMap<String, f64>;
 
+/// A baseline vector from its metadata text: base64 of little-endian float32 values.
+fn decode_baseline(text: &str) -> Result<Vec<f32>, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    if bytes.len() % 4 != 0 {
+        return Err(format!("{} bytes, not float32 values", bytes.len()));
+    }
+    let v: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err("a value is not finite".into());
+    }
+    Ok(v)
+}
+
+/// Windows altered for an attribution, at most this many to one model call.
+const VARIANT_BATCH: usize = 16;
+
+impl OnnxPredictor {
+    /// `raw` altered as `variant` says, per modality.
+    fn altered(&self, raw: &RawWindow, variant: &super::explain::Variant) -> RawWindow {
+        use super::explain::ModalityEdit;
+        let t = self.window_frames;
+        let modalities = self
+            .modalities
+            .iter()
+            .zip(&raw.modalities)
+            .enumerate()
+            .map(|(k, (m, (values, mask)))| match variant.get(k) {
+                Some(ModalityEdit::Absent) => (vec![0.0; values.len()], vec![0.0; mask.len()]),
+                Some(ModalityEdit::Partial {
+                    baseline_columns,
+                    absent_frames,
+                }) => {
+                    let mut values = values.clone();
+                    let mut mask = mask.clone();
+                    if let Some(base) = m.baseline.as_ref().filter(|b| b.len() == m.dims) {
+                        for f in (0..t).filter(|&f| mask[f] > 0.0) {
+                            let row = &mut values[f * m.dims..(f + 1) * m.dims];
+                            for &c in baseline_columns {
+                                row[c] = base[c];
+                            }
+                        }
+                    }
+                    for &f in absent_frames.iter().filter(|&&f| f < t) {
+                        mask[f] = 0.0;
+                        values[f * m.dims..(f + 1) * m.dims].fill(0.0);
+                    }
+                    (values, mask)
+                }
+                _ => (values.clone(), mask.clone()),
+            })
+            .collect();
+        RawWindow { modalities }
+    }
+}
+
 /// One window's inputs as raw arrays: per modality, values `[T*F]` and mask `[T]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawWindow {
@@ -334,5 +404,33 @@ impl Predictor for OnnxPredictor {
 
     fn population_map(&self) -> PopulationMap {
         self.map
+    }
+
+    fn baseline(&self, modality: &str) -> Option<&[f32]> {
+        self.modalities
+            .iter()
+            .find(|m| m.name == modality)?
+            .baseline
+            .as_deref()
+    }
+
+    fn represent_variants(
+        &mut self,
+        input: &WindowInput<'_>,
+        variants: &[super::explain::Variant],
+    ) -> Option<Vec<Option<Vec<f32>>>> {
+        let (raw, _) = self.raw(input).ok()??;
+        let mut out = Vec::with_capacity(variants.len());
+        for chunk in variants.chunks(VARIANT_BATCH) {
+            let altered: Vec<RawWindow> = chunk.iter().map(|v| self.altered(&raw, v)).collect();
+            match self.infer(&altered) {
+                Ok(zs) => out.extend(zs.into_iter().map(Some)),
+                Err(e) => {
+                    tracing::warn!(model = %self.id, window = input.window.index, error = %e, "attribution skipped");
+                    return None;
+                }
+            }
+        }
+        Some(out)
     }
 }

@@ -73,6 +73,38 @@ impl Predictor for TextZeroShot {
     fn population_map(&self) -> PopulationMap {
         ABSOLUTE_MAP
     }
+
+    /// The mean of the words left in: an utterance left out is absent on its frames.
+    fn represent_variants(
+        &mut self,
+        input: &WindowInput<'_>,
+        variants: &[super::explain::Variant],
+    ) -> Option<Vec<Option<Vec<f32>>>> {
+        use super::explain::ModalityEdit;
+        let text = input.matrix(TEXT)?;
+        Some(
+            variants
+                .iter()
+                .map(|v| match v.first() {
+                    Some(ModalityEdit::Absent) => None,
+                    Some(ModalityEdit::Partial { absent_frames, .. }) => {
+                        let mut m = text.clone();
+                        for &f in absent_frames {
+                            if let Some(p) = m.mask.get_mut(f) {
+                                *p = false;
+                            }
+                        }
+                        m.mean()
+                    }
+                    _ => text.mean(),
+                })
+                .collect(),
+        )
+    }
+
+    fn cheap(&self) -> bool {
+        true
+    }
 }
 
 /// The map without a bank: "unrelated" (cosine 0) to 1, "identical" (cosine 1) to 5.

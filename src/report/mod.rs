@@ -11,6 +11,7 @@ pub mod plot_data;
 pub mod plots;
 pub mod study;
 pub mod verdict;
+pub mod why;
 
 use std::fmt::Write as _;
 

@@ -115,7 +115,14 @@ impl Stages {
         let fusion = if predictors.is_empty() {
             None
         } else {
-            Some(FusionStage::new(layout.clone(), predictors)?)
+            let mut stage = FusionStage::new(layout.clone(), predictors)?;
+            stage.set_explain(
+                config
+                    .fusion
+                    .explain
+                    .then_some(config.fusion.explain_max_coalitions),
+            );
+            Some(stage)
         };
         Ok(Self {
             fusion,

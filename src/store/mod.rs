@@ -38,8 +38,8 @@ use connect::{current_version, migrate};
 pub(crate) use error::sql;
 pub use error::{CentralError, StoreError};
 pub use read::{
-    ExportReads, ModalityRow, PhaseRow, SessionDetail, SessionSummary, StoryExposureRow,
-    StoryPrediction,
+    ExportReads, ModalityRow, PhaseRow, SessionDetail, SessionSummary, StoredAttribution,
+    StoryExposureRow, StoryPrediction,
 };
 pub use sql::announce::{CONSENT_VERSION, PAYLOAD_VERSION};
 pub use sql::export::{ExportModality, ExportWindow};

@@ -26,6 +26,23 @@ pub struct SessionSummary {
     pub quality: Option<serde_json::Value>,
 }
 
+/// One window's prediction toward one story with what moved it (`attributions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredAttribution {
+    pub window_index: u64,
+    /// The window's end on the session timeline (ns).
+    pub end_ns: u64,
+    pub predictor: String,
+    pub story_id: String,
+    pub retrieved: bool,
+    pub score: f64,
+    pub synthetic: bool,
+    pub calibration: String,
+    /// Per modality of the predictor, the share of the window's frames present.
+    pub coverage: std::collections::BTreeMap<String, f64>,
+    pub attribution: crate::core::Attribution,
+}
+
 /// A session-level prediction toward one story: the mean over every predicted window of
 /// the configured phases after the story was shown, beside the participant's self-rating.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -190,6 +207,67 @@ impl Store {
                 .collect::<Result<Vec<_>, _>>()
             })
             .map_err(sql("reading predictions"))
+    }
+
+    /// Session `id`'s attributed predictions, window by window (window, predictor, story).
+    pub fn session_attributions(&self, id: &str) -> Result<Vec<StoredAttribution>, StoreError> {
+        type Raw = (StoredAttribution, String, String);
+        let rows: Vec<Raw> = self
+            .conn
+            .prepare(
+                "SELECT a.window_index, COALESCE(w.end_ns, 0), a.predictor, a.story_id,
+                        p.in_play = 'retrieved', p.score, p.synthetic, p.calibration, p.coverage,
+                        a.baseline, a.method, a.coalitions, a.cues
+                 FROM attributions a
+                 JOIN predictions p ON p.session_id = a.session_id
+                   AND p.window_index = a.window_index AND p.predictor = a.predictor
+                   AND p.story_id = a.story_id
+                 LEFT JOIN windows w ON w.session_id = a.session_id
+                   AND w.window_index = a.window_index
+                 WHERE a.session_id = ?1
+                 ORDER BY a.window_index, a.predictor, a.story_id",
+            )
+            .and_then(|mut st| {
+                st.query_map([id], |r| {
+                    Ok((
+                        StoredAttribution {
+                            window_index: r.get::<_, i64>(0)?.max(0) as u64,
+                            end_ns: r.get::<_, i64>(1)?.max(0) as u64,
+                            predictor: r.get(2)?,
+                            story_id: r.get(3)?,
+                            retrieved: r.get(4)?,
+                            score: r.get(5)?,
+                            synthetic: r.get::<_, i64>(6)? != 0,
+                            calibration: r.get(7)?,
+                            coverage: Default::default(),
+                            attribution: crate::core::Attribution {
+                                baseline: r.get(9)?,
+                                method: r.get(10)?,
+                                coalitions: r.get::<_, i64>(11)?.max(0) as usize,
+                                cues: Vec::new(),
+                            },
+                        },
+                        r.get::<_, String>(8)?,
+                        r.get::<_, String>(12)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql("reading attributions"))?;
+        rows.into_iter()
+            .map(|(mut a, coverage, cues)| {
+                let bad = |what: &str, e: serde_json::Error| StoreError::Invalid {
+                    message: format!(
+                        "session {id}, window {}, predictor `{}`, story `{}`: stored {what} is not valid JSON: {e}",
+                        a.window_index, a.predictor, a.story_id
+                    ),
+                };
+                a.coverage = serde_json::from_str(&coverage).map_err(|e| bad("coverage", e))?;
+                a.attribution.cues =
+                    serde_json::from_str(&cues).map_err(|e| bad("attribution", e))?;
+                Ok(a)
+            })
+            .collect()
     }
 
     /// Window predictions toward stories shown and rated, from complete sessions (see

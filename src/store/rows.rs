@@ -112,6 +112,8 @@ pub struct PredictionRow {
     /// Per modality of the subset, the share of the window's frames present.
     pub coverage: std::collections::BTreeMap<String, f64>,
     pub synthetic: bool,
+    /// What moved it, stored in `attributions`.
+    pub attribution: Option<crate::core::Attribution>,
 }
 
 /// One modality of a stored window.

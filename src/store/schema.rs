@@ -26,7 +26,28 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "consent messages; what a collector refused, and why",
         V11,
     ),
+    (12, "what moved each prediction", V12),
 ];
+
+/// Version 12: each prediction's attribution to the cues of its window
+/// (`core::Attribution`: the baseline, how it was computed, and per cue its value as JSON),
+/// removed with its prediction. Synced under `[sync] window_features` (what moved a score is
+/// read from the window's features).
+const V12: &str = r#"
+CREATE TABLE attributions (
+    session_id   TEXT NOT NULL,
+    window_index INTEGER NOT NULL,
+    predictor    TEXT NOT NULL,
+    story_id     TEXT NOT NULL,
+    baseline     REAL NOT NULL,
+    method       TEXT NOT NULL,
+    coalitions   INTEGER NOT NULL,
+    cues         TEXT NOT NULL,
+    PRIMARY KEY (session_id, window_index, predictor, story_id),
+    FOREIGN KEY (session_id, window_index, predictor, story_id)
+        REFERENCES predictions(session_id, window_index, predictor, story_id) ON DELETE CASCADE
+) WITHOUT ROWID;
+"#;
 
 /// Version 11: a participant's consent as its own outbox message (`kind` `consent`, the
 /// participant its subject), so a change reaches the study's central database without

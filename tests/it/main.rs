@@ -15,6 +15,7 @@ mod cli;
 mod collector_build;
 mod collector_doors;
 mod crash;
+mod explain;
 mod face;
 mod failures;
 mod fusion_onnx;

@@ -62,6 +62,10 @@ const SHIPPED: &[(i64, &str)] = &[
         11,
         "5f34bb80dc9d27f1a5864510f2edacb52c6c684ecfa2f9f0c6f6b31a450483f3",
     ),
+    (
+        12,
+        "169535b9c947f490fee599857302abd18dfb4aa2d08a304a7b4290a5126ebd19",
+    ),
 ];
 
 #[test]

@@ -256,6 +256,10 @@ def export(model, names, ds, args, model_id, pop_map, synthetic, training, test)
         meta[f"empathic.{m}.layout_version"] = str(ds.modalities[m].layout_version)
         if ds.modalities[m].producer:
             meta[f"empathic.{m}.producer"] = ds.modalities[m].producer
+    # The population baseline of the runtime's attributions (add_baselines.py).
+    from add_baselines import baselines, encode
+    for m, vector in baselines(graph).items():
+        meta[f"empathic.{m}.baseline"] = encode(vector)
     del graph.metadata_props[:]
     for k, v in meta.items():
         p = graph.metadata_props.add()

@@ -87,6 +87,14 @@ pub struct FusionConfig {
     /// While the participant shares their story and before any story is shown, the stories
     /// in play are the top `retrieve_k` of the bank for what they have said so far (0: none).
     pub retrieve_k: usize,
+    /// Attribute every prediction to the cues that moved it (docs/prediction.md, "Why a
+    /// prediction"): stored with the predictions, shown by `explain`, the report and the
+    /// `prediction` topic.
+    pub explain: bool,
+    /// The most coalitions (model runs on an altered window) one window's attribution may
+    /// take per fusion model: exact Owen values when they fit, else sampled within it. The
+    /// built-in `text-zero-shot` (microseconds a run) takes up to 4096.
+    pub explain_max_coalitions: usize,
 }
 
 impl Default for FusionConfig {
@@ -98,6 +106,8 @@ impl Default for FusionConfig {
                 crate::core::Phase::Reflection,
             ],
             retrieve_k: 3,
+            explain: true,
+            explain_max_coalitions: 64,
         }
     }
 }

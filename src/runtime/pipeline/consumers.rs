@@ -98,6 +98,11 @@ impl PredictWindows {
                             "score": p.score,
                             "calibration": p.calibration,
                             "synthetic": p.synthetic,
+                            // What moved it most: the robot can say why.
+                            "why": p.attribution.as_ref().map(|a| serde_json::json!({
+                                "baseline": a.baseline,
+                                "top": crate::report::why::top_cues(a, 3),
+                            })),
                         })
                     })
                     .collect();
@@ -140,6 +145,7 @@ fn stored_prediction(p: crate::fusion::Prediction) -> PredictionRow {
         modalities: p.modalities,
         coverage: p.coverage,
         synthetic: p.synthetic,
+        attribution: p.attribution,
     }
 }
 

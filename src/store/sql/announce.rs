@@ -233,6 +233,13 @@ pub const RECORD_TABLES: &[RecordTable] = &[
         include: Include::Always,
     },
     RecordTable {
+        name: "attributions",
+        columns: "session_id, window_index, predictor, story_id, baseline, method, coalitions,
+                  cues",
+        rows: "session_id = ?1 ORDER BY window_index, predictor, story_id",
+        include: Include::WindowFeatures,
+    },
+    RecordTable {
         name: "window_features",
         columns: "session_id, window_index, modality, present_frames, presence, mean",
         rows: "session_id = ?1 ORDER BY window_index, modality",

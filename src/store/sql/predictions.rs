@@ -16,6 +16,13 @@ pub fn write(tx: &Transaction<'_>, id: &str, rows: &[PredictionRow]) -> Result<(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, {NOW})"
         ))
         .map_err(ctx("writing predictions"))?;
+    let mut why = tx
+        .prepare_cached(
+            "INSERT OR REPLACE INTO attributions (session_id, window_index, predictor, story_id,
+                baseline, method, coalitions, cues)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .map_err(ctx("writing attributions"))?;
     for r in rows {
         if !(r.raw_cosine.is_finite() && r.score.is_finite()) {
             return Err(StoreError::Invalid {
@@ -47,6 +54,28 @@ pub fn write(tx: &Transaction<'_>, id: &str, rows: &[PredictionRow]) -> Result<(
             r.synthetic
         ])
         .map_err(ctx("writing predictions"))?;
+        if let Some(a) = &r.attribution {
+            if !(a.baseline.is_finite() && a.cues.iter().all(|c| c.value.is_finite())) {
+                return Err(StoreError::Invalid {
+                    message: format!(
+                        "window {}: predictor `{}` gave a non-finite attribution for story `{}`",
+                        r.window_index, r.predictor, r.story_id
+                    ),
+                });
+            }
+            let cues = encode("an attribution", serde_json::to_string(&a.cues))?;
+            why.execute(params![
+                id,
+                r.window_index as i64,
+                r.predictor,
+                r.story_id,
+                a.baseline,
+                a.method,
+                a.coalitions as i64,
+                cues
+            ])
+            .map_err(ctx("writing attributions"))?;
+        }
     }
     Ok(())
 }

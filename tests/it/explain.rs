@@ -1,0 +1,272 @@
+//! Attributions (issue 57): every stored prediction of the demo is explained by its cues
+//! with the sum property, for the default predictor and every shipped model; `explain`, the
+//! stream (`replay --emit`) and the store give the same numbers for the same window; a
+//! planted model that reads one column of one modality gets its attribution there.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+/// The demo's bank in a new database, so that retrieval and the bank-relative map run.
+fn db_with_bank(dir: &Path) -> PathBuf {
+    let db = dir.join("e.db");
+    let o = empathic(&[
+        "stories",
+        "import",
+        path_str(&root().join("demo/stories/stories.jsonl")),
+        "--db",
+        path_str(&db),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    db
+}
+
+fn config(dir: &Path, predictors: &[String], extra: &str) -> PathBuf {
+    let p = dir.join("explain.toml");
+    let list: Vec<String> = predictors.iter().map(|p| format!("\"{p}\"")).collect();
+    std::fs::write(
+        &p,
+        format!(
+            "[body]\nenabled = false\n\n[fusion]\npredictors = [{}]\n{extra}",
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn session_id(db: &Path) -> String {
+    let o = empathic(&["sessions", "list", "--db", path_str(db), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    v[0]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_prediction_of_the_demo_sums_to_its_score_and_every_view_shows_the_same_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = db_with_bank(tmp.path());
+    let predictors: Vec<String> = [
+        "text-zero-shot",
+        "tfn-vat-synthetic",
+        "ef-lstm-vat-synthetic",
+        "lf-lstm-vat-synthetic",
+        "amer-vat-synthetic",
+    ]
+    .map(String::from)
+    .to_vec();
+    let cfg = config(tmp.path(), &predictors, "");
+    let stream = tmp.path().join("stream.jsonl");
+    let o = replay_cli_with(
+        &demo_session(),
+        &db,
+        Some(&cfg),
+        &["--emit", path_str(&stream)],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // The store: one attribution per prediction, each summing to its score.
+    let conn = crate::common::store::open_db(&db);
+    let predictions: i64 = conn
+        .query_row("SELECT count(*) FROM predictions", [], |r| r.get(0))
+        .unwrap();
+    let rows: Vec<(i64, String, String, f64, f64, String, String)> = conn
+        .prepare(
+            "SELECT a.window_index, a.predictor, a.story_id, p.score, a.baseline, a.method, a.cues
+             FROM attributions a JOIN predictions p USING (session_id, window_index, predictor, story_id)",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(predictions > 20, "{predictions} predictions");
+    assert_eq!(
+        rows.len() as i64,
+        predictions,
+        "every prediction attributed"
+    );
+    let mut stored = std::collections::BTreeMap::new();
+    for (w, predictor, story, score, baseline, method, cues) in &rows {
+        let cues: Vec<serde_json::Value> = serde_json::from_str(cues).unwrap();
+        let sum: f64 = cues.iter().map(|c| c["value"].as_f64().unwrap()).sum();
+        assert!(
+            (baseline + sum - score).abs() < 1e-3,
+            "window {w} {predictor} {story}: {baseline} + {sum} != {score}"
+        );
+        assert!(
+            method == "exact" || method.starts_with("sampled:"),
+            "{method}"
+        );
+        if predictor == "text-zero-shot" {
+            assert_eq!(method, "exact", "the zero-shot predictor is cheap: exact");
+            assert!(cues
+                .iter()
+                .all(|c| c["modality"] == "text" && c["cue"] == "words"));
+        } else {
+            // A shipped model carries baselines: cue groups, not whole modalities, for all
+            // but the appearance embedding.
+            assert!(
+                cues.iter().any(|c| c["cue"] == "smile (AU06, AU12)"),
+                "{cues:?}"
+            );
+            assert!(cues.iter().any(|c| c["cue"] == "loudness"), "{cues:?}");
+        }
+        stored.insert((*w, predictor.clone(), story.clone()), (*score, cues));
+    }
+
+    // `explain --json`: each session-level prediction is its baseline plus its cues, and
+    // each window on its course is the stored window.
+    let id = session_id(&db);
+    let o = empathic(&["explain", &id, "--db", path_str(&db), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whys: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(whys.len() >= 8, "{} explanations", whys.len());
+    for w in &whys {
+        let cues: f64 = w["cues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["value"].as_f64().unwrap())
+            .sum();
+        let (score, baseline) = (
+            w["score"].as_f64().unwrap(),
+            w["baseline"].as_f64().unwrap(),
+        );
+        assert!((baseline + cues - score).abs() < 1e-3, "{w}");
+        let modalities: f64 = w["modalities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["value"].as_f64().unwrap())
+            .sum();
+        assert!((modalities - cues).abs() < 1e-9);
+        for point in w["course"].as_array().unwrap() {
+            let key = (
+                point["window_index"].as_i64().unwrap(),
+                w["predictor"].as_str().unwrap().to_string(),
+                w["story_id"].as_str().unwrap().to_string(),
+            );
+            let (score, cues) = &stored[&key];
+            assert!((point["score"].as_f64().unwrap() - score).abs() < 1e-12);
+            let top = &point["top"][0];
+            let largest = cues
+                .iter()
+                .map(|c| c["value"].as_f64().unwrap().abs())
+                .fold(0.0, f64::max);
+            assert!((top["value"].as_f64().unwrap().abs() - largest).abs() < 1e-12);
+        }
+    }
+    // The text form names the utterances that moved the zero-shot prediction.
+    let o = empathic(&[
+        "explain",
+        &id,
+        "--db",
+        path_str(&db),
+        "--predictor",
+        "text-zero-shot",
+    ]);
+    let text = stdout(&o);
+    assert!(text.contains("utterances that raised it most"), "{text}");
+    assert!(text.contains("not what the participant felt"), "{text}");
+
+    // The stream: each prediction message carries the window's top cues, the same numbers.
+    let mut seen = 0;
+    for line in std::fs::read_to_string(&stream).unwrap().lines() {
+        let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        if m["topic"] != "prediction" {
+            continue;
+        }
+        let w = m["window_index"].as_i64().unwrap_or_else(|| panic!("{m}"));
+        for p in m["predictions"].as_array().unwrap() {
+            let key = (
+                w,
+                p["predictor"].as_str().unwrap().to_string(),
+                p["story_id"].as_str().unwrap().to_string(),
+            );
+            let (_, cues) = &stored[&key];
+            let why = &p["why"];
+            let top = why["top"].as_array().unwrap();
+            assert!(!top.is_empty() && top.len() <= 3, "{why}");
+            for t in top {
+                let same = cues.iter().any(|c| {
+                    c["modality"] == t["modality"]
+                        && c["cue"] == t["cue"]
+                        && (c["value"].as_f64().unwrap() - t["value"].as_f64().unwrap()).abs()
+                            < 1e-12
+                });
+                assert!(same, "stream cue {t} not stored for window {w}");
+            }
+            seen += 1;
+        }
+    }
+    assert_eq!(
+        seen as i64, predictions,
+        "a stream message for every prediction"
+    );
+}
+
+#[test]
+fn a_planted_model_that_reads_only_the_loudness_gets_its_attribution_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = db_with_bank(tmp.path());
+    let model = root().join("tests/data/fusion/loudness-planted-v1.onnx");
+    let cfg = config(tmp.path(), &[model.display().to_string()], "");
+    let o = replay_cli(&demo_session(), &db, Some(&cfg));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let conn = crate::common::store::open_db(&db);
+    let all: Vec<String> = conn
+        .prepare("SELECT cues FROM attributions")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(all.len() > 10, "{} attributions", all.len());
+    let mut moved = 0.0;
+    for cues in &all {
+        let cues: Vec<serde_json::Value> = serde_json::from_str(cues).unwrap();
+        let size = |f: &dyn Fn(&serde_json::Value) -> bool| -> f64 {
+            cues.iter()
+                .filter(|c| f(c))
+                .map(|c| c["value"].as_f64().unwrap().abs())
+                .sum()
+        };
+        let total = size(&|_| true);
+        let acoustic = size(&|c| c["modality"] == "acoustic_compare");
+        let loudness = size(&|c| c["cue"] == "loudness");
+        assert!(acoustic >= 0.95 * total, "{acoustic} of {total}: {cues:?}");
+        assert!(loudness >= 0.95 * total, "{loudness} of {total}: {cues:?}");
+        moved += total;
+    }
+    assert!(
+        moved / all.len() as f64 > 0.1,
+        "the planted signal moved the scores"
+    );
+}
+
+#[test]
+fn explain_says_why_there_is_nothing_to_explain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("off.db");
+    let cfg =
+        config_without_vision_models_and(tmp.path(), "off.toml", "\n[fusion]\nexplain = false\n");
+    let o = replay_cli(&demo_session(), &db, Some(&cfg));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = session_id(&db);
+    let o = empathic(&["explain", &id, "--db", path_str(&db)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("carry no attributions"),
+        "{}",
+        stderr(&o)
+    );
+    let o = empathic(&["explain", "no-such-session", "--db", path_str(&db)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no session `no-such-session`"),
+        "{}",
+        stderr(&o)
+    );
+}
