@@ -116,18 +116,18 @@ pub fn top_cues(a: &crate::core::Attribution, n: usize) -> Vec<CueShare> {
 }
 
 /// The explanations of every attributed prediction of a session, per predictor, then
-/// retrieved before shown, then story.
+/// shown before retrieved, then story.
 pub fn gather(rows: &[StoredAttribution], utterances: &[UtteranceRow]) -> Vec<Why> {
     let mut groups: BTreeMap<(String, bool, String), Vec<&StoredAttribution>> = BTreeMap::new();
     for r in rows {
         groups
-            .entry((r.predictor.clone(), !r.retrieved, r.story_id.clone()))
+            .entry((r.predictor.clone(), r.retrieved, r.story_id.clone()))
             .or_default()
             .push(r);
     }
     groups
         .into_iter()
-        .map(|((predictor, shown, story_id), windows)| {
+        .map(|((predictor, retrieved, story_id), windows)| {
             let n = windows.len() as f64;
             let mut cues: Vec<CueShare> = Vec::new();
             let mut modalities: Vec<ModalityShare> = Vec::new();
@@ -229,7 +229,7 @@ pub fn gather(rows: &[StoredAttribution], utterances: &[UtteranceRow]) -> Vec<Wh
             Why {
                 predictor,
                 story_id,
-                retrieved: !shown,
+                retrieved,
                 synthetic: first.synthetic,
                 calibration: first.calibration.clone(),
                 windows: windows.len(),

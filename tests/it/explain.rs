@@ -171,6 +171,60 @@ fn every_prediction_of_the_demo_sums_to_its_score_and_every_view_shows_the_same_
     assert!(text.contains("utterances that raised it most"), "{text}");
     assert!(text.contains("not what the participant felt"), "{text}");
 
+    // The report: each panel's window table gives the same largest cue, to 4 decimals.
+    let page = tmp.path().join("report.html");
+    let o = empathic(&[
+        "report",
+        &id,
+        "--db",
+        path_str(&db),
+        "--out",
+        path_str(&page),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("Why these predictions") && html.contains("not what the participant felt")
+    );
+    let mut checked = 0;
+    for w in &whys {
+        let title = w["story_id"].as_str().unwrap();
+        let stories = std::fs::read_to_string(root().join("demo/stories/stories.jsonl")).unwrap();
+        let title = stories
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|s| s["id"] == title)
+            .map(|s| s["title"].as_str().unwrap().to_string())
+            .unwrap();
+        let head = format!(
+            "<b>{}</b> toward &ldquo;{}&rdquo; ({}",
+            w["predictor"].as_str().unwrap(),
+            title,
+            if w["retrieved"] == true {
+                "retrieved"
+            } else {
+                "after it was shown"
+            }
+        );
+        let at = html
+            .find(&head)
+            .unwrap_or_else(|| panic!("no panel {head}"));
+        let table = &html[at..];
+        let table = &table[table.find("class=\"why-windows\"").unwrap()..];
+        let table = &table[..table.find("</table>").unwrap()];
+        for point in w["course"].as_array().unwrap() {
+            let top = &point["top"][0];
+            let row = format!("<tr><td>{}</td>", point["window_index"].as_i64().unwrap());
+            let line = table[table.find(&row).unwrap()..].lines().next().unwrap();
+            assert!(
+                line.contains(&format!("{:+.4}", top["value"].as_f64().unwrap())),
+                "{line} vs {top}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "{checked} windows checked on the page");
+
     // The stream: each prediction message carries the window's top cues, the same numbers.
     let mut seen = 0;
     for line in std::fs::read_to_string(&stream).unwrap().lines() {

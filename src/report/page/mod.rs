@@ -25,6 +25,7 @@ mod section;
 mod session;
 mod signals;
 mod summary;
+mod why;
 
 pub use participant::participant_page;
 pub use session::session_page;

@@ -342,6 +342,7 @@ fn prediction_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageErro
         }
         out.push_str("</table>\n");
         note(out, "Session-level prediction: the mean over the predicted windows after the story was shown (while sharing: toward the stories retrieved for what was said).");
+        super::why::why_panel(out, cx)?;
     }
 
     Ok(())
