@@ -378,9 +378,9 @@ fn run(args: &Args) -> Result<Value, (String, Value)> {
     }
     let mut summary = json!({"session_id": start["session_id"], "kept_by": start["kept_by"]});
     let result = session(args, &station, &ears, &mut summary);
-    if result.is_err() {
-        // A session this app started is never left running.
-        let _ = station.stop();
+    if let Err(e) = &result {
+        // A session this app started is never left running; cut short, it says why.
+        let _ = station.stop_early(&format!("the app stopped on an error: {e}"));
     }
     {
         let heard = ears.lock();
@@ -395,8 +395,9 @@ fn run(args: &Args) -> Result<Value, (String, Value)> {
     }
 }
 
-/// On SIGINT or SIGTERM the app stops the session it started (stored as far as it got, as
-/// any `stop_session` is) and exits 1; a session never outlives the app that ran it.
+/// On SIGINT or SIGTERM the app stops the session it started, saying it was cut short (the
+/// station stores it `incomplete` with the signal as the reason), and exits 1; a session
+/// never outlives the app that ran it.
 fn stop_on_signals(station: Arc<Station>) -> Result<(), String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
@@ -407,7 +408,7 @@ fn stop_on_signals(station: Arc<Station>) -> Result<(), String> {
             if let Some(sig) = signals.forever().next() {
                 let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
                 match station.session_id() {
-                    Some(id) => match station.stop() {
+                    Some(id) => match station.stop_early(&format!("the app got {name}")) {
                         Ok(_) => eprintln!("empathic-dialogue: {name}: session {id} stopped"),
                         Err(e) => {
                             eprintln!("empathic-dialogue: {name}: could not stop session {id}: {e}")

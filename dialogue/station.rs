@@ -154,6 +154,11 @@ impl Station {
     pub(crate) fn stop(&self) -> Result<Value, String> {
         self.ask(json!({"type": "stop_session"}))
     }
+
+    /// Stops the session before its end, saying why: the station stores it `incomplete`.
+    pub(crate) fn stop_early(&self, why: &str) -> Result<Value, String> {
+        self.ask(json!({"type": "stop_session", "cut_short": why}))
+    }
 }
 
 /// A request's error in plain words when the station's service is gone (a broken pipe, a

@@ -91,16 +91,21 @@ else
   echo "trial: SIGKILL to the service ($service), ${TRIAL_KILL_AFTER} s in"
   kill -9 "$service"
   wait "$app" || echo "trial: the app ended with $? (the station went away, as it should say above)"
-  echo "trial: as stored before recovery:"
+  echo "trial: as stored now (a command that opens the database recovers a session whose process is gone):"
   "$bin/empathic" sessions list
-  echo "trial: the service starts again; its start recovers the killed session"
+  echo "trial: the service starts again; its start repairs the killed session's recording"
+  # The killed service left its socket file: wait for the new service to answer, not for the file.
+  rm -f "$dir/control.sock"
   EMPATHIC_LOG=info,ort=warn "$bin/empathic" run 2>>"$dir/service.log" & restarted=$!
-  for _ in $(seq 300); do [[ -S $dir/control.sock ]] && break; sleep 0.1; done
+  for _ in $(seq 300); do "$bin/empathic" status >/dev/null 2>&1 && break; sleep 0.1; done
+  "$bin/empathic" status >/dev/null 2>&1 || { echo "trial: the restarted service did not answer; see $dir/service.log" >&2; exit 1; }
   kill "$restarted"; wait "$restarted" || true
-  "$bin/empathic" sessions list
   recording=$(ls -td "$dir"/recordings/*/ | head -n1)
   echo "trial: its recording ${recording} replayed with --replace (exit 1 = stored incomplete, as it should be)"
-  "$bin/empathic" replay "$recording" --replace || echo "trial: replay exit $?"
+  rc=0
+  "$bin/empathic" replay "$recording" --replace || rc=$?
+  [[ $rc -eq 1 ]] || { echo "trial: replay exited $rc, expected 1 (stored incomplete)" >&2; exit 1; }
+  "$bin/empathic" sessions list
 fi
 echo
 "$bin/empathic" sessions list

@@ -41,6 +41,9 @@ pub enum Request {
     },
     StopSession {
         session_id: Option<String>,
+        /// Why the app ends the session before its end (a signal, the participant left):
+        /// stored `incomplete` with it. `None`: the session ended as planned.
+        cut_short: Option<String>,
     },
     /// Keeps a session alive (a lease renewed; on a connection, a connection not idle).
     Heartbeat {
@@ -69,7 +72,7 @@ impl Request {
     /// The session a request names (`session_id`), when it names one.
     pub fn names_session(&self) -> Option<&str> {
         match self {
-            Request::StopSession { session_id } | Request::Event { session_id, .. } => {
+            Request::StopSession { session_id, .. } | Request::Event { session_id, .. } => {
                 session_id.as_deref()
             }
             Request::Heartbeat { session_id } => Some(session_id),
@@ -248,17 +251,33 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
                 Some(other) => return Err(format!("`session_id` must be a string, got {other}")),
             };
             match kind.as_str() {
-                "stop_session" | "heartbeat" => {
+                "stop_session" => {
+                    let cut_short = match map.remove("cut_short") {
+                        None => None,
+                        Some(serde_json::Value::String(why)) if !why.trim().is_empty() => {
+                            Some(why.chars().filter(|c| !c.is_control()).take(200).collect())
+                        }
+                        Some(other) => {
+                            return Err(format!(
+                                "`cut_short` must be a non-empty string (why the session ends early), got {other}"
+                            ))
+                        }
+                    };
+                    if map.len() > 1 {
+                        return Err("`stop_session` takes only `session_id` and `cut_short`".into());
+                    }
+                    Ok(Request::StopSession {
+                        session_id,
+                        cut_short,
+                    })
+                }
+                "heartbeat" => {
                     if map.len() > 1 {
                         return Err(format!("`{kind}` takes only `session_id`"));
                     }
-                    if kind == "stop_session" {
-                        Ok(Request::StopSession { session_id })
-                    } else {
-                        let session_id =
-                            session_id.ok_or("heartbeat: name the session (`session_id`)")?;
-                        Ok(Request::Heartbeat { session_id })
-                    }
+                    let session_id =
+                        session_id.ok_or("heartbeat: name the session (`session_id`)")?;
+                    Ok(Request::Heartbeat { session_id })
                 }
                 _ => serde_json::from_value::<EventKind>(value)
                     .map(|kind| Request::Event { kind, session_id })
@@ -422,14 +441,28 @@ mod tests {
         );
         assert_eq!(
             parse_request(r#"{"type":"stop_session"}"#).unwrap(),
-            Request::StopSession { session_id: None }
+            Request::StopSession {
+                session_id: None,
+                cut_short: None
+            }
         );
         assert_eq!(
             parse_request(r#"{"type":"stop_session","session_id":"s-1"}"#).unwrap(),
             Request::StopSession {
-                session_id: Some("s-1".into())
+                session_id: Some("s-1".into()),
+                cut_short: None
             }
         );
+        assert_eq!(
+            parse_request(r#"{"type":"stop_session","cut_short":"the app got SIGTERM"}"#).unwrap(),
+            Request::StopSession {
+                session_id: None,
+                cut_short: Some("the app got SIGTERM".into())
+            }
+        );
+        assert!(parse_request(r#"{"type":"stop_session","cut_short":""}"#)
+            .unwrap_err()
+            .contains("cut_short"));
         assert!(matches!(
             parse_request(r#"{"type":"phase","phase":"warm_up"}"#).unwrap(),
             Request::Event {

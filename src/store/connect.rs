@@ -224,7 +224,8 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
             tracing::info!(version, name, path = %path.display(), "upgraded the session store");
         }
     }
-    if found == 0 {
+    // An in-memory store (a snapshot of a central PostgreSQL database) is no news.
+    if found == 0 && path != std::path::Path::new(":memory:") {
         tracing::info!(path = %path.display(), "created a new session store");
     }
     Ok(())

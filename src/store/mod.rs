@@ -101,6 +101,13 @@ pub struct Store {
 }
 
 impl Store {
+    /// The same store, named `name` in messages (an in-memory snapshot of a PostgreSQL
+    /// database says which database, not `:memory:`).
+    pub fn named(mut self, name: impl Into<PathBuf>) -> Self {
+        self.path = name.into();
+        self
+    }
+
     /// Opens (creating if needed) and migrates the store, then recovers abandoned sessions,
     /// with the default busy timeout and no size limit.
     pub fn open(path: &Path) -> Result<Store, StoreError> {

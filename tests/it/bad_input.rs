@@ -102,6 +102,13 @@ fn a_truncated_video_keeps_every_frame_that_decoded() {
         )
         .unwrap();
     assert_eq!(events, 20);
+    // The verdict sees that half the session has no video (it once said `good`).
+    let o = empathic(&["sessions", "show", "demo-0001", "--db", path_str(&db)]);
+    let show = stdout(&o);
+    assert!(
+        show.contains("verdict      bad") && show.contains("audio-video coverage"),
+        "{show}"
+    );
     // Issue 55 item 12: the report draws every per-frame series at its frames' stored
     // times, not stretched over the session's (longer, audio) duration.
     let page = tmp.path().join("page.html");

@@ -150,8 +150,18 @@ fn sigterm_stops_gracefully_and_flushes() {
 fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("t.db");
+    // Without the participant's utterance events, so the station transcribes the audio
+    // itself (and reads it ahead of the frames: a trial found words stored up to 434 s of
+    // a session stored as 110 s).
+    let session = copy_session(&demo_session(), &tmp.path().join("s"));
+    let events = std::fs::read_to_string(session.join("events.jsonl")).unwrap();
+    let kept: Vec<&str> = events
+        .lines()
+        .filter(|l| !(l.contains("\"utterance\"") && l.contains("\"participant\"")))
+        .collect();
+    std::fs::write(session.join("events.jsonl"), kept.join("\n") + "\n").unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_empathic"))
-        .args(["replay", path_str(&demo_session()), "--db", path_str(&db)])
+        .args(["replay", path_str(&session), "--db", path_str(&db)])
         .env("EMPATHIC_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -224,4 +234,12 @@ fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
         ),
     );
     assert!(past.is_empty(), "phases past {duration} s: {past:?}");
+    let words_past: Vec<String> = crate::common::store::column(
+        &conn,
+        &format!("SELECT text FROM utterances WHERE source = 'asr' AND start_ns >= {duration_ns}"),
+    );
+    assert!(
+        words_past.is_empty(),
+        "words past {duration} s: {words_past:?}"
+    );
 }

@@ -1017,6 +1017,25 @@ fn a_withdrawal_on_a_central_database_erases_the_participant_in_sqlite_and_postg
         sessions_in(pg_view(&pg_url).connection_for_tests()),
         ["other-0001"]
     );
+    // And it leaves nothing naming them: only its message id, to acknowledge it once (a
+    // trial found a stub row with the pseudonym, and a second purge "removing" it).
+    let named: i64 = lite
+        .connection_for_tests()
+        .query_row(
+            "SELECT count(*) FROM collect_records WHERE participant = ?1",
+            [&participant],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(named, 0, "a later record brought {participant} back");
+    let o = empathic(&[
+        "participant",
+        "purge",
+        &participant,
+        "--db",
+        path_str(&central),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     // Issue 55 item 8: a pseudonym that occurs by chance inside another participant's
     // encoded data (here: four characters of a long string of other-0001's record, as
     // `P01` occurred in P02's base64 features) is withdrawn, and the check that nothing

@@ -274,9 +274,21 @@ fn a_session_ends_with_its_dialogue_app_and_stale_requests_are_refused() {
     let out = app.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("SIGTERM"), "{}", stderr(&out));
-    // Stopped by the app before it exited: no grace needed, nothing running.
+    // Stopped by the app before it exited: no grace needed, nothing running. Cut short by
+    // a signal, it is `incomplete` and says so (a trial found it stored `complete`).
     assert!(station.ok(json!({"type": "status"}))["session"].is_null());
-    assert_eq!(station.wait_session_end(&id3), "complete");
+    assert_eq!(station.wait_session_end(&id3), "incomplete");
+    let reason: String = crate::common::store::open_db(&station.db)
+        .query_row(
+            "SELECT status_reason FROM sessions WHERE id = ?1",
+            [&id3],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        reason.contains("before its end: the app got SIGTERM"),
+        "{reason}"
+    );
 }
 
 /// Issue 43, the station's doors of the second probe, on the live service: a subscriber

@@ -352,7 +352,7 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
         "no media-captured row"
     );
     assert!(html.contains("<td>silence</td><td>not measured (no audio)</td>"));
-    assert!(html.contains("<td>audio-video offset</td><td>not measured (no audio)</td>"));
+    assert!(html.contains("<td>audio-video coverage</td><td>not measured (no audio)</td>"));
     assert!(count(&conn, "SELECT count(*) FROM frames") > 0);
     // The recording replays, with the audio stored missing on every frame as it was live.
     let db = replay_recording(dir.path(), &folder);

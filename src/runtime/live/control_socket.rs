@@ -27,6 +27,11 @@ pub(super) const MAX_CLIENTS: usize = 16;
 /// Subscriptions held at once; one more is refused (a subscriber that stops reading is
 /// dropped: `subscribe::SLOW_CONSUMER`), so listeners never take the request slots.
 pub(super) const MAX_SUBSCRIBERS: usize = 16;
+/// Subscriptions one user (the peer's uid) may hold at once, but the station's own user and
+/// root: a neighbour in the control group who subscribes and never reads cannot take every
+/// slot and lock the robot's app out (a trial held 16 and the app's `subscribe` was
+/// refused).
+pub(super) const MAX_SUBSCRIBERS_PER_USER: usize = 4;
 /// Beyond [`MAX_CLIENTS`], this many more connections are each answered one `status` or
 /// `stop_session` (what a withdrawal and the package's upgrade check need), sent within
 /// [`RESERVED_WAIT`]; anything else is refused as busy. A flood of idle connections cannot
@@ -329,6 +334,9 @@ fn serve_connection<'scope>(
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
     let trusted = trusted_peer(&stream);
+    let peer_uid = rustix::net::sockopt::socket_peercred(&stream)
+        .ok()
+        .map(|c| c.uid.as_raw());
     let Ok(mut out) = stream.try_clone() else {
         return;
     };
@@ -373,11 +381,44 @@ fn serve_connection<'scope>(
         }
         let reply = match parse_request(line.trim()) {
             Ok(Request::Subscribe { topics }) => {
+                // One user holds at most a few (the station's own user and root: any).
+                let user = peer_uid.filter(|_| !trusted);
+                if let Some(uid) = user {
+                    let mut held = service
+                        .subscribers_by_user
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    let n = held.entry(uid).or_insert(0);
+                    if *n >= MAX_SUBSCRIBERS_PER_USER {
+                        drop(held);
+                        let reason = format!(
+                            "{BUSY}this user (uid {uid}) holds {MAX_SUBSCRIBERS_PER_USER} subscriptions already: close one, or subscribe to several topics on one connection"
+                        );
+                        service.refusals.refused(line.trim(), &reason);
+                        if writeln!(out, "{}", error_reply(&reason)).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    *n += 1;
+                }
+                let release_user = || {
+                    if let Some(uid) = user {
+                        let mut held = service
+                            .subscribers_by_user
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner());
+                        if let Some(n) = held.get_mut(&uid) {
+                            *n = n.saturating_sub(1);
+                        }
+                    }
+                };
                 // The connection becomes the subscriber's stream: no more requests on it,
                 // and it leaves the request slots for the subscribers' own.
                 if service.subscriber_slots.fetch_add(1, Ordering::SeqCst) >= MAX_SUBSCRIBERS as u64
                 {
                     service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+                    release_user();
                     let reason = format!(
                         "{BUSY}too many subscribers ({MAX_SUBSCRIBERS}): close one, or subscribe to several topics on one connection"
                     );
@@ -392,6 +433,9 @@ fn serve_connection<'scope>(
                 let ok =
                     serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
                 if writeln!(out, "{ok}").is_err() {
+                    service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+                    service.clients.fetch_add(1, Ordering::SeqCst);
+                    release_user();
                     return;
                 }
                 tracing::info!(topics = ?names, "subscriber connected");
@@ -403,6 +447,7 @@ fn serve_connection<'scope>(
                 service.subscribers.serve(topics, first, out, service.stop);
                 // Given back as a request slot: `serve_client`'s caller takes one back.
                 service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+                release_user();
                 service.clients.fetch_add(1, Ordering::SeqCst);
                 return;
             }

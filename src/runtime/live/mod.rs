@@ -212,6 +212,8 @@ struct Service<'a> {
     reserved: AtomicU64,
     /// Connections turned into subscriptions (`control_socket::MAX_SUBSCRIBERS`).
     subscriber_slots: AtomicU64,
+    /// Subscriptions held per peer user (`control_socket::MAX_SUBSCRIBERS_PER_USER`).
+    subscribers_by_user: Mutex<std::collections::HashMap<u32, usize>>,
     /// Numbers the control connections (a session is bound to one).
     connections: AtomicU64,
     store: Mutex<Store>,
@@ -303,6 +305,7 @@ pub fn serve(
         clients: AtomicU64::new(0),
         reserved: AtomicU64::new(0),
         subscriber_slots: AtomicU64::new(0),
+        subscribers_by_user: Mutex::new(std::collections::HashMap::new()),
         connections: AtomicU64::new(0),
         store: Mutex::new(store),
         subscribers,

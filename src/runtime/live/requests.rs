@@ -94,8 +94,21 @@ fn stop_session(
             }
             None => return Err(no_session(request, caller, state.ended_on_error.as_ref())),
         };
-        r.end.store(true, Ordering::SeqCst);
         let t_ms = service.clock.now_ns().saturating_sub(r.start_clock_ns) / 1_000_000;
+        // Ended early by the app's own word: stored `incomplete`, saying why.
+        if let Request::StopSession {
+            cut_short: Some(why),
+            ..
+        } = request
+        {
+            let reason = format!(
+                "the dialogue app ended the session {:.1} s in, before its end: {why}",
+                t_ms as f64 / 1000.0
+            );
+            tracing::info!(session = %r.id, "{reason}");
+            *r.tie.abandoned.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        }
+        r.end.store(true, Ordering::SeqCst);
         (
             r.id.clone(),
             serde_json::json!({"session_id": r.id, "t_ms": t_ms, "recording": r.recording_dir}),

@@ -457,8 +457,16 @@ pub fn finish(tx: &Transaction<'_>, id: &str, end: &SessionEnd) -> Result<(), St
 }
 
 /// Clips session `id`'s phases to its stored duration: none starts after it (their events
-/// stay), none ends past it.
+/// stay), none ends past it. The station's own transcript (`asr`) of audio read ahead of the
+/// last stored frame goes too: words of a time the session does not hold (the dialogue
+/// app's utterances are its events, which stay).
 fn clip_phases(tx: &rusqlite::Connection, id: &str) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM utterances WHERE session_id = ?1 AND source = 'asr'
+         AND start_ns >= (SELECT duration_ns FROM sessions WHERE id = ?1)",
+        [id],
+    )
+    .map_err(ctx("clipping the transcript to the stored frames"))?;
     tx.execute(
         "DELETE FROM phases WHERE session_id = ?1
          AND start_ns >= (SELECT duration_ns FROM sessions WHERE id = ?1) AND start_ns > 0",

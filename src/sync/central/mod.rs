@@ -273,7 +273,8 @@ impl Central {
     pub fn read_view(self) -> Result<Store, CentralError> {
         match self {
             Central::Sqlite(store) => Ok(store),
-            Central::Postgres(mut client, _) => postgres::snapshot(&mut client),
+            Central::Postgres(mut client, url) => Ok(postgres::snapshot(&mut client)?
+                .named(format!("{} (read into memory)", postgres::redacted(&url)))),
         }
     }
 

@@ -200,16 +200,23 @@ pub(super) fn store_session(tx: &mut dyn CentralTx, env: &Envelope, payload: &st
         None => false,
     };
     if purged {
-        tracing::info!(message = %env.id, "collect: a record of a withdrawn participant dropped");
-        insert_record(
-            tx,
-            env,
-            "",
-            Flags {
-                participant: head.participant_id,
-                voided: true,
-                applied: false,
-            },
+        tracing::info!(message = %env.id, "collect: a record of a withdrawn participant: acknowledged, nothing of it kept");
+        // Only its message id, so it is acknowledged once: neither the pseudonym nor the
+        // session id comes back after the withdrawal.
+        tx.exec(
+            "INSERT INTO collect_records (message_id, study, station, kind, subject, participant,
+                 seq, payload, sha256, received_at, voided, applied, sealed, proof)
+             VALUES (?1, ?2, ?3, ?4, '', NULL, ?5, '', ?6, ?7, 1, 0, ?8, NULL)",
+            &[
+                Val::text(&env.id),
+                Val::text(&env.study),
+                Val::text(&env.station),
+                Val::text(&env.kind),
+                Val::Int(env.seq),
+                Val::text(&env.sha),
+                Val::text(&crate::clock::utc_now()),
+                Val::Int(Some(i64::from(env.signed.is_some()))),
+            ],
         )?;
         return Ok(Ok(()));
     }
