@@ -23,7 +23,9 @@
 //! vectors) has them embedded at export with the configured sentence encoder, from the same
 //! presented text the bank's import embeds, so an export from a station and one from a
 //! central database both train. Since version 4 each session says whose utterances fed its text
-//! modality (`text_source`: `dialogue_app` or `asr`, the station's recogniser). Only complete sessions are exported. The folder must be new or empty; nothing is written outside it.
+//! modality (`text_source`: `dialogue_app` or `asr`, the station's recogniser). Since version 5
+//! `<session>/attributions.jsonl` says what moved each prediction (docs/prediction.md, "Why a
+//! prediction"), when the store holds attributions. Only complete sessions are exported. The folder must be new or empty; nothing is written outside it.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -137,7 +139,7 @@ impl Args {
 }
 
 /// Format version of the export.
-pub const EXPORT_VERSION: u32 = 4;
+pub const EXPORT_VERSION: u32 = 5;
 
 #[derive(Serialize)]
 struct SessionEntry {
@@ -324,6 +326,27 @@ pub fn export_windows(
             })
             .map_err(|e| (ExitKind::Runtime, format!("cannot encode a window: {e}")))?;
             writeln!(lines, "{line}").map_err(io_err(&lines_path))?;
+        }
+        // What moved each prediction (version 5), for the toolkit: one line per window,
+        // predictor and story.
+        let why = store.session_attributions(id).map_err(fail)?;
+        if !why.is_empty() {
+            let path = dir.join("attributions.jsonl");
+            let mut file = BufWriter::new(crate::files::create_new(&path).map_err(io_err(&path))?);
+            for a in &why {
+                let line = serde_json::json!({
+                    "window_index": a.window_index,
+                    "predictor": a.predictor,
+                    "story_id": a.story_id,
+                    "in_play": if a.retrieved { "retrieved" } else { "shown" },
+                    "score": a.score,
+                    "baseline": a.attribution.baseline,
+                    "method": a.attribution.method,
+                    "cues": a.attribution.cues,
+                });
+                writeln!(file, "{line}").map_err(io_err(&path))?;
+            }
+            file.flush().map_err(io_err(&path))?;
         }
         total_windows += windows.len();
         entries.push(SessionEntry {

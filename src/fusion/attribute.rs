@@ -117,8 +117,17 @@ pub fn attribute(
         budget,
         seed(input.window.index, predictor.id()),
     )?;
+    let started = std::time::Instant::now();
     let variants: Vec<_> = plan.coalitions().iter().map(|&c| plan.variant(c)).collect();
     let zs = predictor.represent_variants(input, &variants)?;
+    // The cost per window, for docs/performance.md (`EMPATHIC_LOG=debug`).
+    tracing::debug!(
+        predictor = predictor.id(),
+        window = input.window.index,
+        coalitions = variants.len(),
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "attributed a window"
+    );
     if zs.len() != variants.len() {
         return None;
     }

@@ -309,8 +309,25 @@ fn export_windows_writes_arrays_numpy_reads_and_refuses_a_used_folder() {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["format"], "empathic-windows");
-    assert_eq!(manifest["version"], 4);
+    assert_eq!(manifest["version"], 5);
     assert_eq!(manifest["sessions"][0]["frames"], 420);
+    // Version 5 carries what moved each prediction, summing to its score.
+    let why = std::fs::read_to_string(out.join("demo-0001/attributions.jsonl")).unwrap();
+    assert!(why.lines().count() > 5, "{why}");
+    for line in why.lines() {
+        let a: serde_json::Value = serde_json::from_str(line).unwrap();
+        let sum: f64 = a["cues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["value"].as_f64().unwrap())
+            .sum();
+        let (score, baseline) = (
+            a["score"].as_f64().unwrap(),
+            a["baseline"].as_f64().unwrap(),
+        );
+        assert!((baseline + sum - score).abs() < 1e-3, "{line}");
+    }
     // Version 4 says whose utterances fed the text modality (the demo's: the dialogue app's).
     assert_eq!(manifest["sessions"][0]["text_source"], "dialogue_app");
     // Version 2 carries the story bank's embeddings, one row per story, named in order.

@@ -324,3 +324,53 @@ fn explain_says_why_there_is_nothing_to_explain() {
         stderr(&o)
     );
 }
+
+/// The toolkit's own implementation (`tools/fusion/explain.py`, written from the definition
+/// in Python with onnxruntime) computed the exact attribution of one demo window of the
+/// shipped TFN model from `export windows`' arrays; its output is committed
+/// (`tests/data/fusion/tfn-attribution-reference.json`), and the station's must agree.
+#[test]
+fn the_station_and_the_toolkit_compute_the_same_exact_attribution() {
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/fusion/tfn-attribution-reference.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = db_with_bank(tmp.path());
+    let cfg = config(
+        tmp.path(),
+        &["tfn-vat-synthetic".to_string()],
+        "phases = [\"reflection\"]\nexplain_max_coalitions = 4096\n",
+    );
+    let o = replay_cli(&demo_session(), &db, Some(&cfg));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let conn = crate::common::store::open_db(&db);
+    let (baseline, method, cues, score): (f64, String, String, f64) = conn
+        .query_row(
+            "SELECT a.baseline, a.method, a.cues, p.score FROM attributions a
+             JOIN predictions p USING (session_id, window_index, predictor, story_id)
+             WHERE a.window_index = ?1 AND a.story_id = ?2",
+            rusqlite::params![
+                reference["window_index"].as_i64().unwrap(),
+                reference["story_id"].as_str().unwrap()
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(method, "exact");
+    assert!((baseline - reference["baseline"].as_f64().unwrap()).abs() < 1e-5);
+    assert!((score - reference["prediction"].as_f64().unwrap()).abs() < 1e-5);
+    let cues: Vec<serde_json::Value> = serde_json::from_str(&cues).unwrap();
+    let want = reference["cues"].as_array().unwrap();
+    assert_eq!(cues.len(), want.len(), "{cues:?}");
+    for (got, want) in cues.iter().zip(want) {
+        assert_eq!(got["modality"], want["modality"]);
+        assert_eq!(got["cue"], want["cue"]);
+        let (g, w) = (
+            got["value"].as_f64().unwrap(),
+            want["value"].as_f64().unwrap(),
+        );
+        assert!((g - w).abs() < 1e-5, "{}: {g} vs {w}", want["cue"]);
+    }
+}

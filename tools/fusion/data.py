@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = "empathic-windows"
-VERSIONS = (2, 3, 4)
+VERSIONS = (2, 3, 4, 5)
 
 
 @dataclass
