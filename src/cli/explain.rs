@@ -129,12 +129,7 @@ pub fn render(whys: &[Why], titles: &std::collections::BTreeMap<String, String>)
                 c.value
             );
         }
-        let words: f64 = w
-            .cues
-            .iter()
-            .filter(|c| c.cue == crate::fusion::attribute::WORDS)
-            .map(|c| c.value)
-            .sum();
+        let words = w.words().unwrap_or(0.0);
         if !w.utterances.is_empty() {
             let _ = writeln!(
                 s,

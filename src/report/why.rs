@@ -83,6 +83,19 @@ pub struct Why {
     pub course: Vec<WindowWhy>,
 }
 
+impl Why {
+    /// The words' share, all utterances together, and whether the text had any.
+    pub fn words(&self) -> Option<f64> {
+        let words: Vec<f64> = self
+            .cues
+            .iter()
+            .filter(|c| c.cue == crate::fusion::attribute::WORDS)
+            .map(|c| c.value)
+            .collect();
+        (!words.is_empty()).then(|| words.iter().sum())
+    }
+}
+
 /// The utterance that had begun by `start_ns` (the participant's, when speakers are named).
 fn utterance_at(utterances: &[UtteranceRow], start_ns: u64) -> Option<&UtteranceRow> {
     let t = start_ns as f64 / 1e9 + 0.05;

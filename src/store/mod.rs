@@ -274,14 +274,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 11);
+        assert_eq!(store.schema_version().unwrap(), 12);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 11, "one row per migration, each applied once");
+        assert_eq!(n, 12, "one row per migration, each applied once");
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -325,7 +325,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 11);
+        assert_eq!(store.schema_version().unwrap(), 12);
         let rows: Vec<(i64, String, String, Option<String>)> = store
             .connection()
             .prepare("SELECT seq, message_id, state, sealed FROM outbox ORDER BY seq")
@@ -367,7 +367,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 11);
+        assert_eq!(store.schema_version().unwrap(), 12);
         let n: i64 = store
             .connection()
             .query_row(
@@ -397,7 +397,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 11);
+        assert_eq!(store.schema_version().unwrap(), 12);
         // v4: the outbox exists and announces nothing retroactively.
         let queued: i64 = store
             .connection()

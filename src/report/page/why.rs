@@ -144,16 +144,7 @@ pub(super) fn why_panel(out: &mut String, cx: &Section<'_>) -> Result<(), PageEr
             .filter(|c| c.cue != crate::fusion::attribute::WORDS)
             .map(|c| (format!("{}: {}", c.modality, c.cue), c.value))
             .collect();
-        let words: f64 = w
-            .cues
-            .iter()
-            .filter(|c| c.cue == crate::fusion::attribute::WORDS)
-            .map(|c| c.value)
-            .sum();
-        if w.cues
-            .iter()
-            .any(|c| c.cue == crate::fusion::attribute::WORDS)
-        {
+        if let Some(words) = w.words() {
             bars.push(("text: the words".to_string(), words));
         }
         bars.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
