@@ -290,6 +290,11 @@ fn record_v2(conn: &Connection, id: &str) -> Value {
             continue;
         }
         let now: Vec<String> = columns(conn, t.name);
+        // A table the store's version did not have yet (`attributions` before 12): its
+        // build carried no such table.
+        if now.is_empty() {
+            continue;
+        }
         let carried: Vec<&str> = t
             .columns
             .split(',')

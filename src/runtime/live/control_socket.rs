@@ -381,75 +381,19 @@ fn serve_connection<'scope>(
         }
         let reply = match parse_request(line.trim()) {
             Ok(Request::Subscribe { topics }) => {
-                // One user holds at most a few (the station's own user and root: any).
-                let user = peer_uid.filter(|_| !trusted);
-                if let Some(uid) = user {
-                    let mut held = service
-                        .subscribers_by_user
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
-                    let n = held.entry(uid).or_insert(0);
-                    if *n >= MAX_SUBSCRIBERS_PER_USER {
-                        drop(held);
-                        let reason = format!(
-                            "{BUSY}this user (uid {uid}) holds {MAX_SUBSCRIBERS_PER_USER} subscriptions already: close one, or subscribe to several topics on one connection"
-                        );
-                        service.refusals.refused(line.trim(), &reason);
-                        if writeln!(out, "{}", error_reply(&reason)).is_err() {
-                            return;
-                        }
+                match subscribe(
+                    service,
+                    out,
+                    line.trim(),
+                    topics,
+                    peer_uid.filter(|_| !trusted),
+                ) {
+                    Some(back) => {
+                        out = back;
                         continue;
                     }
-                    *n += 1;
+                    None => return,
                 }
-                let release_user = || {
-                    if let Some(uid) = user {
-                        let mut held = service
-                            .subscribers_by_user
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner());
-                        if let Some(n) = held.get_mut(&uid) {
-                            *n = n.saturating_sub(1);
-                        }
-                    }
-                };
-                // The connection becomes the subscriber's stream: no more requests on it,
-                // and it leaves the request slots for the subscribers' own.
-                if service.subscriber_slots.fetch_add(1, Ordering::SeqCst) >= MAX_SUBSCRIBERS as u64
-                {
-                    service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
-                    release_user();
-                    let reason = format!(
-                        "{BUSY}too many subscribers ({MAX_SUBSCRIBERS}): close one, or subscribe to several topics on one connection"
-                    );
-                    service.refusals.refused(line.trim(), &reason);
-                    if writeln!(out, "{}", error_reply(&reason)).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                service.clients.fetch_sub(1, Ordering::SeqCst);
-                let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
-                let ok =
-                    serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
-                if writeln!(out, "{ok}").is_err() {
-                    service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
-                    service.clients.fetch_add(1, Ordering::SeqCst);
-                    release_user();
-                    return;
-                }
-                tracing::info!(topics = ?names, "subscriber connected");
-                let first = if topics.contains(&Topic::Quality) {
-                    super::watch::standing(service)
-                } else {
-                    Vec::new()
-                };
-                service.subscribers.serve(topics, first, out, service.stop);
-                // Given back as a request slot: `serve_client`'s caller takes one back.
-                service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
-                release_user();
-                service.clients.fetch_add(1, Ordering::SeqCst);
-                return;
             }
             Ok(request) => {
                 let caller = Caller {
@@ -475,4 +419,82 @@ fn serve_connection<'scope>(
             return;
         }
     }
+}
+
+/// Turns the connection into a subscriber's stream of `topics` (no more requests on it), or
+/// refuses: one user (`user`, the peer's uid unless it is the station's own or root) holds at
+/// most [`MAX_SUBSCRIBERS_PER_USER`], and all at most [`MAX_SUBSCRIBERS`]. Returns the
+/// connection back when refused and still open (its next request is read), `None` when it
+/// is done.
+fn subscribe(
+    service: &Service<'_>,
+    mut out: UnixStream,
+    line: &str,
+    topics: Vec<Topic>,
+    user: Option<u32>,
+) -> Option<UnixStream> {
+    // One user holds at most a few (the station's own user and root: any).
+    if let Some(uid) = user {
+        let mut held = service
+            .subscribers_by_user
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(uid).or_insert(0);
+        if *n >= MAX_SUBSCRIBERS_PER_USER {
+            drop(held);
+            let reason = format!(
+                "{BUSY}this user (uid {uid}) holds {MAX_SUBSCRIBERS_PER_USER} subscriptions already: close one, or subscribe to several topics on one connection"
+            );
+            service.refusals.refused(line, &reason);
+            return writeln!(out, "{}", error_reply(&reason))
+                .is_ok()
+                .then_some(out);
+        }
+        *n += 1;
+    }
+    let release_user = || {
+        if let Some(uid) = user {
+            let mut held = service
+                .subscribers_by_user
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = held.get_mut(&uid) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    };
+    // The connection becomes the subscriber's stream: no more requests on it,
+    // and it leaves the request slots for the subscribers' own.
+    if service.subscriber_slots.fetch_add(1, Ordering::SeqCst) >= MAX_SUBSCRIBERS as u64 {
+        service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+        release_user();
+        let reason = format!(
+            "{BUSY}too many subscribers ({MAX_SUBSCRIBERS}): close one, or subscribe to several topics on one connection"
+        );
+        service.refusals.refused(line, &reason);
+        return writeln!(out, "{}", error_reply(&reason))
+            .is_ok()
+            .then_some(out);
+    }
+    service.clients.fetch_sub(1, Ordering::SeqCst);
+    let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
+    let ok = serde_json::json!({"ok": true, "subscribed": names, "version": STREAM_VERSION});
+    if writeln!(out, "{ok}").is_err() {
+        service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+        service.clients.fetch_add(1, Ordering::SeqCst);
+        release_user();
+        return None;
+    }
+    tracing::info!(topics = ?names, "subscriber connected");
+    let first = if topics.contains(&Topic::Quality) {
+        super::watch::standing(service)
+    } else {
+        Vec::new()
+    };
+    service.subscribers.serve(topics, first, out, service.stop);
+    // Given back as a request slot: `serve_client`'s caller takes one back.
+    service.subscriber_slots.fetch_sub(1, Ordering::SeqCst);
+    release_user();
+    service.clients.fetch_add(1, Ordering::SeqCst);
+    None
 }
