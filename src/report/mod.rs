@@ -155,6 +155,10 @@ pub struct ReplaySummary {
     pub session_id: String,
     pub status: String,
     pub status_reason: Option<String>,
+    /// A `--replace` run that did not finish and left the complete stored session as it
+    /// was: says so (this run was not stored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
     /// An input ended on bad data part of the way (what decoded before it is stored).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub input_cut: bool,
@@ -248,6 +252,9 @@ impl ReplaySummary {
         let _ = writeln!(s, "session   {}  ({})", self.session_id, self.status);
         if let Some(r) = &self.status_reason {
             let _ = writeln!(s, "          {r}");
+        }
+        if let Some(k) = &self.kept {
+            let _ = writeln!(s, "          {k}");
         }
         let _ = writeln!(s, "stored in {}", self.db_path);
         let _ = writeln!(

@@ -243,3 +243,82 @@ fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
         "words past {duration} s: {words_past:?}"
     );
 }
+
+/// A `--replace` replay stopped by a signal keeps the complete stored session, and its
+/// summary says this run was not stored (a trial read "session stored incomplete" and
+/// took the stored 8-minute session for cut short).
+#[test]
+fn an_interrupted_replace_says_the_stored_session_was_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("t.db");
+    let fast = config_without_vision_models(tmp.path());
+    assert!(replay_cli(&demo_session(), &db, Some(&fast))
+        .status
+        .success());
+    let child = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args([
+            "replay",
+            path_str(&demo_session()),
+            "--db",
+            path_str(&db),
+            "--config",
+            path_str(&fast),
+            "--replace",
+            // Paced, so the signal lands mid-run (at full speed this config takes 1 s).
+            "--speed",
+            "realtime",
+        ])
+        .env("EMPATHIC_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let frames: i64 = crate::common::store::try_open_db(&db)
+            .ok()
+            .and_then(|c| {
+                c.query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+                    .ok()
+            })
+            .unwrap_or(0);
+        if frames >= 420 + 30 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no staged frame within 60 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        // The run finished before the signal landed: it replaced the session, nothing to say.
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("this run was not stored"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("this run was not stored"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !stderr(&out).contains("session stored incomplete"),
+        "{}",
+        stderr(&out)
+    );
+    let conn = crate::common::store::open_db(&db);
+    let (status, frames): (String, i64) = conn
+        .query_row("SELECT status, frames FROM sessions", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((status.as_str(), frames), ("complete", 420));
+}

@@ -130,6 +130,9 @@ fn replay(args: Args) -> Result<ExitCode, Failure> {
     // code says so, and why goes to stderr for scripts that keep only that.
     Ok(if summary.status == "complete" {
         ExitCode::SUCCESS
+    } else if let Some(kept) = &summary.kept {
+        eprintln!("replay: {kept}");
+        exit_code(ExitKind::Runtime)
     } else {
         eprintln!(
             "replay: session stored {}: {}",
