@@ -155,17 +155,7 @@ pub fn replay(
     tracing::info!(session = %m.session_id, frames = outcome.frames, windows = outcome.windows, "replay finished");
     let predictions = store.session_predictions(&m.session_id)?;
     let no_story_bank = no_story_bank(&store, opts);
-    // A `--replace` run that did not finish leaves a complete stored session as it was:
-    // the summary must not call this run stored (a trial read "stored incomplete" and
-    // thought the 8-minute session was cut to 73 s).
-    let kept = match store.session_status(&m.session_id)? {
-        Some(stored) if replace && stored == "complete" && ended.status.as_str() != "complete" => {
-            Some(format!(
-                "this run was not stored: the session already stored under this id ({stored}) is kept as it was; the figures above are this run's, the predictions below the stored session's"
-            ))
-        }
-        _ => None,
-    };
+    let kept = kept_stored(&store, &m.session_id, replace, ended.status.as_str())?;
     Ok(ReplaySummary {
         kept,
         session_id: m.session_id.clone(),
@@ -384,4 +374,21 @@ fn ended_short(m: &SessionManifest, outcome: &pipeline::Outcome, replace: bool) 
     });
     let why: Vec<String> = cut_short.into_iter().chain(stopped).collect();
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// A `--replace` run that did not finish leaves a complete stored session as it was: the
+/// summary must not call this run stored (a trial read "stored incomplete" and thought the
+/// 8-minute session was cut to 73 s). The words that say so, or `None`.
+fn kept_stored(
+    store: &Store,
+    id: &str,
+    replace: bool,
+    ended: &str,
+) -> Result<Option<String>, RunError> {
+    Ok(match store.session_status(id)? {
+        Some(stored) if replace && stored == "complete" && ended != "complete" => Some(format!(
+            "this run was not stored: the session already stored under this id ({stored}) is kept as it was; the figures above are this run's, the predictions below the stored session's"
+        )),
+        _ => None,
+    })
 }

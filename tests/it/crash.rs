@@ -167,21 +167,7 @@ fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let frames: i64 = crate::common::store::try_open_db(&db)
-            .ok()
-            .and_then(|c| {
-                c.query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
-                    .ok()
-            })
-            .unwrap_or(0);
-        if frames >= 30 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no frame stored within 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_frames(&db, 30);
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -273,21 +259,8 @@ fn an_interrupted_replace_says_the_stored_session_was_kept() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let frames: i64 = crate::common::store::try_open_db(&db)
-            .ok()
-            .and_then(|c| {
-                c.query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
-                    .ok()
-            })
-            .unwrap_or(0);
-        if frames >= 420 + 30 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no staged frame within 60 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // The stored 420 and 30 of the staged run.
+    wait_for_frames(&db, 420 + 30);
     assert!(Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -321,4 +294,26 @@ fn an_interrupted_replace_says_the_stored_session_was_kept() {
         })
         .unwrap();
     assert_eq!((status.as_str(), frames), ("complete", 420));
+}
+
+/// Waits (at most 60 s) until `db` holds at least `n` frame rows.
+fn wait_for_frames(db: &std::path::Path, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let frames: i64 = crate::common::store::try_open_db(db)
+            .ok()
+            .and_then(|c| {
+                c.query_row("SELECT count(*) FROM frames", [], |r| r.get(0))
+                    .ok()
+            })
+            .unwrap_or(0);
+        if frames >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {n} frames stored within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
