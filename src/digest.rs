@@ -2,7 +2,8 @@
 //! files in the manifest, outbox payloads and message ids, signed sync messages).
 //!
 //! Contract: [`sha256_hex`] of bytes in memory and [`sha256_file`] of a file read in
-//! 64 KiB pieces give the same 64 lowercase hex digits for the same bytes.
+//! 64 KiB pieces give the same 64 lowercase hex digits for the same bytes; [`nonce_hex`]
+//! gives 32 hex digits that differ from call to call.
 
 use std::io::Read;
 use std::path::Path;
@@ -27,6 +28,21 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hex(&hasher.finalize()))
+}
+
+/// A nonce: 16 random bytes from the OS's generator, lowercase hex (session tokens, sync
+/// send attempts). When the generator cannot be read, the clock in nanoseconds stands in:
+/// unique enough to tell one from the next, guessable only by a caller of this machine.
+pub fn nonce_hex() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes = t.to_le_bytes();
+    }
+    hex(&bytes)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -5,7 +5,7 @@
 //!   study holds an X25519 key pair whose public half every station seals payloads to
 //!   (libsodium's sealed box, `crypto_box`: an ephemeral X25519 key, XSalsa20-Poly1305).
 //!   No construction here is this crate's own: it signs and seals bytes with those crates
-//!   and defines only what bytes are signed ([`signed_chunk`], [`signed_receipt`],
+//!   and defines only what bytes are signed ([`ChunkSigned`], [`signed_receipt`],
 //!   [`signed_refusal`]).
 //! - A secret key lives in a file of one line, `empathic-key v1 KIND BASE64` (KIND
 //!   `ed25519` or `x25519`, the 32 secret bytes), created with mode 0600 and never
@@ -318,70 +318,55 @@ impl StudySecretKey {
 }
 
 /// What a station signs for one chunk of a message: the whole envelope (format
-/// `empathic-sync` v2) but the signature, with this chunk's data as its sha256. A JSON
-/// array, so no field can run into the next.
-#[allow(clippy::too_many_arguments)]
-pub fn signed_chunk(
-    study: &str,
-    station: &str,
-    kind: &str,
-    subject: &str,
-    message_id: &str,
-    seq: i64,
-    chunk: usize,
-    chunks: usize,
-    sha256: &str,
-    signer: &str,
-    data: &str,
-) -> Vec<u8> {
-    signed_chunk_of_digest(
-        study,
-        station,
-        kind,
-        subject,
-        message_id,
-        seq,
-        chunk,
-        chunks,
-        sha256,
-        signer,
-        &sha256_hex(data.as_bytes()),
-    )
+/// `empathic-sync` v2) but the signature, with this chunk's data as its sha256. The signed
+/// bytes are a JSON array, so no field can run into the next.
+///
+/// `attempt` is the send attempt's nonce (a fresh one each time the message is
+/// published): signed (`empathic-sync-chunk-v3`), it makes the bytes of every attempt
+/// differ, so a refusal naming one attempt's bytes cannot be replayed against a later one.
+/// Without it (stations before the nonce) the bytes are `empathic-sync-chunk-v2`.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkSigned<'a> {
+    pub study: &'a str,
+    pub station: &'a str,
+    pub kind: &'a str,
+    pub subject: &'a str,
+    pub message_id: &'a str,
+    pub seq: i64,
+    pub chunk: usize,
+    pub chunks: usize,
+    /// The whole message's plaintext sha256.
+    pub sha256: &'a str,
+    pub signer: &'a str,
+    /// The sha256 of this chunk's data: what a central database keeps of one chunk (its
+    /// `proof`) is enough to verify a record again without its sealed data.
+    pub data_sha256: &'a str,
+    pub attempt: Option<&'a str>,
 }
 
-/// [`signed_chunk`] from the chunk's data digest: what a central database keeps of one
-/// chunk (its `proof`) is enough to verify a record again without its sealed data, since
-/// the signed bytes name the whole message's plaintext sha256.
-#[allow(clippy::too_many_arguments)]
-pub fn signed_chunk_of_digest(
-    study: &str,
-    station: &str,
-    kind: &str,
-    subject: &str,
-    message_id: &str,
-    seq: i64,
-    chunk: usize,
-    chunks: usize,
-    sha256: &str,
-    signer: &str,
-    data_digest: &str,
-) -> Vec<u8> {
-    serde_json::json!([
-        "empathic-sync-chunk-v2",
-        study,
-        station,
-        kind,
-        subject,
-        message_id,
-        seq,
-        chunk,
-        chunks,
-        sha256,
-        signer,
-        data_digest
-    ])
-    .to_string()
-    .into_bytes()
+impl ChunkSigned<'_> {
+    /// The bytes signed.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut fields = serde_json::json!([
+            "empathic-sync-chunk-v2",
+            self.study,
+            self.station,
+            self.kind,
+            self.subject,
+            self.message_id,
+            self.seq,
+            self.chunk,
+            self.chunks,
+            self.sha256,
+            self.signer,
+            self.data_sha256
+        ]);
+        if let (Some(a), Some(list)) = (self.attempt, fields.as_array_mut()) {
+            list[0] = "empathic-sync-chunk-v3".into();
+            list.push(a.into());
+        }
+        fields.to_string().into_bytes()
+    }
 }
 
 /// What a collector signs for a receipt.
@@ -453,8 +438,6 @@ pub fn signed_refusal(
     .to_string()
     .into_bytes()
 }
-
-use crate::digest::sha256_hex;
 
 #[cfg(test)]
 mod tests {

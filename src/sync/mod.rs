@@ -291,7 +291,13 @@ fn wire_envelopes(
             sealed
         }
     };
-    Ok(sealed_envelopes(m, &sealed, opts, &s.key))
+    Ok(sealed_envelopes(
+        m,
+        &sealed,
+        opts,
+        &s.key,
+        &crate::digest::nonce_hex(),
+    ))
 }
 
 fn topic(opts: &SyncOptions, kind: &str) -> String {

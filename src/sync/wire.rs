@@ -187,13 +187,16 @@ pub fn envelopes(m: &Pending, opts: &SyncOptions) -> Vec<String> {
 
 /// The sealed chunk envelopes of a message (format v2), in order: `sealed` (the payload
 /// sealed to the study, base64) cut into chunks, each envelope signed by the station over
-/// every field but the signature ([`keys::signed_chunk`]). `sha256` stays the plaintext's,
-/// which the collector checks after opening and names in its receipt.
+/// every field but the signature ([`keys::ChunkSigned`]). `sha256` stays the plaintext's,
+/// which the collector checks after opening and names in its receipt. `attempt` is this
+/// send's nonce ([`crate::digest::nonce_hex`]): signed, it makes this attempt's bytes its own, so a
+/// refusal of an earlier attempt names bytes this one never published.
 pub fn sealed_envelopes(
     m: &Pending,
     sealed: &str,
     opts: &SyncOptions,
     key: &keys::SigningKey,
+    attempt: &str,
 ) -> Vec<String> {
     let parts = chunks_of(sealed);
     let n = parts.len();
@@ -201,22 +204,24 @@ pub fn sealed_envelopes(
         .iter()
         .enumerate()
         .map(|(i, data)| {
-            let signed = keys::signed_chunk(
-                &opts.study,
-                &opts.station,
-                &m.kind,
-                &m.subject,
-                &m.message_id,
-                m.seq,
-                i,
-                n,
-                &m.sha256,
-                key.public(),
-                data,
-            );
+            let signed = keys::ChunkSigned {
+                study: &opts.study,
+                station: &opts.station,
+                kind: &m.kind,
+                subject: &m.subject,
+                message_id: &m.message_id,
+                seq: m.seq,
+                chunk: i,
+                chunks: n,
+                sha256: &m.sha256,
+                signer: key.public(),
+                data_sha256: &crate::digest::sha256_hex(data.as_bytes()),
+                attempt: Some(attempt),
+            };
             let mut e = envelope(m, opts, SEALED_ENVELOPE_VERSION, i, n, data);
             e["signer"] = key.public().into();
-            e["sig"] = key.sign(&signed).into();
+            e["attempt"] = attempt.into();
+            e["sig"] = key.sign(&signed.bytes()).into();
             e.to_string()
         })
         .collect()

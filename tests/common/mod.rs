@@ -68,6 +68,12 @@ pub fn later_demo_session(dest: &Path) -> PathBuf {
 /// command, e.g. `qemu-x86_64 -cpu Haswell` to run it on another CPU class (see
 /// `tests/it/golden.rs`).
 pub fn empathic(args: &[&str]) -> Output {
+    empathic_logging("error", args)
+}
+
+/// [`empathic`] with its log at `level` (an `EMPATHIC_LOG` directive): for a test that
+/// reads what the command warned of.
+pub fn empathic_logging(level: &str, args: &[&str]) -> Output {
     let runner = std::env::var("EMPATHIC_TEST_RUNNER").unwrap_or_default();
     let mut words = runner.split_whitespace();
     let mut cmd = match words.next() {
@@ -79,7 +85,7 @@ pub fn empathic(args: &[&str]) -> Output {
         None => Command::new(env!("CARGO_BIN_EXE_empathic")),
     };
     cmd.args(args)
-        .env("EMPATHIC_LOG", "error")
+        .env("EMPATHIC_LOG", level)
         .output()
         .expect("run empathic")
 }

@@ -64,6 +64,62 @@ fn sync(db: &Path, config: &Path, port: u16, station: &str, timeout: &str) -> st
     ])
 }
 
+/// A client on the broker that answers each message on `empathic/v1/STUDY/{topic}` with
+/// what `meddle` makes of it (a tampered copy, a replayed refusal), never its own.
+struct Meddler {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl Meddler {
+    fn start(
+        port: u16,
+        topic: &str,
+        mut meddle: impl FnMut(&rumqttc::Publish) -> Option<(String, Vec<u8>)> + Send + 'static,
+    ) -> Meddler {
+        let done = Arc::new(AtomicBool::new(false));
+        let mut opts = MqttOptions::new("meddler", "127.0.0.1", port);
+        opts.set_keep_alive(Duration::from_secs(5))
+            .set_max_packet_size(1 << 24, 1 << 24);
+        let (client, mut conn) = Client::new(opts, 256);
+        client
+            .subscribe(format!("empathic/v1/{STUDY}/{topic}"), QoS::AtLeastOnce)
+            .unwrap();
+        let d = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("meddler".into())
+            .spawn(move || {
+                let (mut mine, mut sent) = (std::collections::HashSet::new(), 0);
+                while !d.load(Ordering::Relaxed) {
+                    let Ok(Ok(Event::Incoming(Packet::Publish(p)))) =
+                        conn.recv_timeout(Duration::from_millis(100))
+                    else {
+                        continue;
+                    };
+                    if mine.contains(&p.payload.to_vec()) {
+                        continue;
+                    }
+                    if let Some((t, payload)) = meddle(&p) {
+                        mine.insert(payload.clone());
+                        client.publish(t, QoS::AtLeastOnce, false, payload).unwrap();
+                        sent += 1;
+                    }
+                }
+                sent
+            })
+            .unwrap();
+        // Subscribed before anything is published.
+        std::thread::sleep(Duration::from_millis(500));
+        Meddler { done, thread }
+    }
+
+    /// Stops it; how many messages it published.
+    fn stop(self) -> usize {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 /// Every payload published on the broker, as a subscriber to `#` sees it.
 /// What the spy saw: (topic, payload) of every publish.
 type Seen = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
@@ -194,10 +250,16 @@ fn forged(
     };
     let sealed = study.seal(payload.as_bytes()).unwrap();
     let topic = format!("empathic/v1/{STUDY}/{station}/{kind}");
-    sealed_envelopes(&m, &sealed, &opts(station), signer)
-        .into_iter()
-        .map(|e| (topic.clone(), e))
-        .collect()
+    sealed_envelopes(
+        &m,
+        &sealed,
+        &opts(station),
+        signer,
+        &empathic::digest::nonce_hex(),
+    )
+    .into_iter()
+    .map(|e| (topic.clone(), e))
+    .collect()
 }
 
 /// What the central file holds: every session's carried rows, and the collector's records.
@@ -975,51 +1037,13 @@ fn a_refusal_of_a_tampered_copy_holds_nothing_at_the_station() {
         .success());
 
     // The tamperer: every chunk the station publishes comes again, its `sig` altered.
-    let done = Arc::new(AtomicBool::new(false));
-    let tampered = Arc::new(Mutex::new(0usize));
-    let tamperer = {
-        let (done, tampered) = (done.clone(), tampered.clone());
-        let mut opts = MqttOptions::new("tamperer", "127.0.0.1", port);
-        opts.set_keep_alive(Duration::from_secs(5))
-            .set_max_packet_size(1 << 24, 1 << 24);
-        let (client, mut conn) = Client::new(opts, 256);
-        client
-            .subscribe(
-                format!("empathic/v1/{STUDY}/station-1/session"),
-                QoS::AtLeastOnce,
-            )
-            .unwrap();
-        std::thread::Builder::new()
-            .name("tamperer".into())
-            .spawn(move || {
-                let mut mine = std::collections::HashSet::new();
-                while !done.load(Ordering::Relaxed) {
-                    let Ok(Ok(Event::Incoming(Packet::Publish(p)))) =
-                        conn.recv_timeout(Duration::from_millis(100))
-                    else {
-                        continue;
-                    };
-                    if mine.contains(&p.payload.to_vec()) {
-                        continue;
-                    }
-                    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&p.payload) else {
-                        continue;
-                    };
-                    let Some(sig) = v["sig"].as_str().map(str::to_string) else {
-                        continue;
-                    };
-                    let flipped = if sig.starts_with('A') { "B" } else { "A" };
-                    v["sig"] = format!("{flipped}{}", &sig[1..]).into();
-                    let copy = v.to_string().into_bytes();
-                    mine.insert(copy.clone());
-                    client
-                        .publish(p.topic.clone(), QoS::AtLeastOnce, false, copy)
-                        .unwrap();
-                    *tampered.lock().unwrap() += 1;
-                }
-            })
-            .unwrap()
-    };
+    let tamperer = Meddler::start(port, "station-1/session", |p| {
+        let mut v = serde_json::from_slice::<serde_json::Value>(&p.payload).ok()?;
+        let sig = v["sig"].as_str()?.to_string();
+        let flipped = if sig.starts_with('A') { "B" } else { "A" };
+        v["sig"] = format!("{flipped}{}", &sig[1..]).into();
+        Some((p.topic.clone(), v.to_string().into_bytes()))
+    });
     std::thread::sleep(Duration::from_millis(500));
     let o = sync(&db, &cfg, port, "station-1", "30");
     // The collector's refusals of the copies take a moment more: wait for them too.
@@ -1034,9 +1058,7 @@ fn a_refusal_of_a_tampered_copy_holds_nothing_at_the_station() {
         "the collector's refusal of a tampered copy",
         refusal_of_a_copy,
     );
-    done.store(true, Ordering::Relaxed);
-    let _ = tamperer.join();
-    assert!(*tampered.lock().unwrap() > 0, "no chunk was tampered with");
+    assert!(tamperer.stop() > 0, "no chunk was tampered with");
     assert!(o.status.success(), "{}", stderr(&o));
     // A second sync, with the refusals now all published: nothing held, nothing sent.
     let o = sync(&db, &cfg, port, "station-1", "10");
@@ -1050,6 +1072,120 @@ fn a_refusal_of_a_tampered_copy_holds_nothing_at_the_station() {
         "SELECT message_id FROM outbox WHERE refused_code IS NOT NULL",
     );
     assert!(held.is_empty(), "{held:?}");
+    wait_until("demo-0001 centrally", || {
+        sessions_in(&crate::common::store::open_db(&central)) == ["demo-0001"]
+    });
+    stop(c);
+}
+
+/// Issue 56, item 3 (the probe's case 7): a genuine signed refusal captured on the broker
+/// and replayed after the station was enrolled. Every send attempt signs a fresh nonce, so
+/// the replayed refusal names bytes this attempt never published: it holds nothing, and
+/// the message is stored and synced at the first try.
+#[test]
+fn a_refusal_replayed_from_an_earlier_attempt_holds_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let broker = start_broker(dir, free_port());
+    let port = broker.port;
+    let keys = dir.join("keys");
+    let study_public = key("study", &keys.join("study.key"));
+    let collector_public = key("collector", &keys.join("collector.key"));
+    let s1_public = key("station", &keys.join("s1.key"));
+    let central = dir.join("central.db");
+    let spy = Spy::start(port);
+    let c = collector(&central, port, &keys);
+    wait_subscribed(port, &[path_str(&central)], Duration::from_secs(20));
+    let cfg = station_config(
+        dir,
+        "s1.toml",
+        &keys.join("s1.key"),
+        &study_public,
+        &collector_public,
+    );
+    let db = dir.join("station-1.db");
+    assert!(replay_cli(&demo_session(), &db, Some(&cfg))
+        .status
+        .success());
+    // Not enrolled yet: a genuine, signed `not_enrolled` refusal, which the spy keeps.
+    let o = sync(&db, &cfg, port, "station-1", "10");
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let captured = || {
+        spy.seen.lock().unwrap().iter().find_map(|(t, p)| {
+            (t.ends_with("station-1/refusal")
+                && serde_json::from_slice::<serde_json::Value>(p)
+                    .is_ok_and(|r| r["code"] == "not_enrolled" && r["sig"].is_string()))
+            .then(|| p.clone())
+        })
+    };
+    wait_until("the collector's signed not_enrolled refusal", || {
+        captured().is_some()
+    });
+    let refusal = captured().unwrap();
+    let o = empathic(&[
+        "collect",
+        "enrol",
+        "station-1",
+        &s1_public,
+        "--db",
+        path_str(&central),
+        "--study",
+        STUDY,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // The replayer: each chunk the station publishes now is answered at once with the
+    // refusal captured before. The collector is down meanwhile, so no receipt can win the
+    // race: the station hears the replayed refusal alone.
+    stop(c);
+    let replayer = Meddler::start(port, "station-1/session", move |p| {
+        Some((p.topic.replace("/session", "/refusal"), refusal.clone()))
+    });
+    let sync_retrying = |timeout: &str| {
+        crate::common::empathic_logging(
+            "warn",
+            &[
+                "sync",
+                "--db",
+                path_str(&db),
+                "--config",
+                path_str(&cfg),
+                "--broker",
+                &format!("mqtt://127.0.0.1:{port}"),
+                "--study",
+                STUDY,
+                "--station",
+                "station-1",
+                "--until-synced",
+                "--timeout",
+                timeout,
+                "--retry-refused",
+            ],
+        )
+    };
+    let o = sync_retrying("6");
+    let err = stderr(&o);
+    assert!(replayer.stop() > 0, "no refusal was replayed");
+    assert!(
+        err.contains("a refusal ignored: it names envelope bytes this station did not publish"),
+        "{err}"
+    );
+    assert!(!err.contains("the collector refused this message"), "{err}");
+    let station = crate::common::store::open_db(&db);
+    let held: Vec<String> = column(
+        &station,
+        "SELECT message_id FROM outbox WHERE refused_code IS NOT NULL",
+    );
+    assert!(held.is_empty(), "the replayed refusal held {held:?}");
+    drop(station);
+    // The collector back: the message goes at the next sync, nothing held.
+    let c = collector(&central, port, &keys);
+    wait_subscribed(port, &[path_str(&central)], Duration::from_secs(20));
+    let o = sync(&db, &cfg, port, "station-1", "30");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = sync_status(&db, &cfg);
+    assert_eq!(s["synced"].as_u64(), Some(1), "{s}");
+    assert!(s["last_refusal"].is_null(), "{s}");
     wait_until("demo-0001 centrally", || {
         sessions_in(&crate::common::store::open_db(&central)) == ["demo-0001"]
     });

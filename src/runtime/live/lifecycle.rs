@@ -55,18 +55,9 @@ pub(super) struct Proof<'a> {
     pub(super) trusted: bool,
 }
 
-/// A new session token: 16 random bytes in hex (the OS's generator; a clock-derived value
-/// when it cannot be read, which only a caller of this machine could guess).
+/// A new session token ([`crate::digest::nonce_hex`]).
 fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        bytes = t.to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::nonce_hex()
 }
 
 impl Tie {

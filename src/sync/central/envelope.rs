@@ -18,7 +18,7 @@ pub(super) struct Envelope {
     /// order stands in for it).
     pub(super) seq: Option<i64>,
     /// Sealed sync (format v2): the signer's public key and the signature over
-    /// `keys::signed_chunk`; `data` is then a piece of the payload sealed to the study.
+    /// `keys::ChunkSigned`; `data` is then a piece of the payload sealed to the study.
     pub(super) signed: Option<(String, String)>,
     /// What the record keeps to be verified again (signed envelopes; a copied record's
     /// from its source).
@@ -36,12 +36,15 @@ pub(super) struct Proof {
     pub(super) chunk: i64,
     pub(super) chunks: i64,
     pub(super) data_sha256: String,
+    /// The send attempt's nonce the signature covers (stations before it signed none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) attempt: Option<String>,
 }
 
 impl Envelope {
     /// Whether `p` (this envelope's own proof, or one a central record kept) is a valid
     /// signature by `p.signer` over this message: the one check of a station's signature
-    /// for the live gate and `collect copy` alike (`keys::signed_chunk_of_digest`).
+    /// for the live gate and `collect copy` alike (`keys::ChunkSigned`).
     pub(super) fn proof_verifies(&self, p: &Proof) -> bool {
         let (Some(seq), Ok(chunk), Ok(chunks)) = (
             self.seq,
@@ -50,19 +53,21 @@ impl Envelope {
         ) else {
             return false;
         };
-        let signed = keys::signed_chunk_of_digest(
-            &self.study,
-            &self.station,
-            &self.kind,
-            &self.subject,
-            &self.id,
+        let signed = keys::ChunkSigned {
+            study: &self.study,
+            station: &self.station,
+            kind: &self.kind,
+            subject: &self.subject,
+            message_id: &self.id,
             seq,
             chunk,
             chunks,
-            &self.sha,
-            &p.signer,
-            &p.data_sha256,
-        );
+            sha256: &self.sha,
+            signer: &p.signer,
+            data_sha256: &p.data_sha256,
+            attempt: p.attempt.as_deref(),
+        }
+        .bytes();
         keys::VerifyingKey::parse(&p.signer).is_ok_and(|k| k.verifies(&signed, &p.sig))
     }
 
@@ -168,12 +173,27 @@ pub(super) fn parse_envelope(topic: &str, payload: &[u8]) -> Result<Envelope, St
                 .ok_or_else(|| format!("seq {s} is not a positive integer"))?,
         ),
     };
+    // A send attempt's nonce is short hex; anything else is not one this project wrote.
+    let attempt = match &v["attempt"] {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(a)
+            if (1..=64).contains(&a.len()) && a.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            Some(a.clone())
+        }
+        a => {
+            return Err(format!(
+                "attempt {a} is not a hex nonce of at most 64 digits"
+            ))
+        }
+    };
     let proof = signed.as_ref().map(|(signer, sig)| Proof {
         signer: signer.clone(),
         sig: sig.clone(),
         chunk: chunk as i64,
         chunks: chunks as i64,
         data_sha256: crate::digest::sha256_hex(data.as_bytes()),
+        attempt,
     });
     Ok(Envelope {
         id,
