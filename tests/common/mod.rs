@@ -139,6 +139,36 @@ pub fn replay_cli_with(session: &Path, db: &Path, config: Option<&Path>, extra: 
     empathic(&args)
 }
 
+/// The CPU class the binary runs on: this machine's, or `EMPATHIC_TEST_CPU_CLASS` when
+/// `EMPATHIC_TEST_RUNNER` runs it on an emulated one (e.g. `avx2,fma` for
+/// `qemu-x86_64 -cpu Haswell`).
+pub fn cpu_class() -> String {
+    if let Ok(class) = std::env::var("EMPATHIC_TEST_CPU_CLASS") {
+        return class;
+    }
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    ["avx2", "fma", "avx512f", "avx512_vnni", "avx512bw"]
+        .iter()
+        .filter(|f| flags.contains(f))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The file of `dir` holding data computed on this CPU class: `{stem}.{class}.{ext}` with
+/// the class's commas as `-` (ONNX Runtime's kernels differ between classes, so a model's
+/// outputs are exact only within one). `None` when none was taken on this class.
+pub fn cpu_class_file(dir: &Path, stem: &str, ext: &str) -> Option<PathBuf> {
+    let p = dir.join(format!("{stem}.{}.{ext}", cpu_class().replace(',', "-")));
+    p.exists().then_some(p)
+}
+
 pub mod broker;
 pub mod central;
 pub mod chromium;

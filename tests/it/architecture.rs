@@ -279,6 +279,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "core",
             "clock",
             "exit",
+            "digest",
             "files",
             "named_thread",
             "config",

@@ -327,15 +327,36 @@ fn explain_says_why_there_is_nothing_to_explain() {
 
 /// The toolkit's own implementation (`tools/fusion/explain.py`, written from the definition
 /// in Python with onnxruntime) computed the exact attribution of one demo window of the
-/// shipped TFN model from `export windows`' arrays; its output is committed
-/// (`tests/data/fusion/tfn-attribution-reference.json`), and the station's must agree.
+/// shipped TFN model from `export windows`' arrays; its output is committed per CPU class
+/// (`tests/data/fusion/tfn-attribution-reference.{class}.json`), and the station's must
+/// agree within 1e-5. The window's features come from learned models whose ONNX Runtime
+/// kernels differ between CPU classes (the prediction of this window is 3.4890 on AVX2 and
+/// 3.4900 on AVX-512), so the exact comparison needs a reference taken on this class; on a
+/// class with none, the station is compared with each reference within 1e-2 and the test
+/// says how to add this class's.
 #[test]
 fn the_station_and_the_toolkit_compute_the_same_exact_attribution() {
-    let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("tests/data/fusion/tfn-attribution-reference.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let dir = root().join("tests/data/fusion");
+    let stem = "tfn-attribution-reference";
+    let (file, tolerance) = match cpu_class_file(&dir, stem, "json") {
+        Some(f) => (f, 1e-5),
+        None => {
+            eprintln!(
+                "no toolkit reference taken on CPU class {}: comparing within 1e-2; add one with \
+                 tools/fusion/explain.py (docs/prediction.md) as {stem}.<class>.json",
+                cpu_class()
+            );
+            let any = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(stem)))
+                .unwrap();
+            (any, 1e-2)
+        }
+    };
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let db = db_with_bank(tmp.path());
     let cfg = config(
@@ -359,18 +380,23 @@ fn the_station_and_the_toolkit_compute_the_same_exact_attribution() {
         )
         .unwrap();
     assert_eq!(method, "exact");
-    assert!((baseline - reference["baseline"].as_f64().unwrap()).abs() < 1e-5);
-    assert!((score - reference["prediction"].as_f64().unwrap()).abs() < 1e-5);
+    let near = |got: f64, key: &str, want: &serde_json::Value| {
+        let w = want[key].as_f64().unwrap();
+        assert!(
+            (got - w).abs() < tolerance,
+            "{key} {}: station {got} vs toolkit {w} ({})",
+            want["cue"],
+            file.display()
+        );
+    };
+    near(baseline, "baseline", &reference);
+    near(score, "prediction", &reference);
     let cues: Vec<serde_json::Value> = serde_json::from_str(&cues).unwrap();
     let want = reference["cues"].as_array().unwrap();
     assert_eq!(cues.len(), want.len(), "{cues:?}");
     for (got, want) in cues.iter().zip(want) {
         assert_eq!(got["modality"], want["modality"]);
         assert_eq!(got["cue"], want["cue"]);
-        let (g, w) = (
-            got["value"].as_f64().unwrap(),
-            want["value"].as_f64().unwrap(),
-        );
-        assert!((g - w).abs() < 1e-5, "{}: {g} vs {w}", want["cue"]);
+        near(got["value"].as_f64().unwrap(), "value", want);
     }
 }
