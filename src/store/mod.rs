@@ -274,7 +274,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 12);
+        assert_eq!(store.schema_version().unwrap(), 13);
         drop(store);
         let store = Store::open(&path).unwrap();
         let n: i64 = store
@@ -325,7 +325,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 12);
+        assert_eq!(store.schema_version().unwrap(), 13);
         let rows: Vec<(i64, String, String, Option<String>)> = store
             .connection()
             .prepare("SELECT seq, message_id, state, sealed FROM outbox ORDER BY seq")
@@ -367,7 +367,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 12);
+        assert_eq!(store.schema_version().unwrap(), 13);
         let n: i64 = store
             .connection()
             .query_row(
@@ -397,7 +397,7 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 12);
+        assert_eq!(store.schema_version().unwrap(), 13);
         // v4: the outbox exists and announces nothing retroactively.
         let queued: i64 = store
             .connection()

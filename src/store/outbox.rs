@@ -106,6 +106,12 @@ impl Outbox<'_> {
         delivery::held(self.0.connection())
     }
 
+    /// Releases the messages collector `by` refused as too new while it read something
+    /// other than `reads` (see `sql::delivery::release_too_new`).
+    pub fn release_too_new(&self, by: &str, reads: &str) -> Result<usize, StoreError> {
+        delivery::release_too_new(self.0.connection(), by, reads)
+    }
+
     /// Releases every message held by a collector's refusal, to go at the next sync.
     pub fn release_refused(&self) -> Result<usize, StoreError> {
         delivery::release_refused(self.0.connection())

@@ -27,7 +27,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         V11,
     ),
     (12, "what moved each prediction", V12),
+    (
+        13,
+        "what a collector read when it refused a message as too new",
+        V13,
+    ),
 ];
+
+/// Version 13: what the refusing collector read when it refused a message (`refused_reads`,
+/// `sync::Refusal::reads`, for example `records v2, consent v1`). A message refused as
+/// `too_new` is sent again when that collector says (its retained hello) it now reads
+/// something else: an upgrade, not a restart, lifts the hold.
+const V13: &str = r#"
+ALTER TABLE outbox ADD COLUMN refused_reads TEXT;
+"#;
 
 /// Version 12: each prediction's attribution to the cues of its window
 /// (`core::Attribution`: the baseline, how it was computed, and per cue its value as JSON),

@@ -12,7 +12,10 @@
 //! station call it synced.
 //! A message refused (at the gate, or unopenable, or read and quarantined) is answered with
 //! a signed refusal on `empathic/v1/{study}/{station}/refusal` (`sync::Refusal`; at most one
-//! per message a minute). What is stored, voided, purged or quarantined is
+//! per message a minute). At each connection it greets every known station (enrolled, or
+//! with a stored record) with a retained, signed hello on
+//! `empathic/v1/{study}/{station}/collector/NAME` (`sync::Hello`: what it reads), so a
+//! station holding a message an older version refused as `too_new` sends it again. What is stored, voided, purged or quarantined is
 //! [`Central::store_publish`]'s; a station's retained `health` and `status` are kept by
 //! [`Central::store_health`] and [`Central::store_status`] (no receipt: they are not in any
 //! outbox; asked for again every `[collect] health_sweep_s`, so one a flood made the broker
@@ -137,6 +140,15 @@ pub fn collect(
         while let Some(o) = outgoing.front() {
             let sent = match o {
                 Outgoing::Ack(p) => client.try_ack(p).is_ok(),
+                Outgoing::Hello(station) => client
+                    .try_publish(
+                        format!("empathic/v1/{study}/{station}/collector/{name}"),
+                        QoS::AtLeastOnce,
+                        true,
+                        serde_json::to_string(&hello(study, station, name, signing))
+                            .unwrap_or_default(),
+                    )
+                    .is_ok(),
                 Outgoing::Receipt {
                     topic,
                     message_id,
@@ -184,6 +196,15 @@ pub fn collect(
                     .map_err(|e| CollectError::Subscribe(e.to_string()))?;
                 swept = Some(std::time::Instant::now());
                 tracing::info!(host, port, %filter, "collect: connected");
+                // Each known station hears what this collector reads: a station holding a
+                // message this collector's earlier version refused as too new sends it
+                // again when that changed.
+                match central.known_stations(study) {
+                    Ok(stations) => outgoing.extend(stations.into_iter().map(Outgoing::Hello)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "collect: cannot list the study's stations to greet")
+                    }
+                }
             }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
                 if p.topic.ends_with("/receipt") || p.topic.ends_with("/refusal") {
@@ -262,6 +283,36 @@ fn receipt(
     r
 }
 
+/// This collector's hello to `station` of `study` ([`super::Hello`]), signed over
+/// `keys::signed_hello` when the collector has a signing key.
+fn hello(
+    study: &str,
+    station: &str,
+    collector: &str,
+    signing: Option<&SigningKey>,
+) -> super::Hello {
+    let reads = super::collector_reads();
+    let (signer, sig) = match signing {
+        Some(key) => (
+            Some(key.public().to_string()),
+            Some(key.sign(&super::keys::signed_hello(
+                study,
+                station,
+                collector,
+                &reads,
+                key.public(),
+            ))),
+        ),
+        None => (None, None),
+    };
+    super::Hello {
+        collector: collector.to_string(),
+        reads,
+        signer,
+        sig,
+    }
+}
+
 /// The refusal for `r`, signed over `keys::signed_refusal` when the collector has a
 /// signing key.
 fn refusal(
@@ -278,25 +329,19 @@ fn refusal(
         code: r.code.to_string(),
         reason: r.reason.clone(),
         settled: r.settled,
+        reads: Some(super::collector_reads()),
         signer: None,
         sig: None,
     };
     if let Some(key) = signing {
         let mut parts = r.topic.split('/').skip(2);
         let (study, station) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let signed = super::keys::signed_refusal(
+        out.sig = Some(key.sign(&super::keys::signed_refusal(
             study,
             station,
-            &out.message_id,
-            &out.sha256,
-            out.envelope_sha256.as_deref(),
-            collector,
-            &out.code,
-            &out.reason,
-            out.settled,
+            &out,
             key.public(),
-        );
-        out.sig = Some(key.sign(&signed));
+        )));
         out.signer = Some(key.public().to_string());
     }
     out
@@ -333,6 +378,8 @@ impl RefusalsTold {
 
 /// What the collector owes the broker after a commit.
 enum Outgoing {
+    /// This collector's hello to a station (retained).
+    Hello(String),
     /// A refusal, and the sha256 of the envelope bytes it answers.
     Refusal(super::central::Refusal, String),
     Ack(Publish),

@@ -391,50 +391,54 @@ pub fn signed_receipt(
     .into_bytes()
 }
 
-/// What a collector signs for a refusal: the message it refused (and that message's
-/// sha256 as announced), who refused, the reason's code and text, and whether it was final.
-#[allow(clippy::too_many_arguments)]
-pub fn signed_refusal(
+/// What a collector signs for a refusal `r` of a message of `study` and `station`: the
+/// message it refused (and that message's sha256 as announced), the exact envelope bytes
+/// refused, who refused, the reason's code and text, whether it was final, and what the
+/// collector reads. Version 3 carries `reads`, version 2 names the envelope bytes without
+/// it, version 1 (the oldest collectors) neither.
+pub fn signed_refusal(study: &str, station: &str, r: &super::Refusal, signer: &str) -> Vec<u8> {
+    let mut fields = vec![
+        serde_json::Value::from("empathic-sync-refusal-v1"),
+        study.into(),
+        station.into(),
+        r.message_id.as_str().into(),
+        r.sha256.as_str().into(),
+    ];
+    if let Some(envelope) = &r.envelope_sha256 {
+        fields[0] = "empathic-sync-refusal-v2".into();
+        fields.push(envelope.as_str().into());
+    }
+    fields.extend([
+        r.collector.as_str().into(),
+        r.code.as_str().into(),
+        r.reason.as_str().into(),
+        r.settled.into(),
+        signer.into(),
+    ]);
+    if let (Some(reads), Some(_)) = (&r.reads, &r.envelope_sha256) {
+        fields[0] = "empathic-sync-refusal-v3".into();
+        fields.push(reads.as_str().into());
+    }
+    serde_json::Value::Array(fields).to_string().into_bytes()
+}
+
+/// What a collector signs for its hello to one station (`sync::Hello`): who it is and what
+/// it reads.
+pub fn signed_hello(
     study: &str,
     station: &str,
-    message_id: &str,
-    sha256: &str,
-    envelope_sha256: Option<&str>,
     collector: &str,
-    code: &str,
-    reason: &str,
-    settled: bool,
+    reads: &str,
     signer: &str,
 ) -> Vec<u8> {
-    match envelope_sha256 {
-        // Version 2 names the exact envelope bytes refused (one chunk as published), so
-        // a refusal of a copy altered on the way, or of an earlier attempt, binds nothing.
-        Some(envelope) => serde_json::json!([
-            "empathic-sync-refusal-v2",
-            study,
-            station,
-            message_id,
-            sha256,
-            envelope,
-            collector,
-            code,
-            reason,
-            settled,
-            signer
-        ]),
-        None => serde_json::json!([
-            "empathic-sync-refusal-v1",
-            study,
-            station,
-            message_id,
-            sha256,
-            collector,
-            code,
-            reason,
-            settled,
-            signer
-        ]),
-    }
+    serde_json::json!([
+        "empathic-sync-hello-v1",
+        study,
+        station,
+        collector,
+        reads,
+        signer
+    ])
     .to_string()
     .into_bytes()
 }

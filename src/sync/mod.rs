@@ -37,7 +37,7 @@ use rumqttc::{Client, Event, LastWill, MqttOptions, Packet, QoS};
 
 use crate::store::outbox::{Outbox, Pending};
 use crate::store::{Store, StoreError};
-use refusals::{take_refusal, Heard, SentEnvelopes};
+use refusals::{take_hello, take_refusal, Heard, SentEnvelopes};
 
 /// Payload characters per chunk (well under brokers' default packet limits).
 pub const CHUNK_CHARS: usize = 64 * 1024;
@@ -138,10 +138,39 @@ pub struct Refusal {
     pub reason: String,
     #[serde(default)]
     pub settled: bool,
+    /// What the refusing collector reads ([`collector_reads`]): a `too_new` refusal is
+    /// lifted when the collector's hello says it reads something else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
+}
+
+/// A collector's hello to one station, retained on
+/// `empathic/v1/{study}/{station}/collector/{collector}` at each of its connections: who it
+/// is and what it reads. A station releases what that collector refused as `too_new` while
+/// it read something else (an upgrade); under sealed sync only a signed hello counts
+/// ([`keys::signed_hello`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Hello {
+    pub collector: String,
+    pub reads: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
+}
+
+/// What this build's collector reads: the newest record versions it applies. A record
+/// newer than these is refused `too_new`.
+pub fn collector_reads() -> String {
+    format!(
+        "records v{}, consent v{}",
+        crate::store::PAYLOAD_VERSION,
+        crate::store::CONSENT_VERSION
+    )
 }
 
 /// Most characters of a refusal's reason a station keeps and shows.
@@ -338,7 +367,10 @@ pub fn publish(
         if stop.load(Ordering::Relaxed) {
             break Ok(outcome);
         }
-        if until_synced && settled(conn, &digest)? {
+        // Held messages settle a batch run, but only after one connection: a collector's
+        // retained hello may release what it refused before it was upgraded.
+        if until_synced && settled(conn, &digest)? && (outcome.connections > 0 || conn.held()? == 0)
+        {
             break Ok(outcome);
         }
         if let Some(t) = timeout.filter(|t| started.elapsed() > *t) {
@@ -535,11 +567,18 @@ fn connection_round(
     tracing::info!(host = %opts.host, port = opts.port, "sync: connected to the broker");
     let receipts = topic(opts, "receipt");
     let refusals = topic(opts, "refusal");
-    for t in [&receipts, &refusals] {
+    let hellos = format!("{}/", topic(opts, "collector"));
+    let hello_filter = format!("{hellos}+");
+    let subscriptions = [&receipts, &refusals, &hello_filter];
+    for t in subscriptions {
         client
             .try_subscribe(t.clone(), QoS::AtLeastOnce)
             .map_err(|e| Round::Failed(e.to_string()))?;
     }
+    // A collector's retained hello (which may release held messages) follows the SUBACK
+    // of its subscription; `--until-synced` ends only after every SUBACK and a quiet poll
+    // after them, so a hello already on the broker is heard before "nothing to send".
+    let (mut subacks, mut hellos_heard) = (0usize, false);
     let digest = opts.config_digest();
     let mut told: Option<String> = None;
     let mut expected: u64 = 0;
@@ -571,7 +610,11 @@ fn connection_round(
                     queue.extend(chunks.into_iter().map(|c| (t.clone(), c)));
                     current = Some((m, done_at));
                 }
-                None if until_synced && acked >= expected && settled(conn, &digest)? => {
+                None if until_synced
+                    && hellos_heard
+                    && acked >= expected
+                    && settled(conn, &digest)? =>
+                {
                     return Ok(())
                 }
                 None => {}
@@ -632,6 +675,10 @@ fn connection_round(
                     }
                 }
             }
+            Ok(Ok(Event::Incoming(Packet::SubAck(_)))) => subacks += 1,
+            Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic.starts_with(&hellos) => {
+                take_hello(conn, opts, &p.payload)?;
+            }
             Ok(Ok(Event::Incoming(Packet::Publish(p)))) if p.topic == refusals => {
                 let in_flight = current.as_ref().map(|(m, _)| m.message_id.as_str());
                 let heard = Heard {
@@ -648,6 +695,7 @@ fn connection_round(
                 return Err(Round::Failed(e.to_string()));
             }
             Err(_) => {
+                hellos_heard |= subacks >= subscriptions.len();
                 // Nothing pending and nothing to wait for: idle until something is queued.
                 if current.is_none() && queue.is_empty() && !until_synced {
                     sleep_unless_stopped(Duration::from_millis(500), stop);

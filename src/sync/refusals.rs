@@ -1,7 +1,8 @@
 //! A collector's refusals as the station takes them: checked (signed by a trusted
 //! collector under sealed sync; naming a message of this outbox, as sent, and the exact
 //! envelope bytes this connection round published) and kept on the message, which is then
-//! held. [`super::connection_round`] hands them here.
+//! held. [`super::connection_round`] hands them here, and a collector's hello, which
+//! lifts what it refused as `too_new` once it reads something else.
 
 use super::{health, Refusal, Round, SyncOptions, MAX_REFUSAL_CHARS};
 use crate::store::outbox::Outbox;
@@ -90,6 +91,7 @@ pub(super) fn take_refusal(
         code: health::printable(&r.code, 40),
         reason: health::printable(&r.reason, MAX_REFUSAL_CHARS),
         at: conn.now()?,
+        reads: r.reads.as_deref().map(|x| health::printable(x, 80)),
     };
     conn.mark_refused(&r.message_id, &note, (!r.settled).then_some(digest))?;
     // One line per collector and kind of refusal: reasons name their message.
@@ -103,6 +105,39 @@ pub(super) fn take_refusal(
         *told = Some(said);
     } else {
         tracing::debug!(message = %r.message_id, code = %note.code, "sync: refused again");
+    }
+    Ok(())
+}
+
+/// A collector's hello received: checked (signed by a trusted collector under sealed sync)
+/// and what that collector refused as `too_new` while it read something else is released,
+/// to be sent now. A hello is retained, so it comes at every connection: what it read
+/// when it refused is kept on the message, and one it still reads the same holds on.
+pub(super) fn take_hello(
+    conn: &Outbox<'_>,
+    opts: &SyncOptions,
+    payload: &[u8],
+) -> Result<(), Round> {
+    let h = match serde_json::from_slice::<super::Hello>(payload) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(error = %e, "sync: an unreadable collector hello ignored");
+            return Ok(());
+        }
+    };
+    if let Some(s) = &opts.sealing {
+        if let Err(why) = s.check_hello(&h, &opts.study, &opts.station) {
+            tracing::warn!(collector = %health::printable(&h.collector, 80), "sync: a collector hello ignored: {why}");
+            return Ok(());
+        }
+    }
+    let (by, reads) = (
+        health::printable(&h.collector, 80),
+        health::printable(&h.reads, 80),
+    );
+    let n = conn.release_too_new(&by, &reads)?;
+    if n > 0 {
+        tracing::info!(collector = %by, reads = %reads, "sync: {n} message(s) this collector refused as too new are sent again: it now reads {reads}");
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! formats is `central/envelope.rs`.
 
 use super::{
-    keys, Receipt, Refusal, SyncError, SyncOptions, CHUNK_CHARS, ENVELOPE_VERSION,
+    keys, Hello, Receipt, Refusal, SyncError, SyncOptions, CHUNK_CHARS, ENVELOPE_VERSION,
     SEALED_ENVELOPE_VERSION,
 };
 use crate::store::outbox::Pending;
@@ -72,55 +72,63 @@ impl Sealing {
     /// Whether `r` is signed by one of the collectors this station trusts, for this study
     /// and station (`Err` says why not).
     pub fn check_receipt(&self, r: &Receipt, study: &str, station: &str) -> Result<(), String> {
-        let (Some(signer), Some(sig)) = (&r.signer, &r.sig) else {
-            return Err("unsigned (sealed sync counts only signed receipts)".into());
-        };
-        let Some(key) = self.collectors.iter().find(|k| k.text() == signer) else {
-            return Err(format!(
-                "signed by {signer}, not a key of sync.collector_keys"
-            ));
-        };
-        let signed = keys::signed_receipt(
-            study,
-            station,
-            &r.message_id,
-            r.sha256.as_deref().unwrap_or(""),
-            r.collector.as_deref().unwrap_or(""),
-            signer,
-        );
-        if key.verifies(&signed, sig) {
-            Ok(())
-        } else {
-            Err(format!("the signature by {signer} does not verify"))
-        }
+        self.signed_by_a_collector(
+            "receipts",
+            r.signer.as_deref(),
+            r.sig.as_deref(),
+            |signer| {
+                keys::signed_receipt(
+                    study,
+                    station,
+                    &r.message_id,
+                    r.sha256.as_deref().unwrap_or(""),
+                    r.collector.as_deref().unwrap_or(""),
+                    signer,
+                )
+            },
+        )
     }
-}
 
-impl Sealing {
+    /// Whether hello `h` is signed by one of the collectors this station trusts, for this
+    /// study and station (`Err` says why not): a forged hello could only make the station
+    /// send a held message again, but it is not believed either.
+    pub fn check_hello(&self, h: &Hello, study: &str, station: &str) -> Result<(), String> {
+        self.signed_by_a_collector("hellos", h.signer.as_deref(), h.sig.as_deref(), |signer| {
+            keys::signed_hello(study, station, &h.collector, &h.reads, signer)
+        })
+    }
+
     /// Whether refusal `r` is signed by one of the collectors this station trusts, for this
     /// study and station (`Err` says why not): a forged refusal could hold messages back.
     pub fn check_refusal(&self, r: &Refusal, study: &str, station: &str) -> Result<(), String> {
-        let (Some(signer), Some(sig)) = (&r.signer, &r.sig) else {
-            return Err("unsigned (sealed sync believes only signed refusals)".into());
+        self.signed_by_a_collector(
+            "refusals",
+            r.signer.as_deref(),
+            r.sig.as_deref(),
+            |signer| keys::signed_refusal(study, station, r, signer),
+        )
+    }
+
+    /// The one check behind the three: `signer` is a key of `sync.collector_keys` and `sig`
+    /// verifies over the bytes `signed(signer)`; `what` names the kind in the reason.
+    fn signed_by_a_collector(
+        &self,
+        what: &str,
+        signer: Option<&str>,
+        sig: Option<&str>,
+        signed: impl FnOnce(&str) -> Vec<u8>,
+    ) -> Result<(), String> {
+        let (Some(signer), Some(sig)) = (signer, sig) else {
+            return Err(format!(
+                "unsigned (sealed sync believes only signed {what})"
+            ));
         };
         let Some(key) = self.collectors.iter().find(|k| k.text() == signer) else {
             return Err(format!(
                 "signed by {signer}, not a key of sync.collector_keys"
             ));
         };
-        let signed = keys::signed_refusal(
-            study,
-            station,
-            &r.message_id,
-            &r.sha256,
-            r.envelope_sha256.as_deref(),
-            &r.collector,
-            &r.code,
-            &r.reason,
-            r.settled,
-            signer,
-        );
-        if key.verifies(&signed, sig) {
+        if key.verifies(&signed(signer), sig) {
             Ok(())
         } else {
             Err(format!("the signature by {signer} does not verify"))

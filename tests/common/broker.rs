@@ -126,3 +126,52 @@ pub fn sync_args(db: &Path, port: u16, station: &str, extra: &[&str]) -> Vec<Str
     args.extend(extra.iter().map(|a| a.to_string()));
     args
 }
+
+/// The message retained on `topic` that `accept` takes, waiting up to `within` for it
+/// (a collector's hello is published a moment after it connects).
+pub fn retained(
+    port: u16,
+    topic: &str,
+    within: Duration,
+    accept: impl Fn(&[u8]) -> bool,
+) -> Option<Vec<u8>> {
+    use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let mut opts = MqttOptions::new("test-retained", "127.0.0.1", port);
+        opts.set_keep_alive(Duration::from_secs(5));
+        let (client, mut conn) = Client::new(opts, 4);
+        client.subscribe(topic, QoS::AtLeastOnce).unwrap();
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            if let Ok(Ok(Event::Incoming(Packet::Publish(p)))) =
+                conn.recv_timeout(Duration::from_millis(100))
+            {
+                if p.retain && accept(&p.payload) {
+                    return Some(p.payload.to_vec());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Publishes `payload` retained on `topic` and waits for the broker's acknowledgement.
+pub fn publish_retained(port: u16, topic: &str, payload: &[u8]) {
+    use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
+    let mut opts = MqttOptions::new("test-publisher", "127.0.0.1", port);
+    opts.set_keep_alive(Duration::from_secs(5));
+    let (client, mut conn) = Client::new(opts, 4);
+    client
+        .publish(topic, QoS::AtLeastOnce, true, payload.to_vec())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "the broker did not take {topic}");
+        if let Ok(Ok(Event::Incoming(Packet::PubAck(_)))) =
+            conn.recv_timeout(Duration::from_millis(100))
+        {
+            return;
+        }
+    }
+}

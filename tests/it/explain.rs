@@ -350,7 +350,10 @@ fn the_station_and_the_toolkit_compute_the_same_exact_attribution() {
                 .unwrap()
                 .flatten()
                 .map(|e| e.path())
-                .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(stem)))
+                .find(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(stem))
+                })
                 .unwrap();
             (any, 1e-2)
         }

@@ -408,6 +408,27 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
     wait_until("demo-0001 centrally", || {
         sessions_in(&crate::common::store::open_db(&central)) == ["demo-0001"]
     });
+    // The collector greets each enrolled station with a retained hello (what it reads, a
+    // too_new refusal is lifted when that changes), signed over the study and station: a
+    // station believes only that.
+    let hello = crate::common::broker::retained(
+        port,
+        &format!("empathic/v1/{STUDY}/station-1/collector/sealed-collector"),
+        Duration::from_secs(20),
+        |_| true,
+    )
+    .expect("a retained hello for station-1");
+    let hello: empathic::sync::Hello = serde_json::from_slice(&hello).unwrap();
+    assert_eq!(hello.reads, empathic::sync::collector_reads());
+    let (signer, sig) = (hello.signer.clone().unwrap(), hello.sig.clone().unwrap());
+    assert_eq!(signer, collector_public);
+    let verifier = keys::VerifyingKey::parse(&signer).unwrap();
+    let bytes = |station: &str, reads: &str| {
+        keys::signed_hello(STUDY, station, "sealed-collector", reads, &signer)
+    };
+    assert!(verifier.verifies(&bytes("station-1", &hello.reads), &sig));
+    assert!(!verifier.verifies(&bytes("station-2", &hello.reads), &sig));
+    assert!(!verifier.verifies(&bytes("station-1", "records v99, consent v1"), &sig));
 
     // The broker and anyone on it saw envelopes, never the words or the ratings: the
     // record (as the station holds it) names them, no payload on the wire does.

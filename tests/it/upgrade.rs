@@ -5,7 +5,9 @@
 //! reads a station one record version older; a record newer than the collector knows is
 //! refused with the reason and nothing of it applied.
 
-use crate::common::broker::{free_port, start_broker, start_collector_as, sync_args};
+use crate::common::broker::{
+    free_port, publish_retained, retained, start_broker, start_collector_as, sync_args,
+};
 use crate::common::central::{sync_ok, wait_subscribed};
 use crate::common::old_store::{self, store_at};
 use crate::common::postgres::Postgres;
@@ -65,6 +67,10 @@ const SHIPPED: &[(i64, &str)] = &[
     (
         12,
         "169535b9c947f490fee599857302abd18dfb4aa2d08a304a7b4290a5126ebd19",
+    ),
+    (
+        13,
+        "c171ed6052f794d4c2339b5ba31293854ed066a1e60f49a780ee2336176f40b9",
     ),
 ];
 
@@ -305,8 +311,9 @@ fn every_schema_upgrades_and_syncs(central: &str, dir: &std::path::Path) {
 /// version the collector does not know. The collector refuses it `too_new` with the reason
 /// and applies nothing of it; the station holds it (not settled, not synced: an upgraded
 /// collector must still get it), `sync` says so, `--retry-refused` sends it again and it
-/// is judged again (not answered as a duplicate); the station's other records are stored
-/// as usual.
+/// is judged again (not answered as a duplicate); the collector's hello saying it now
+/// reads something newer sends it again unasked, a restart saying the same does not; the
+/// station's other records are stored as usual.
 #[test]
 fn a_record_newer_than_a_sqlite_collector_is_refused_with_the_reason_and_nothing_applied() {
     let tmp = tempfile::tempdir().unwrap();
@@ -382,6 +389,48 @@ fn newer_record_refused(central: &str, dir: &std::path::Path) {
         state != "synced" && code.as_deref() == Some("too_new") && again > first_at,
         "sent again and refused again: {state} {code:?} {first_at} -> {again}: {}",
         stderr(&o)
+    );
+    // The collector upgraded: its hello (retained on the station's topic) says it reads
+    // something newer, and the station sends the held record again unasked. (This build's
+    // collector plays the old one's part and refuses it again.)
+    let hello_topic = "empathic/v1/test-study/st-new/collector/test-collector";
+    publish_retained(
+        port,
+        hello_topic,
+        br#"{"collector":"test-collector","reads":"records v3, consent v1"}"#,
+    );
+    let o = empathic_logging("info", &args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 message(s) this collector refused as too new are sent again: it now reads records v3"),
+        "{}",
+        stderr(&o)
+    );
+    let (state, code, _, third) = held(&db);
+    assert!(
+        state != "synced" && code.as_deref() == Some("too_new") && third > again,
+        "sent again on the hello and refused again: {again} -> {third}"
+    );
+    // A restart of the same collector is no upgrade: its own hello replaces that one, and
+    // reads what it read when it refused; the record stays held.
+    let _ = collector.kill();
+    let _ = collector.wait();
+    let mut collector = start_collector_as(central, port, "test-collector");
+    let reads = empathic::sync::collector_reads();
+    let own = retained(port, hello_topic, std::time::Duration::from_secs(20), |p| {
+        serde_json::from_slice::<serde_json::Value>(p)
+            .is_ok_and(|h| h["reads"] == reads.as_str() && h["collector"] == "test-collector")
+    });
+    assert!(
+        own.is_some(),
+        "the collector greets the station with what it reads ({reads})"
+    );
+    let o = empathic(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (_, code, _, fourth) = held(&db);
+    assert!(
+        code.as_deref() == Some("too_new") && fourth == third,
+        "held on, not sent again: {third} -> {fourth}"
     );
     let applied = central_count(
         central,

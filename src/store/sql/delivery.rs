@@ -93,6 +93,8 @@ pub struct RefusalNote {
     pub code: String,
     pub reason: String,
     pub at: String,
+    /// What the collector said it reads (record versions), when it said.
+    pub reads: Option<String>,
 }
 
 /// Records `by`'s refusal of message `message_id`. `held_under`: the digest of the sync
@@ -111,7 +113,8 @@ pub fn mark_refused(
         .execute(
             "UPDATE outbox SET refused_at = ?2, refused_by = ?3, refused_code = ?4,
                     refused_reason = ?5,
-                    refused_config = CASE WHEN state = 'synced' THEN NULL ELSE ?6 END
+                    refused_config = CASE WHEN state = 'synced' THEN NULL ELSE ?6 END,
+                    refused_reads = ?7
              WHERE message_id = ?1",
             params![
                 message_id,
@@ -119,7 +122,8 @@ pub fn mark_refused(
                 note.by,
                 note.code,
                 note.reason,
-                held_under
+                held_under,
+                note.reads
             ],
         )
         .map_err(ctx("recording a collector's refusal"))?;
@@ -267,7 +271,7 @@ pub fn mark_synced(
 
 /// What forgets a refusal: the message goes again, and nothing says it was refused.
 const REFUSAL_CLEARED: &str = "refused_config = NULL, refused_at = NULL, refused_by = NULL,
-    refused_code = NULL, refused_reason = NULL";
+    refused_code = NULL, refused_reason = NULL, refused_reads = NULL";
 
 /// Messages held by a collector's refusal (under any configuration): what the service's
 /// health reports, asked every second, so one count and nothing else.
@@ -306,6 +310,20 @@ pub fn release_refused(conn: &Connection) -> Result<usize, StoreError> {
         [],
     )
     .map_err(ctx("releasing refused outbox messages"))
+}
+
+/// Releases the messages collector `by` held as `too_new` while it read something other
+/// than `reads` (it was upgraded since): they go at the next send. Returns how many.
+pub fn release_too_new(conn: &Connection, by: &str, reads: &str) -> Result<usize, StoreError> {
+    conn.execute(
+        &format!(
+            "UPDATE outbox SET {REFUSAL_CLEARED}
+             WHERE refused_code = 'too_new' AND refused_by = ?1
+               AND coalesce(refused_reads, '') != ?2 AND state != 'synced'"
+        ),
+        params![by, reads],
+    )
+    .map_err(ctx("releasing messages refused as too new"))
 }
 
 /// Records an attempt (and its error) for message `seq`.
@@ -402,7 +420,7 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
         .map_err(ctx("reading the collectors' receipts"))?;
     let last_refusal = conn
         .query_row(
-            "SELECT refused_by, refused_code, refused_reason, refused_at FROM outbox
+            "SELECT refused_by, refused_code, refused_reason, refused_at, refused_reads FROM outbox
              WHERE refused_at IS NOT NULL ORDER BY refused_at DESC, seq DESC LIMIT 1",
             [],
             |r| {
@@ -411,6 +429,7 @@ pub fn status(conn: &Connection) -> Result<OutboxStatus, StoreError> {
                     code: r.get(1)?,
                     reason: r.get(2)?,
                     at: r.get(3)?,
+                    reads: r.get(4)?,
                 })
             },
         )

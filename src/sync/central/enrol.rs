@@ -144,6 +144,25 @@ impl Central {
             .collect())
     }
 
+    /// The stations of `study` this collector greets at each connection (its hello:
+    /// `sync::Hello`): those enrolled and not revoked, and those it stored a record from.
+    /// Not those only quarantined: their names come from unauthenticated envelopes, and a
+    /// flood of invented ones must not become as many retained messages on the broker.
+    pub fn known_stations(&mut self, study: &str) -> Result<Vec<String>, CentralError> {
+        let mut tx = self.begin()?;
+        let rows = tx.rows(
+            "SELECT station FROM collect_stations WHERE study = ?1 AND revoked_at IS NULL
+             UNION SELECT station FROM collect_records WHERE study = ?1
+             ORDER BY station",
+            &[Val::text(study)],
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().and_then(Val::into_text))
+            .filter(|s| crate::session::manifest::check_id("station", s).is_ok())
+            .collect())
+    }
+
     /// Which station sent each session shown from `study` (by the sync's station id, which
     /// a replayed recording's own `station_id` need not be).
     pub fn session_stations(
