@@ -63,10 +63,17 @@ impl MjpegAviWriter {
     /// Creates `path` (refusing to overwrite) and writes the header.
     pub fn create(path: &Path, format: AviFormat) -> Result<Self, CaptureError> {
         let file = OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(path)
             .map_err(|e| io_err(path, "create", e))?;
+        Self::new(file, path, format)
+    }
+
+    /// Writes the header into `file`, new and open for reading and writing (`path` names it
+    /// in messages): how the recorder writes beneath its folder (`files::beneath`).
+    pub fn new(file: File, path: &Path, format: AviFormat) -> Result<Self, CaptureError> {
         let mut file = BufWriter::new(file);
         file.write_all(&header(format, 0, 0, 0))
             .map_err(|e| io_err(path, "write the header of", e))?;
@@ -133,13 +140,11 @@ impl MjpegAviWriter {
             torn_tail: false,
             indexed: false,
         };
-        drop(self.file);
-        // Reopened by the path it created (create_new: never through a link).
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| io_err(&self.path, "open", e))?;
+        // The file it created, still open (never reopened by its path).
+        let file = self
+            .file
+            .into_inner()
+            .map_err(|e| io_err(&self.path, "write", e.into_error()))?;
         write_index(file, &self.path, &contents)?;
         Ok(AviContents {
             indexed: true,

@@ -50,6 +50,8 @@ pub struct RecordingStart {
 /// An open recording.
 pub struct Recording {
     dir: PathBuf,
+    /// The session's folder, open: every file of the recording is made through it.
+    folder: Beneath,
     start: RecordingStart,
     info: RecordingInfo,
     events: BufWriter<File>,
@@ -82,11 +84,18 @@ impl Recording {
     pub fn create(start: RecordingStart) -> Result<Self, RecordError> {
         let dir = start.root.join(&start.session_id);
         std::fs::create_dir_all(&start.root).map_err(|e| io(&start.root, "create", e))?;
-        std::fs::create_dir(&dir).map_err(|e| io(&dir, "create the session folder", e))?;
+        // The session's folder and every file in it are made through descriptors: a link
+        // put in the recordings folder is never followed out of it.
+        let folder = Beneath::open(&start.root)
+            .and_then(|root| root.create_folder(&start.session_id))
+            .map_err(|e| io(&dir, "create the session folder", e))?;
         let events_path = dir.join("events.jsonl");
-        let events = File::create(&events_path).map_err(|e| io(&events_path, "create", e))?;
+        let events = folder
+            .create_new("events.jsonl")
+            .map_err(|e| io(&events_path, "create", e))?;
         let rec = Self {
             dir,
+            folder,
             info: RecordingInfo {
                 state: RecordingState::Recording,
                 software: format!("empathic {}", crate::BUILD),
@@ -147,7 +156,12 @@ impl Recording {
         }
         if self.video.is_none() {
             let path = self.dir.join("video.avi");
-            self.video = Some(MjpegAviWriter::create(
+            let file = self
+                .folder
+                .create_new("video.avi")
+                .map_err(|e| io(&path, "create", e))?;
+            self.video = Some(MjpegAviWriter::new(
+                file,
                 &path,
                 AviFormat {
                     width,
@@ -184,8 +198,14 @@ impl Recording {
                 bits_per_sample: 16,
                 sample_format: hound::SampleFormat::Int,
             };
-            self.audio =
-                Some(hound::WavWriter::create(&path, spec).map_err(|e| io(&path, "create", e))?);
+            let file = self
+                .folder
+                .create_new("audio.wav")
+                .map_err(|e| io(&path, "create", e))?;
+            self.audio = Some(
+                hound::WavWriter::new(BufWriter::new(file), spec)
+                    .map_err(|e| io(&path, "create", e))?,
+            );
             self.audio_first_ns = Some(t_ns);
             self.write_manifest()?;
         }
@@ -283,15 +303,16 @@ impl Recording {
             video_offset_ms,
             recording: Some(self.info.clone()),
         };
-        write_manifest(&self.dir, &manifest)
+        write_manifest(&self.folder, &manifest)
     }
 }
 
-fn write_manifest(dir: &Path, manifest: &SessionManifestFile) -> Result<(), RecordError> {
-    let path = dir.join("session.json");
+fn write_manifest(dir: &Beneath, manifest: &SessionManifestFile) -> Result<(), RecordError> {
+    let path = dir.shown("session.json");
     let text = serde_json::to_string_pretty(manifest).map_err(|e| io(&path, "encode", e))?;
     // Written beside, synced, renamed: a crash leaves the previous manifest whole.
-    crate::files::write_atomically(&path, text.as_bytes()).map_err(|e| io(&path, "write", e))
+    dir.write_atomically("session.json", text.as_bytes())
+        .map_err(|e| io(&path, "write", e))
 }
 
 /// One `events.jsonl` line for an event.
@@ -471,4 +492,58 @@ fn repair_wav(mut f: File, path: &Path) -> Result<u64, RecordError> {
         .and_then(|()| f.sync_all())
         .map_err(|e| io(path, "write the header of", e))?;
     Ok(data / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(root: &Path, id: &str) -> RecordingStart {
+        RecordingStart {
+            root: root.to_path_buf(),
+            session_id: id.into(),
+            station_id: "st".into(),
+            participant_id: None,
+            start_time: "2026-11-29T00:00:00Z".into(),
+            nominal_fps: 15.0,
+            camera: None,
+            sample_rate_hz: 16_000,
+            min_free_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_recording_is_written_beneath_its_folder_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("recordings");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        // A session folder that is a link out of the recordings: refused, nothing written.
+        std::os::unix::fs::symlink(&outside, root.join("s-link")).unwrap();
+        let Err(e) = Recording::create(start(&root, "s-link")) else {
+            panic!("a linked session folder was recorded into");
+        };
+        assert!(e.to_string().contains("s-link"), "{e}");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+
+        // An ordinary recording: every file made in its own folder, the AVI indexed.
+        let mut rec = Recording::create(start(&root, "s-1")).unwrap();
+        rec.audio(0, &[0.25; 1600]).unwrap();
+        rec.video_frame(0, &[0xff, 0xd8, 0xff, 0xd9], 4, 4).unwrap();
+        rec.video_frame(66_666_667, &[0xff, 0xd8, 0xff, 0xd9], 4, 4)
+            .unwrap();
+        let dir = rec.finish().unwrap();
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for n in ["session.json", "events.jsonl", "video.avi", "audio.wav"] {
+            assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
+        }
+        let avi = avi::read_chunks(&dir.join("video.avi")).unwrap();
+        assert!(avi.indexed && avi.chunks.len() == 2, "{avi:?}");
+        let wav = hound::WavReader::open(dir.join("audio.wav")).unwrap();
+        assert_eq!(wav.len(), 1600);
+    }
 }

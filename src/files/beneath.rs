@@ -7,8 +7,8 @@
 //! symbolic link inside it is never followed: a linked recording folder or a linked
 //! `audio.wav` is reported as a link ([`Kind::Link`], or an error naming it), and removing
 //! one removes the link, never what it points to. Retention, repair and a withdrawal's
-//! purge use it; the recorder creates its folder with `mkdir` (which never follows a link)
-//! and its files in that new folder.
+//! purge use it, and the recorder creates its folder ([`Beneath::create_folder`]) and every
+//! file in it ([`Beneath::create_new`], `write_atomically`) through the folder's descriptor.
 //!
 //! Why descriptors and not path checks: checking each component and then opening by path
 //! leaves a window in which a link can be put in; a descriptor of the folder cannot be
@@ -119,6 +119,27 @@ impl Beneath {
             fd,
             path: self.path.join(name),
         })
+    }
+
+    /// Creates folder `name` in this one and opens it: `mkdirat` refuses a name that exists
+    /// (a link included), so the folder returned is the one just made.
+    pub fn create_folder(&self, name: impl AsRef<OsStr>) -> io::Result<Beneath> {
+        let name = name.as_ref();
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o750)).map_err(err)?;
+        self.folder(name)
+    }
+
+    /// Creates regular file `name` in this folder, new (any existing name, a link included,
+    /// is refused), open for reading and writing.
+    pub fn create_new(&self, name: impl AsRef<OsStr>) -> io::Result<File> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name.as_ref(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o640),
+        )
+        .map_err(err)?;
+        Ok(File::from(fd))
     }
 
     /// Opens regular file `name` in this folder for reading (and writing with `write`);

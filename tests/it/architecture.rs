@@ -712,7 +712,7 @@ fn progress_bars_are_drawn_only_by_the_commands() {
 /// (`files::beneath`), which never follows a link out of the folder it opened. Deleting
 /// anywhere else is named here with why it is not a recording's.
 #[test]
-fn station_files_are_deleted_only_beneath_their_folders() {
+fn station_files_are_made_opened_and_deleted_only_beneath_their_folders() {
     let src = root().join("src");
     let allowed: &[(&str, &str)] = &[
         ("files/beneath.rs", "the helper itself"),
@@ -749,6 +749,29 @@ fn station_files_are_deleted_only_beneath_their_folders() {
             code(&src.join(file)).contains(needle),
             "{file} does not open the recordings through files::beneath"
         );
+    }
+    // And they make and open nothing in a recording by its path: the recorder creates its
+    // folder and files through the helper too (issue 56 item 6).
+    for file in [
+        "capture/record.rs",
+        "runtime/live/retention.rs",
+        "runtime/live/session_run.rs",
+    ] {
+        let text = code(&src.join(file));
+        for needle in [
+            "File::create",
+            "File::open",
+            "OpenOptions",
+            "fs::create_dir(",
+            "WavWriter::create",
+            "MjpegAviWriter::create",
+            "files::write_atomically",
+        ] {
+            assert!(
+                !text.contains(needle),
+                "{file} calls `{needle}`: a recording is opened beneath its folder"
+            );
+        }
     }
 }
 
