@@ -488,3 +488,130 @@ fn a_hung_app_that_only_subscribed_on_its_connection_does_not_keep_the_camera_on
     );
     drop(owner);
 }
+
+/// A neighbour in the control group (here `nobody`, the socket opened to everyone) holds
+/// at most four subscriptions (issue 56: sixteen that never read locked the robot's app
+/// out): the fifth is refused naming the bound; the station's own user subscribes still;
+/// a neighbour's slots are freed when its connections close.
+#[test]
+fn one_user_holds_at_most_four_subscriptions_and_the_stations_own_user_more() {
+    if !Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| stdout(&o).trim() == "0")
+    {
+        assert!(
+            !fixtures_required(),
+            "the per-user bound needs root to connect as another user"
+        );
+        eprintln!("SKIP: the per-user bound needs root to connect as another user");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let runtime = dir.path().join("pulse-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let config = station_config(dir.path(), &dir.path().join("no-camera.avi"));
+    with_live(&config, "socket_mode = \"0666\"");
+    let station = Station::start(dir.path(), &config, &runtime);
+    let neighbour = || {
+        let mut c = Command::new("runuser")
+            .args(["-u", "nobody", "--", "env"])
+            .arg(format!(
+                "EMPATHIC_TEST_NEIGHBOUR_SOCKET={}",
+                station.socket.display()
+            ))
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "control::neighbour_subscriber",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut answers = Vec::new();
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        while answers.len() < 5 && out.read_line(&mut line).unwrap() > 0 {
+            // (libtest may print "test ... " on the same line first.)
+            if let Some((_, a)) = line.split_once("NEIGHBOUR ") {
+                answers.push(serde_json::from_str::<Value>(a.trim()).unwrap());
+            }
+            line.clear();
+        }
+        (c, answers, out)
+    };
+    // Closes the neighbour's standard input (it lets its connections go) and reads what
+    // it says until it exits.
+    let release = |mut c: std::process::Child, mut out: BufReader<std::process::ChildStdout>| {
+        drop(c.stdin.take());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        assert!(c.wait().unwrap().success(), "{rest}");
+    };
+    let (held, answers, held_out) = neighbour();
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    for a in &answers[..4] {
+        assert_eq!(a["ok"], true, "{a}");
+    }
+    let refused = answers[4]["error"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("(uid 65534) holds 4 subscriptions already") && answers[4]["busy"] == true,
+        "{}",
+        answers[4]
+    );
+    // The station's own user is not bounded per user while the neighbour holds its four.
+    let mine: Vec<UnixStream> = (0..6)
+        .map(|_| {
+            let mut s = UnixStream::connect(&station.socket).unwrap();
+            writeln!(s, "{}", json!({"type": "subscribe", "topics": ["session"]})).unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            let a: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(a["ok"], true, "{a}");
+            s
+        })
+        .collect();
+    drop(mine);
+    release(held, held_out);
+    sleep_s(1.0);
+    // Its connections closed, the neighbour has its four again (and no more).
+    let (again, answers, again_out) = neighbour();
+    let ok = answers.iter().filter(|a| a["ok"] == true).count();
+    assert_eq!(ok, 4, "{answers:?}");
+    release(again, again_out);
+}
+
+/// Not a scenario on its own: the neighbour of the test above, run by it as `nobody`
+/// (returns at once otherwise). Subscribes five times, prints each answer, and holds the
+/// connections until its standard input closes.
+#[test]
+fn neighbour_subscriber() {
+    let Ok(socket) = std::env::var("EMPATHIC_TEST_NEIGHBOUR_SOCKET") else {
+        return;
+    };
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        writeln!(s, "{}", json!({"type": "subscribe", "topics": ["session"]})).unwrap();
+        let mut line = String::new();
+        BufReader::new(s.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        println!("NEIGHBOUR {}", line.trim());
+        held.push(s);
+    }
+    let mut rest = String::new();
+    let _ = std::io::stdin().read_line(&mut rest);
+}
