@@ -281,7 +281,7 @@ mod tests {
             .connection()
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, 12, "one row per migration, each applied once");
+        assert_eq!(n, 13, "one row per migration, each applied once");
         let mode: String = store
             .connection()
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))

@@ -142,6 +142,9 @@ fn ended_sessions_and_tombstones_reach_the_broker_as_the_outbox_holds_them() {
     assert!(o.status.success(), "{}", stderr(&o));
     let synced = outbox(&db);
     assert!(synced.iter().all(|m| m.3 == "synced"), "{synced:?}");
+    // A run bounded by time with nothing left to send is done, not failed (issue 56).
+    let o = sync(&db, broker.port, &["--timeout", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let got_messages = wait_for(&got, 2);
     for (id, kind, subject, _) in &synced {
         let (k, s, payload) = got_messages

@@ -615,3 +615,85 @@ fn neighbour_subscriber() {
     let mut rest = String::new();
     let _ = std::io::stdin().read_line(&mut rest);
 }
+
+/// A neighbour (`nobody`, the socket opened to everyone) that learns the running session's
+/// id from `status` acts on nothing (issue 56): its `ctl stop` is refused naming the token,
+/// and `status` shows no token; with the token `start_session` answered, it stops it.
+#[test]
+fn a_neighbour_that_knows_the_session_id_acts_on_nothing_without_its_token() {
+    if !Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| stdout(&o).trim() == "0")
+    {
+        assert!(
+            !fixtures_required(),
+            "connecting as another user needs root"
+        );
+        eprintln!("SKIP: connecting as another user needs root");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let pulse = Pulse::start(dir.path());
+    let config = station_config(dir.path(), &demo_session().join("video.avi"));
+    with_live(&config, "socket_mode = \"0666\"");
+    consent(&config, "P-TOKEN");
+    let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
+    let mut owner = UnixStream::connect(&station.socket).unwrap();
+    owner
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    writeln!(
+        owner,
+        "{}",
+        json!({"type": "start_session", "participant_id": "P-TOKEN"})
+    )
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(owner.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let started: Value = serde_json::from_str(&line).unwrap();
+    let (id, token) = (
+        started["session_id"].as_str().unwrap().to_string(),
+        started["token"].as_str().unwrap().to_string(),
+    );
+    let as_nobody = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_empathic")])
+            .args(args)
+            .args(["--socket", path_str(&station.socket)])
+            .env("EMPATHIC_LOG", "error")
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody(&["status", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stdout(&o);
+    assert!(said.contains(&id), "{said}");
+    assert!(!said.contains(&token), "status shows the token: {said}");
+    let o = as_nobody(&["ctl", "stop"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another client's"), "{}", stderr(&o));
+    let o = as_nobody(&[
+        "ctl",
+        "event",
+        r#"{"type":"rating","story_id":"s1","value":1}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        station.ask(json!({"type": "status"}))["session"]["session_id"] == id.as_str(),
+        "the session runs on"
+    );
+    let o = as_nobody(&["ctl", "--token", &token, "stop"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(station.wait_session_end(&id), "complete");
+    drop(owner);
+}

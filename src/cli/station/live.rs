@@ -59,8 +59,9 @@ enum CtlCommand {
         #[arg(long, default_value_t = 900)]
         lease_s: u64,
     },
-    /// Stop the running session, whoever started it (stored complete, recording
-    /// finalised); returns when the next session may start.
+    /// Stop the running session (stored complete, recording finalised): as the service's
+    /// user or root whoever started it, as another user with its `--token`; returns when
+    /// the next session may start.
     Stop,
     /// Renew the running session's lease.
     Heartbeat,
