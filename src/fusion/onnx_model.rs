@@ -171,17 +171,16 @@ impl OnnxPredictor {
     /// benchmarks alike.
     pub fn infer(&mut self, windows: &[RawWindow]) -> Result<Vec<Vec<f32>>, String> {
         let t = self.window_frames;
-        let b = windows.len();
-        if b == 0 {
-            return Ok(Vec::new());
-        }
-        let mut inputs: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::new();
-        let mut buffers = Vec::new();
-        for (k, m) in self.modalities.iter().enumerate() {
-            let mut values = Vec::with_capacity(b * t * m.dims);
-            let mut mask = Vec::with_capacity(b * t);
-            for w in windows {
-                let (v, k_mask) = w.modalities.get(k).ok_or("a window lacks a modality")?;
+        run_batch(
+            &mut self.session,
+            &self.modalities,
+            t,
+            windows.len(),
+            |k, m, w, values, mask| {
+                let (v, k_mask) = windows[w]
+                    .modalities
+                    .get(k)
+                    .ok_or("a window lacks a modality")?;
                 if v.len() != t * m.dims || k_mask.len() != t {
                     return Err(format!(
                         "`{}`: {} values and {} mask entries, the model takes {t} x {} and {t}",
@@ -193,26 +192,9 @@ impl OnnxPredictor {
                 }
                 values.extend_from_slice(v);
                 mask.extend_from_slice(k_mask);
-            }
-            buffers.push((m.name.as_str(), m.dims, values, mask));
-        }
-        for (name, dims, values, mask) in &buffers {
-            let v = TensorRef::from_array_view(([b, t, *dims], values.as_slice()))
-                .map_err(|e| e.to_string())?;
-            let k =
-                TensorRef::from_array_view(([b, t], mask.as_slice())).map_err(|e| e.to_string())?;
-            inputs.push((name.to_string(), v.into()));
-            inputs.push((format!("{name}_mask"), k.into()));
-        }
-        let outputs = self.session.run(inputs).map_err(|e| e.to_string())?;
-        let (shape, z) = outputs["z"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| e.to_string())?;
-        let d = shape.get(1).copied().unwrap_or(0).max(0) as usize;
-        if shape.len() != 2 || shape[0] as usize != b || d == 0 {
-            return Err(format!("output `z` has shape {shape:?}, not [{b}, D]"));
-        }
-        Ok(z.chunks(d).map(<[f32]>::to_vec).collect())
+                Ok(())
+            },
+        )
     }
 
     /// The raw arrays of one window, and the coverage of each modality; `None` when every
@@ -242,6 +224,103 @@ impl OnnxPredictor {
     }
 }
 
+/// Runs `session` on a batch of `b` windows of `t` frames whose inputs `fill` writes
+/// straight into the batch's buffers: `fill(k, modality, w, values, mask)` appends window
+/// `w`'s `t * dims` values and `t` mask entries of modality `k`. Returns `z` per window.
+/// (An attribution's altered windows are written here without a copy of their own.)
+fn run_batch(
+    session: &mut Session,
+    modalities: &[Declared],
+    t: usize,
+    b: usize,
+    mut fill: impl FnMut(usize, &Declared, usize, &mut Vec<f32>, &mut Vec<f32>) -> Result<(), String>,
+) -> Result<Vec<Vec<f32>>, String> {
+    if b == 0 {
+        return Ok(Vec::new());
+    }
+    let mut buffers = Vec::with_capacity(modalities.len());
+    for (k, m) in modalities.iter().enumerate() {
+        let mut values = Vec::with_capacity(b * t * m.dims);
+        let mut mask = Vec::with_capacity(b * t);
+        for w in 0..b {
+            fill(k, m, w, &mut values, &mut mask)?;
+            if values.len() != (w + 1) * t * m.dims || mask.len() != (w + 1) * t {
+                return Err(format!(
+                    "`{}`: window {w} does not fill {t} x {} values and {t} mask entries",
+                    m.name, m.dims
+                ));
+            }
+        }
+        buffers.push((m.name.as_str(), m.dims, values, mask));
+    }
+    let mut inputs: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::new();
+    for (name, dims, values, mask) in &buffers {
+        let v = TensorRef::from_array_view(([b, t, *dims], values.as_slice()))
+            .map_err(|e| e.to_string())?;
+        let k = TensorRef::from_array_view(([b, t], mask.as_slice())).map_err(|e| e.to_string())?;
+        inputs.push((name.to_string(), v.into()));
+        inputs.push((format!("{name}_mask"), k.into()));
+    }
+    let outputs = session.run(inputs).map_err(|e| e.to_string())?;
+    let (shape, z) = outputs["z"]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| e.to_string())?;
+    let d = shape.get(1).copied().unwrap_or(0).max(0) as usize;
+    if shape.len() != 2 || shape[0] as usize != b || d == 0 {
+        return Err(format!("output `z` has shape {shape:?}, not [{b}, D]"));
+    }
+    Ok(z.chunks(d).map(<[f32]>::to_vec).collect())
+}
+
+/// Appends window `raw`'s modality `k` (`m`) to the batch buffers `values` and `mask`,
+/// altered as `variant` says: absent (zeros, mask 0), its listed column groups at the
+/// model's baseline on present frames and its listed frames absent, or as it was.
+fn append_altered(
+    k: usize,
+    m: &Declared,
+    t: usize,
+    raw: &RawWindow,
+    variant: &super::explain::Variant,
+    values: &mut Vec<f32>,
+    mask: &mut Vec<f32>,
+) -> Result<(), String> {
+    use super::explain::ModalityEdit;
+    let (v, k_mask) = raw.modalities.get(k).ok_or("a window lacks a modality")?;
+    let (from, from_mask) = (values.len(), mask.len());
+    match variant.get(k) {
+        Some(ModalityEdit::Absent) => {
+            values.resize(from + v.len(), 0.0);
+            mask.resize(from_mask + k_mask.len(), 0.0);
+        }
+        Some(ModalityEdit::Partial {
+            baseline_columns,
+            absent_frames,
+        }) => {
+            values.extend_from_slice(v);
+            mask.extend_from_slice(k_mask);
+            let (values, mask) = (&mut values[from..], &mut mask[from_mask..]);
+            if let Some(base) = m.baseline.as_ref().filter(|b| b.len() == m.dims) {
+                for f in (0..t).filter(|&f| mask.get(f).is_some_and(|p| *p > 0.0)) {
+                    let row = &mut values[f * m.dims..(f + 1) * m.dims];
+                    for &c in baseline_columns {
+                        row[c] = base[c];
+                    }
+                }
+            }
+            let frames = mask.len().min(t);
+            for &f in absent_frames.iter().filter(|&&f| f < frames) {
+                mask[f] = 0.0;
+                values[f * m.dims..(f + 1) * m.dims].fill(0.0);
+            }
+        }
+        _ => {
+            values.extend_from_slice(v);
+            mask.extend_from_slice(k_mask);
+        }
+    }
+    Ok(())
+}
+
 type Coverage = BTreeMap<String, f64>;
 
 /// A baseline vector from its metadata text: base64 of little-endian float32 values.
@@ -265,45 +344,6 @@ fn decode_baseline(text: &str) -> Result<Vec<f32>, String> {
 
 /// Windows altered for an attribution, at most this many to one model call.
 const VARIANT_BATCH: usize = 16;
-
-impl OnnxPredictor {
-    /// `raw` altered as `variant` says, per modality.
-    fn altered(&self, raw: &RawWindow, variant: &super::explain::Variant) -> RawWindow {
-        use super::explain::ModalityEdit;
-        let t = self.window_frames;
-        let modalities = self
-            .modalities
-            .iter()
-            .zip(&raw.modalities)
-            .enumerate()
-            .map(|(k, (m, (values, mask)))| match variant.get(k) {
-                Some(ModalityEdit::Absent) => (vec![0.0; values.len()], vec![0.0; mask.len()]),
-                Some(ModalityEdit::Partial {
-                    baseline_columns,
-                    absent_frames,
-                }) => {
-                    let mut values = values.clone();
-                    let mut mask = mask.clone();
-                    if let Some(base) = m.baseline.as_ref().filter(|b| b.len() == m.dims) {
-                        for f in (0..t).filter(|&f| mask[f] > 0.0) {
-                            let row = &mut values[f * m.dims..(f + 1) * m.dims];
-                            for &c in baseline_columns {
-                                row[c] = base[c];
-                            }
-                        }
-                    }
-                    for &f in absent_frames.iter().filter(|&&f| f < t) {
-                        mask[f] = 0.0;
-                        values[f * m.dims..(f + 1) * m.dims].fill(0.0);
-                    }
-                    (values, mask)
-                }
-                _ => (values.clone(), mask.clone()),
-            })
-            .collect();
-        RawWindow { modalities }
-    }
-}
 
 /// One window's inputs as raw arrays: per modality, values `[T*F]` and mask `[T]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -421,9 +461,16 @@ impl Predictor for OnnxPredictor {
     ) -> Option<Vec<Option<Vec<f32>>>> {
         let (raw, _) = self.raw(input).ok()??;
         let mut out = Vec::with_capacity(variants.len());
+        let t = self.window_frames;
         for chunk in variants.chunks(VARIANT_BATCH) {
-            let altered: Vec<RawWindow> = chunk.iter().map(|v| self.altered(&raw, v)).collect();
-            match self.infer(&altered) {
+            let batch = run_batch(
+                &mut self.session,
+                &self.modalities,
+                t,
+                chunk.len(),
+                |k, m, w, values, mask| append_altered(k, m, t, &raw, &chunk[w], values, mask),
+            );
+            match batch {
                 Ok(zs) => out.extend(zs.into_iter().map(Some)),
                 Err(e) => {
                     tracing::warn!(model = %self.id, window = input.window.index, error = %e, "attribution skipped");

@@ -617,7 +617,8 @@ fn neighbour_subscriber() {
 }
 
 /// A neighbour (`nobody`, the socket opened to everyone) that learns the running session's
-/// id from `status` acts on nothing (issue 56): its `ctl stop` is refused naming the token,
+/// id from `status` acts on nothing (issue 56): its `ctl stop` and `ctl event` are refused
+/// naming the token (exit 2),
 /// and `status` shows no token; with the token `start_session` answered, it stops it.
 #[test]
 fn a_neighbour_that_knows_the_session_id_acts_on_nothing_without_its_token() {
@@ -679,15 +680,18 @@ fn a_neighbour_that_knows_the_session_id_acts_on_nothing_without_its_token() {
     let said = stdout(&o);
     assert!(said.contains(&id), "{said}");
     assert!(!said.contains(&token), "status shows the token: {said}");
+    // Refused for who asks, not because the station is busy: the same request never
+    // passes, so exit 2 (busy is 1).
     let o = as_nobody(&["ctl", "stop"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("another client's"), "{}", stderr(&o));
     let o = as_nobody(&[
         "ctl",
         "event",
         r#"{"type":"rating","story_id":"s1","value":1}"#,
     ]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another client's"), "{}", stderr(&o));
     assert!(
         station.ask(json!({"type": "status"}))["session"]["session_id"] == id.as_str(),
         "the session runs on"
