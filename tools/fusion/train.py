@@ -68,6 +68,41 @@ def batch(ds, samples, names):
     return tensors, stories, ratings
 
 
+def cue_groups(data, names):
+    """Each modality's named cue groups (column indices), from the export's column names."""
+    from explain import groups_of
+    described = {}
+    for session in json.loads((data / "manifest.json").read_text())["sessions"]:
+        for m in session["modalities"]:
+            described.setdefault(m["name"], m.get("columns") or [])
+    return {n: [cols for _, cols in groups_of(n, described.get(n, []))] for n in names if n != "text"}
+
+
+def leave_out(tensors, names, groups, stats, p, rng):
+    """Cue dropout: in each window, each cue group is left out with probability p the way an
+    attribution leaves it out (the training mean on the modality's present frames), and each
+    modality is absent (mask 0) with probability p / 2. Why: an attribution asks the model
+    about windows with cues left out; trained only on whole windows, a model's answer to a
+    mean spectrum or an absent face is an extrapolation, and with few source recordings it
+    was large and arbitrary (docs/prediction.md). Trained on them, the model answers as the
+    data say: a cue that tells nothing about the rating changes nothing when left out."""
+    for k, n in enumerate(names):
+        values, mask = tensors[2 * k], tensors[2 * k + 1]
+        for b in range(values.shape[0]):
+            if rng.random() < p / 2:
+                values[b] = 0
+                mask[b] = 0
+                continue
+            present = mask[b] > 0
+            for cols in groups.get(n, []):
+                if rng.random() < p:
+                    idx = torch.tensor(cols)
+                    mean = torch.from_numpy(stats[n][0][cols])
+                    rows = values[b, present]
+                    rows[:, idx] = mean
+                    values[b, present] = rows
+
+
 def cosines(model, ds, samples, names, size=64):
     model.eval()
     out = []
@@ -127,6 +162,9 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cue-dropout", type=float, default=0.0,
+                    help="leave each cue group out (its training mean) with this probability per window, and "
+                         "each modality (absent) with half of it; 0 = the paper's recipe")
     ap.add_argument("--parity", type=Path, help="write parity fixtures (inputs, expected z) here")
     ap.add_argument("--sessions-csv", type=Path,
                     help="write the held-out (validation and test) participants' session-level mean cosines "
@@ -156,6 +194,7 @@ def main():
     weights = 1.0 / freq[ratings]
     weights /= weights.sum()
     rng = np.random.default_rng(args.seed)
+    cue_groups_of = cue_groups(args.data, names) if args.cue_dropout > 0 else {}
     best = (float("inf"), None, -1)
     for epoch in range(args.epochs):
         model.train()
@@ -163,6 +202,8 @@ def main():
         losses = []
         for i in range(0, len(order), args.batch):
             tensors, stories, r = batch(ds, [split["train"][j] for j in order[i:i + args.batch]], names)
+            if args.cue_dropout > 0:
+                leave_out(tensors, names, cue_groups_of, stats, args.cue_dropout, rng)
             cos = torch.cosine_similarity(model(*tensors), stories, dim=1)
             loss = torch.nn.functional.mse_loss(cos, (r - 1) / 4)
             opt.zero_grad()
@@ -221,6 +262,7 @@ def main():
         "data": str(args.data), "synthetic": synthetic, "date": datetime.date.today().isoformat(),
         "recipe": {"optimiser": "AdamW", "lr": args.lr, "schedule": "StepLR(5, 0.1)", "epochs": args.epochs,
                    "batch": args.batch, "loss": "MSE(cos, (rating-1)/4)", "oversampling": "ratings balanced",
+                   "cue_dropout": args.cue_dropout,
                    "kept_epoch": best[2], "seed": args.seed},
         "selection": "lowest validation loss" if split["val"] else "lowest TRAINING loss: no held-out validation participant",
         "held_out_metrics": "defined" if split["test"] else "none: no held-out test participant",
