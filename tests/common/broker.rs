@@ -60,13 +60,43 @@ pub fn run_broker(conf: &Path, port: u16) -> Broker {
     Broker { child, port }
 }
 
+/// A running collector, killed when dropped: a test that fails half-way leaves no
+/// collector behind to hold its broker's port or its central database.
+pub struct Collector(Child);
+
+impl std::ops::Deref for Collector {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Collector {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl From<Child> for Collector {
+    fn from(child: Child) -> Self {
+        Collector(child)
+    }
+}
+
 /// `empathic collect` into `central`, study `test-study`.
-pub fn start_collector(central: &Path, port: u16) -> Child {
+pub fn start_collector(central: &Path, port: u16) -> Collector {
     start_collector_as(path_str(central), port, "test-collector")
 }
 
 /// `empathic collect --central TARGET` (a file or a `postgres://` URL) as `client_id`.
-pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
+pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Collector {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args([
             "collect",
@@ -86,12 +116,13 @@ pub fn start_collector_as(target: &str, port: u16, client_id: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+        .into()
 }
 
 /// A sealed `empathic collect --central TARGET` (a file or a `postgres://` URL) of
 /// `test-study` as `client_id`, opening with `keys/study.key` and signing with
 /// `keys/collector.key` under `keys`.
-pub fn start_sealed_collector(target: &str, port: u16, keys: &Path, client_id: &str) -> Child {
+pub fn start_sealed_collector(target: &str, port: u16, keys: &Path, client_id: &str) -> Collector {
     Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args(["collect", "--central", target])
         .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
@@ -103,6 +134,7 @@ pub fn start_sealed_collector(target: &str, port: u16, keys: &Path, client_id: &
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+        .into()
 }
 
 /// `empathic sync` arguments for `db` as `station` of `test-study` on the loopback broker.

@@ -233,7 +233,8 @@ pub fn key_init(whose: &str, file: &Path) -> String {
 }
 
 /// Stops a service or collector the way systemd does (SIGTERM) and waits for it.
-pub fn terminate(mut c: std::process::Child) {
+pub fn terminate(c: impl Into<broker::Collector>) {
+    let mut c = c.into();
     let _ = Command::new("kill")
         .args(["-TERM", &c.id().to_string()])
         .status();

@@ -5,7 +5,7 @@
 //! and `export windows`, follows a `--replace` and removes a withdrawn participant.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common::broker::*;
@@ -14,7 +14,7 @@ use crate::common::postgres::Postgres;
 use crate::common::*;
 use empathic::store::CentralError;
 
-fn stop(mut c: Child) {
+fn stop(mut c: Collector) {
     let _ = Command::new("kill")
         .args(["-TERM", &c.id().to_string()])
         .status();

@@ -7,10 +7,9 @@
 //! stored after all, and a revoked station that keeps sending is a problem.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::common::broker::{free_port, start_broker, start_sealed_collector};
+use crate::common::broker::{free_port, start_broker, start_sealed_collector, Collector};
 use crate::common::central::{quarantined, wait_subscribed};
 use crate::common::postgres::Postgres;
 use crate::common::{
@@ -20,7 +19,7 @@ use crate::common::{
 
 const STUDY: &str = "test-study";
 
-fn collector(target: &str, port: u16, keys: &Path) -> Child {
+fn collector(target: &str, port: u16, keys: &Path) -> Collector {
     start_sealed_collector(target, port, keys, "refusing-collector")
 }
 

@@ -4,14 +4,13 @@
 //! station is revoked.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
 
-use crate::common::broker::{free_port, start_broker, start_sealed_collector};
+use crate::common::broker::{free_port, start_broker, start_sealed_collector, Collector};
 use crate::common::central::{quarantined, record_rows, sessions_in, wait_subscribed, wait_until};
 use crate::common::store::column;
 use crate::common::{
@@ -26,7 +25,7 @@ const STUDY: &str = "test-study";
 
 use crate::common::key_init as key;
 
-fn collector(central: &Path, port: u16, keys: &Path) -> Child {
+fn collector(central: &Path, port: u16, keys: &Path) -> Collector {
     start_sealed_collector(path_str(central), port, keys, "sealed-collector")
 }
 
