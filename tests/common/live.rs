@@ -491,8 +491,13 @@ pub fn assert_same_rows(live: &Path, replayed: &Path, id: &str) {
 }
 
 pub fn replay_recording(dir: &Path, folder: &Path) -> PathBuf {
+    replay_recording_with(dir, folder, None)
+}
+
+/// [`replay_recording`] with a configuration file.
+pub fn replay_recording_with(dir: &Path, folder: &Path, config: Option<&Path>) -> PathBuf {
     let db = dir.join("replayed.db");
-    let o = replay_cli(folder, &db, None);
+    let o = replay_cli(folder, &db, config);
     assert!(
         o.status.success(),
         "replay of the recording failed: {}",

@@ -332,9 +332,9 @@ fn ranked(
 }
 
 /// The shipped synthetic models were trained on ratings planted on loudness and smiling
-/// (tools/fusion/synth.py); their attributions must say so. On the demo, each model's
-/// largest cue outside the words is loudness or smiling, and loudness and smiling together
-/// carry more than any other cue. On the demo with the first half's
+/// (tools/fusion/synth.py); their attributions must say so. On the demo, loudness and
+/// smiling together carry more than any other cue outside the words, and loudness is among
+/// each model's two largest. On the demo with the first half's
 /// audio at 0.3 of its amplitude (the participant speaking louder in the second half), the
 /// cue whose attributions change most is loudness.
 #[test]
@@ -347,8 +347,8 @@ fn the_shipped_models_lean_on_the_planted_loudness_and_smile_and_a_louder_half_m
     assert!(o.status.success(), "{}", stderr(&o));
 
     // The assembled session: the demo, its first 14 s at 0.3 of the amplitude, as another
-    // participant's first session (a participant's later session is scored on another map,
-    // which would move every cue).
+    // participant's first session (a participant's later session is scored through the map
+    // calibrated on their earlier ratings, which would scale every cue).
     let quieter = copy_session(&demo_session(), &tmp.path().join("quieter"));
     let meta = quieter.join("session.json");
     let mut v: serde_json::Value =
@@ -390,10 +390,13 @@ fn the_shipped_models_lean_on_the_planted_loudness_and_smile_and_a_louder_half_m
             "{predictor} on the demo: loudness and smiling {on_planted:.3}, {modality}: {cue} \
              {other:.3}: {sizes:?}"
         );
-        let ((modality, cue), size) = &sizes[0];
+        // Loudness first or second: on this machine it is each model's first, but EF-LSTM's
+        // appearance follows within 4 % (docs/prediction.md), closer than the features of
+        // learned models agree across CPU classes.
+        let rank = sizes.iter().position(|((_, c), _)| c == "loudness");
         assert!(
-            planted(modality, cue),
-            "{predictor} on the demo: the largest cue is {modality}: {cue} ({size:.3}): {sizes:?}"
+            rank.is_some_and(|r| r < 2),
+            "{predictor} on the demo: loudness ranks {rank:?}: {sizes:?}"
         );
 
         let changed = cue_values(&conn, "quieter-0001", predictor);

@@ -973,6 +973,18 @@ fn a_realistic_session_runs_live_through_the_reference_app_and_replays_the_same(
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("transcript_wait_ms = 15000\n", "")).unwrap();
+    // `EMPATHIC_REALISTIC_PREDICTORS=a,b` (development, for docs/performance.md): the
+    // station and the replay run these predictors (with their attributions, the default).
+    let fusion = std::env::var("EMPATHIC_REALISTIC_PREDICTORS")
+        .ok()
+        .map(|list| {
+            let quoted: Vec<String> = list.split(',').map(|p| format!("\"{p}\"")).collect();
+            format!("\n[fusion]\npredictors = [{}]\n", quoted.join(", "))
+        });
+    if let Some(section) = &fusion {
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text + section).unwrap();
+    }
     consent(&config, "P-REAL");
     import_bank(&dir.path().join("station.db"));
     let station = Station::start(dir.path(), &config, &pulse.runtime_dir);
@@ -1158,16 +1170,11 @@ fn a_realistic_session_runs_live_through_the_reference_app_and_replays_the_same(
         .count();
     let voice = &summary["latency_ms"]["voice"]["total"];
 
-    // The replay of the recording (into a store with the same bank) stores the same rows.
-    let folder = station.recordings.join(&id);
-    import_bank(&dir.path().join("replayed.db"));
-    let replayed = replay_recording(dir.path(), &folder);
-    assert_same_rows(&station.db, &replayed, &id);
-
     let mut figures = format!(
-        "realistic session ({}): {:.1} s session, {:.0} s wall, {frames} frames, share {:.0} s of continuous LJ Speech, {share_words} utterances in it\n\
+        "realistic session ({}{}): {:.1} s session, {:.0} s wall, {frames} frames, share {:.0} s of continuous LJ Speech, {share_words} utterances in it\n\
          face latency (t_ms - at_ms) p50 {} ms p95 {} ms over {} messages; looking/looking_away changes {looking_flips}; voice total p50 {} ms p95 {} ms\n",
         if std::env::var("EMPATHIC_REALISTIC").as_deref() == Ok("full") { "full" } else { "CI cut" },
+        fusion.as_deref().map(|f| format!(", {}", f.trim())).unwrap_or_default(),
         duration_s,
         elapsed.as_secs_f64(),
         plan.share_s,
@@ -1201,6 +1208,19 @@ fn a_realistic_session_runs_live_through_the_reference_app_and_replays_the_same(
     if let Ok(keep) = std::env::var("EMPATHIC_REALISTIC_FIGURES") {
         std::fs::write(keep, &figures).unwrap();
     }
+    // The replay of the recording (into a store with the same bank) stores the same rows.
+    let folder = station.recordings.join(&id);
+    import_bank(&dir.path().join("replayed.db"));
+    let replayed = match &fusion {
+        Some(section) => {
+            let cfg = dir.path().join("replay.toml");
+            std::fs::write(&cfg, section).unwrap();
+            replay_recording_with(dir.path(), &folder, Some(&cfg))
+        }
+        None => replay_recording(dir.path(), &folder),
+    };
+    assert_same_rows(&station.db, &replayed, &id);
+
     assert!(pct(&face_ms, 0.95) <= 500, "{figures}");
     assert!(
         looking_flips as f64 <= duration_s / 10.0,
