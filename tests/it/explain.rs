@@ -274,12 +274,11 @@ fn planted(modality: &str, cue: &str) -> bool {
     cue == "loudness" || (modality == "face" && cue.starts_with("smile")) || cue == "smile"
 }
 
+/// Per (window, story): each non-text cue's modality, name and value.
+type CueValues = std::collections::BTreeMap<(i64, String), Vec<(String, String, f64)>>;
+
 /// Each stored non-text cue of `session` by `predictor`, per (window, story): its value.
-fn cue_values(
-    conn: &rusqlite::Connection,
-    session: &str,
-    predictor: &str,
-) -> std::collections::BTreeMap<(i64, String), Vec<(String, String, f64)>> {
+fn cue_values(conn: &rusqlite::Connection, session: &str, predictor: &str) -> CueValues {
     let mut stmt = conn
         .prepare(
             "SELECT window_index, story_id, cues FROM attributions
@@ -316,7 +315,7 @@ fn cue_values(
 
 /// The mean of `f` over every (window, story), per cue, largest first.
 fn ranked(
-    values: &std::collections::BTreeMap<(i64, String), Vec<(String, String, f64)>>,
+    values: &CueValues,
     f: impl Fn(&(i64, String), &str, &str, f64) -> f64,
 ) -> Vec<((String, String), f64)> {
     let mut sums: std::collections::BTreeMap<(String, String), f64> = Default::default();
