@@ -1,7 +1,7 @@
 //! A collector's refusals as the station takes them: checked (signed by a trusted
 //! collector under sealed sync; naming a message of this outbox, as sent, and the exact
 //! envelope bytes this connection round published) and kept on the message, which is then
-//! held. [`super::connection_round`] hands them here, and a collector's hello, which
+//! held. The publisher's connection round (`publish.rs`) hands them here, and a collector's hello, which
 //! lifts what it refused as `too_new` once it reads something else.
 
 use super::{health, Refusal, Round, SyncOptions, MAX_REFUSAL_CHARS};

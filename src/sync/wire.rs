@@ -1,6 +1,6 @@
 //! What goes on the wire from a station: the chunk envelopes of a message, plain (format
 //! `empathic-sync` v1) or signed and sealed (v2), and the keys sealed sync needs
-//! ([`Sealing`]). The publisher (`sync/mod.rs`) sends them; the collector's side of the same
+//! ([`Sealing`]). The publisher (`sync/publish.rs`) sends them; the collector's side of the same
 //! formats is `central/envelope.rs`.
 
 use super::{

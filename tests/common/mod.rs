@@ -51,17 +51,31 @@ pub fn copy_session(from: &Path, dest: &Path) -> PathBuf {
     dest.to_path_buf()
 }
 
-/// The demo recording as a later session (`demo-0002`, a week on) of the same participant,
-/// copied into `dest`.
-pub fn later_demo_session(dest: &Path) -> PathBuf {
-    let dir = copy_session(&demo_session(), dest);
+/// A copy of the session folder `from` in `dest` with these `session.json` fields set
+/// (for example `("session_id", "demo-0002")`, `("participant_id", "P-OTHER")`).
+pub fn copy_session_as(from: &Path, dest: &Path, fields: &[(&str, &str)]) -> PathBuf {
+    let dir = copy_session(from, dest);
     let path = dir.join("session.json");
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["session_id"] = "demo-0002".into();
-    v["start_time"] = "2026-11-08T18:30:00Z".into();
+    for (key, value) in fields {
+        v[*key] = (*value).into();
+    }
     std::fs::write(&path, v.to_string()).unwrap();
     dir
+}
+
+/// The demo recording as a later session (`demo-0002`, a week on) of the same participant,
+/// copied into `dest`.
+pub fn later_demo_session(dest: &Path) -> PathBuf {
+    copy_session_as(
+        &demo_session(),
+        dest,
+        &[
+            ("session_id", "demo-0002"),
+            ("start_time", "2026-11-08T18:30:00Z"),
+        ],
+    )
 }
 
 /// Runs the `empathic` binary. `EMPATHIC_TEST_RUNNER` (development only) prefixes it with a

@@ -261,13 +261,14 @@ fn stories_retrieved_while_sharing_are_in_play_until_one_is_shown() {
             "{seen} retrieved again: {second:?}"
         );
     }
-    let fortnight = copy_session(&week, &tmp.path().join("fortnight"));
-    let path = fortnight.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    v["session_id"] = "demo-0003".into();
-    v["start_time"] = "2026-11-15T18:30:00Z".into();
-    std::fs::write(&path, v.to_string()).unwrap();
+    let fortnight = copy_session_as(
+        &week,
+        &tmp.path().join("fortnight"),
+        &[
+            ("session_id", "demo-0003"),
+            ("start_time", "2026-11-15T18:30:00Z"),
+        ],
+    );
     let o = replay_cli(&fortnight, &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     let third = retrieved("demo-0003");

@@ -348,13 +348,14 @@ fn the_shipped_models_lean_on_the_planted_loudness_and_smile_and_a_louder_half_m
     // The assembled session: the demo, its first 14 s at 0.3 of the amplitude, as another
     // participant's first session (a participant's later session is scored through the map
     // calibrated on their earlier ratings, which would scale every cue).
-    let quieter = copy_session(&demo_session(), &tmp.path().join("quieter"));
-    let meta = quieter.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
-    v["session_id"] = "quieter-0001".into();
-    v["participant_id"] = "P-QUIETER".into();
-    std::fs::write(&meta, v.to_string()).unwrap();
+    let quieter = copy_session_as(
+        &demo_session(),
+        &tmp.path().join("quieter"),
+        &[
+            ("session_id", "quieter-0001"),
+            ("participant_id", "P-QUIETER"),
+        ],
+    );
     let wav = quieter.join("audio.wav");
     let mut reader = hound::WavReader::open(&wav).unwrap();
     let spec = reader.spec();

@@ -23,15 +23,15 @@ fn stop(mut c: Collector) {
 
 /// The demo session as station 2's `other-0001` of participant `P-OTHER`, under `dir`.
 fn other_station_session(dir: &Path) -> std::path::PathBuf {
-    let other = copy_session(&demo_session(), &dir.join("other"));
-    let manifest = other.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    v["session_id"] = "other-0001".into();
-    v["participant_id"] = "P-OTHER".into();
-    v["station_id"] = "station-2".into();
-    std::fs::write(&manifest, v.to_string()).unwrap();
-    other
+    copy_session_as(
+        &demo_session(),
+        &dir.join("other"),
+        &[
+            ("session_id", "other-0001"),
+            ("participant_id", "P-OTHER"),
+            ("station_id", "station-2"),
+        ],
+    )
 }
 
 #[test]

@@ -46,15 +46,15 @@ fn sigkill(c: &mut Child) {
 
 /// A station's session under a new id (and participant), copied from the demo.
 fn session_as(dir: &Path, id: &str, participant: &str, station: &str) -> PathBuf {
-    let s = copy_session(&demo_session(), dir);
-    let manifest = s.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    v["session_id"] = id.into();
-    v["participant_id"] = participant.into();
-    v["station_id"] = station.into();
-    std::fs::write(&manifest, v.to_string()).unwrap();
-    s
+    copy_session_as(
+        &demo_session(),
+        dir,
+        &[
+            ("session_id", id),
+            ("participant_id", participant),
+            ("station_id", station),
+        ],
+    )
 }
 
 fn outbox_ids(db: &Path) -> Vec<String> {

@@ -13,8 +13,8 @@ use crate::common::broker::{free_port, start_broker, start_sealed_collector, Col
 use crate::common::central::{quarantined, wait_subscribed};
 use crate::common::postgres::Postgres;
 use crate::common::{
-    config_without_vision_models_and, demo_session, empathic, key_init as key, later_demo_session,
-    path_str, replay_cli, stderr, stdout, terminate,
+    config_without_vision_models_and, copy_session_as, demo_session, empathic, key_init as key,
+    later_demo_session, path_str, replay_cli, stderr, stdout, terminate,
 };
 
 const STUDY: &str = "test-study";
@@ -251,12 +251,14 @@ fn refusals_are_told_held_listed_and_cleared(target: &str, dir: &Path) {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!problems_of(target, "station-1").contains(&"revoked_sending".to_string()));
     std::thread::sleep(Duration::from_millis(1100));
-    let third = later_demo_session(&dir.join("third"));
-    let manifest = third.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    v["session_id"] = "demo-0003".into();
-    std::fs::write(&manifest, v.to_string()).unwrap();
+    let third = copy_session_as(
+        &demo_session(),
+        &dir.join("third"),
+        &[
+            ("session_id", "demo-0003"),
+            ("start_time", "2026-11-08T18:30:00Z"),
+        ],
+    );
     assert!(replay_cli(&third, &db, Some(&cfg)).status.success());
     let o = sync(&db, &cfg, port, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

@@ -14,7 +14,7 @@ use crate::common::broker::{free_port, start_broker, start_sealed_collector, Col
 use crate::common::central::{quarantined, record_rows, sessions_in, wait_subscribed, wait_until};
 use crate::common::store::column;
 use crate::common::{
-    config_without_vision_models_and, copy_session, demo_session, empathic, later_demo_session,
+    config_without_vision_models_and, copy_session_as, demo_session, empathic, later_demo_session,
     path_str, replay_cli, stderr, stdout,
 };
 use empathic::store::outbox::Pending;
@@ -388,13 +388,11 @@ fn sealed_sync_hides_content_and_refuses_forgeries_rotated_and_revoked_keys() {
     assert!(replay_cli(&demo_session(), &db1, Some(&cfg1))
         .status
         .success());
-    let other = copy_session(&demo_session(), &dir.join("other"));
-    let manifest = other.join("session.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    v["session_id"] = "other-0001".into();
-    v["participant_id"] = "P-OTHER".into();
-    std::fs::write(&manifest, v.to_string()).unwrap();
+    let other = copy_session_as(
+        &demo_session(),
+        &dir.join("other"),
+        &[("session_id", "other-0001"), ("participant_id", "P-OTHER")],
+    );
     assert!(replay_cli(&other, &db2, Some(&cfg2)).status.success());
 
     let o = sync(&db1, &cfg1, port, "station-1", "30");
