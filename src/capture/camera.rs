@@ -306,6 +306,9 @@ impl VideoSource for MjpegFileSource {
                 seq: self.seq,
                 t_ns: self.offset_ns + (slot as f64 * self.period_ns).round() as Nanos,
                 image,
+                // Screened when it was recorded: the replay takes that, not a second look
+                // at a frame whose bystanders are already masked.
+                screening: super::screening::read_mark(&jpeg),
             };
             self.seq += 1;
             return Ok(Some(frame));

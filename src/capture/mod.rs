@@ -21,6 +21,7 @@ pub mod events;
 pub mod microphone;
 pub mod record;
 pub mod resample;
+pub mod screening;
 pub mod timeline;
 #[cfg(feature = "sensing")]
 pub mod video_file;
@@ -47,6 +48,9 @@ pub struct VideoFrame {
     /// Capture time on the session timeline.
     pub t_ns: Nanos,
     pub image: BgrImage,
+    /// What the bystander screen found and masked in this frame (`None`: not screened,
+    /// `[privacy] bystanders = "keep"`).
+    pub screening: Option<screening::Screening>,
 }
 
 /// A block of mono audio samples at the pipeline rate.
@@ -162,13 +166,16 @@ pub enum CaptureError {
     },
     #[error("capture device {device} failed: {message}")]
     Device { device: String, message: String },
+    /// The bystander screen failed on a frame: no frame goes on unscreened.
+    #[error("the bystander screen failed on frame {frame}: {message}")]
+    Screen { frame: u64, message: String },
 }
 
 impl Classify for CaptureError {
     fn exit_kind(&self) -> ExitKind {
         match self {
             // A device that stops working is the machine's problem, not the user's input.
-            CaptureError::Device { .. } => ExitKind::Runtime,
+            CaptureError::Device { .. } | CaptureError::Screen { .. } => ExitKind::Runtime,
             _ => ExitKind::BadInput,
         }
     }

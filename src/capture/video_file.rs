@@ -147,6 +147,7 @@ impl VideoSource for FileVideoSource {
             seq: self.seq,
             t_ns,
             image,
+            screening: None,
         };
         self.seq += 1;
         self.last_t_ns = Some(t_ns);

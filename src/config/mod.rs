@@ -90,6 +90,7 @@ pub struct Config {
     pub models: ModelsConfig,
     pub face: FaceConfig,
     pub body: BodyConfig,
+    pub privacy: PrivacyConfig,
     pub fusion: FusionConfig,
     pub report: ReportConfig,
     pub sync: SyncConfig,

@@ -72,6 +72,26 @@ pub struct QualityReport {
     /// with why. Absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_events: Vec<crate::session::events::SkippedLine>,
+    /// What the bystander screen found (`[privacy] bystanders = "mask"`) when it saw a
+    /// bystander; absent when it saw none (so a session with no one else in view keeps the
+    /// report it had before the screen), when the frames were not screened (`"keep"`), and
+    /// in reports stored before issue 58.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bystanders: Option<BystanderCounts>,
+}
+
+/// Bystanders in a session's frames, as the screen counted them (docs/station.md,
+/// "Bystanders").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BystanderCounts {
+    pub screened_frames: u64,
+    /// Frames with a face other than the participant's, and their time.
+    pub frames_with_bystanders: u64,
+    pub bystander_secs: f64,
+    /// Frames where a region was masked (a bystander, or one seen in the last frames).
+    pub frames_masked: u64,
+    /// Screened frames where the participant's face was not found.
+    pub frames_without_participant: u64,
 }
 
 /// One stage that failed during a session, as stored in its quality report.
@@ -145,6 +165,16 @@ impl QualityReport {
             modality_presence: i.modality_presence,
             stage_failures: Vec::new(),
             skipped_events: Vec::new(),
+            bystanders: (i.video_signal.frames_with_bystanders > 0).then(|| {
+                let t = i.video_signal;
+                BystanderCounts {
+                    screened_frames: t.screened_frames,
+                    frames_with_bystanders: t.frames_with_bystanders,
+                    bystander_secs: t.frames_with_bystanders as f64 * i.frame_period_ns / 1e9,
+                    frames_masked: t.frames_masked,
+                    frames_without_participant: t.frames_without_participant,
+                }
+            }),
         }
     }
 }
@@ -314,6 +344,17 @@ impl ReplaySummary {
                 m.present_frames,
                 m.decoded_frames,
                 100.0 * m.present_frames as f64 / m.decoded_frames.max(1) as f64
+            );
+        }
+        if let Some(b) = &q.bystanders {
+            let _ = writeln!(
+                s,
+                "bystanders in view on {} of {} screened frames ({:.1} s), masked on {}; participant not found on {}",
+                b.frames_with_bystanders,
+                b.screened_frames,
+                b.bystander_secs,
+                b.frames_masked,
+                b.frames_without_participant
             );
         }
         if q.phases.is_empty() {

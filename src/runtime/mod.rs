@@ -16,6 +16,7 @@ pub mod live;
 pub mod pipeline;
 pub mod queues;
 pub mod replay;
+pub mod screen;
 pub mod sequence;
 pub mod stages;
 pub mod transcripts;

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use super::pipeline::{self, Observer, PipelineOptions, Progress, Recorded, Sinks, Sources};
 use super::queues::Overflow;
+use super::screen::{open_screen, ScreenedVideo};
 use super::sequence::{prepare_session, SessionWriter};
 use super::stages::Stages;
 use super::transcripts::{RunKind, TranscriptPlan};
@@ -282,6 +283,11 @@ fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, R
             m.video_offset_ms * 1_000_000,
         )?),
         (Some(path), None) => Box::new(FileVideoSource::open(path)?),
+    };
+    // The screen runs on the source's thread, ahead of every stage.
+    let video: Box<dyn VideoSource> = match open_screen(config)? {
+        Some(screen) => Box::new(ScreenedVideo::new(video, screen)),
+        None => video,
     };
     let video = ReadAhead::new(video)?;
     if let (Some(camera), Some(_)) = (session.manifest.camera, &session.video_path) {

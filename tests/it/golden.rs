@@ -265,7 +265,17 @@ fn shared_sessions_store_the_golden_rows() {
     let Some(fixtures) = fixtures_or_skip("shared_sessions_store_the_golden_rows") else {
         return;
     };
-    for name in ["grid", "still", "selfie"] {
+    for name in ["grid", "still"] {
         check(name, &fixtures.join("sessions").join(name), name, None);
     }
+    // `selfie` has bystanders (three people in view): under the default screen its faces
+    // but one are masked and its rows change (tests/it/bystanders.rs tests that). Its
+    // digests are per CPU class and could be re-taken here on one class only (AVX2), so it
+    // is held to the rows it stored before the screen, under `bystanders = "keep"`, until
+    // they are blessed on each class.
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("keep.toml");
+    std::fs::write(&keep, "[privacy]\nbystanders = \"keep\"\n").unwrap();
+    let selfie = fixtures.join("sessions/selfie");
+    check("selfie", &selfie, "selfie", Some(&keep));
 }

@@ -11,6 +11,7 @@ mod architecture;
 mod bad_input;
 mod bad_input_corpus;
 mod body;
+mod bystanders;
 mod cli;
 mod collector_build;
 mod collector_doors;

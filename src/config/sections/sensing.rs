@@ -325,3 +325,31 @@ impl GazeModel {
         }
     }
 }
+
+/// What is kept of people in view other than the participant (`[privacy]`,
+/// docs/station.md "Bystanders").
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrivacyConfig {
+    /// `"mask"` (the default): every face but the participant's is filled flat in the
+    /// frames before any stage or the recorder sees them; `"keep"`: frames are kept as the
+    /// camera gave them, for a study whose consent covers everyone in view (logged at the
+    /// start of every session).
+    pub bystanders: Bystanders,
+}
+
+impl Default for PrivacyConfig {
+    fn default() -> Self {
+        Self {
+            bystanders: Bystanders::Mask,
+        }
+    }
+}
+
+/// `[privacy] bystanders`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Bystanders {
+    Mask,
+    Keep,
+}

@@ -17,6 +17,7 @@
 //! every 3D landmark projects exactly onto its 2D landmark.
 
 pub mod au;
+pub mod bystanders;
 pub mod canonical;
 pub mod crop;
 pub mod landmarks;
@@ -399,13 +400,7 @@ impl FaceAnalyzer {
                 return Some(d.0);
             }
         }
-        let (cx, cy) = (w as f32 / 2.0, h as f32 / 2.0);
-        let quarter_diag = ((w * w + h * h) as f32).sqrt() / 4.0;
-        let rank = |d: &Detection| {
-            let (x, y) = d.centre();
-            let dist = ((x - cx).powi(2) + (y - cy).powi(2)).sqrt() / quarter_diag;
-            d.width * d.height / (1.0 + dist * dist)
-        };
+        let rank = |d: &Detection| bystanders::participant_rank(d, w, h);
         dets.iter().max_by(|a, b| rank(a).total_cmp(&rank(b)))
     }
 

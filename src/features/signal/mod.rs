@@ -38,6 +38,11 @@ pub struct VideoSignalTotals {
     pub frames: u64,
     pub brightness_sum: f64,
     pub sharpness_sum: f64,
+    /// Frames the bystander screen looked at, and what it found (`[privacy]`).
+    pub screened_frames: u64,
+    pub frames_with_bystanders: u64,
+    pub frames_masked: u64,
+    pub frames_without_participant: u64,
 }
 
 /// Per-10-ms level, clipping and voice activity.

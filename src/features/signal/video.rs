@@ -71,6 +71,13 @@ impl FrameStage for VideoSignalStage {
         self.totals.frames += 1;
         self.totals.brightness_sum += mean / 255.0;
         self.totals.sharpness_sum += sharpness;
+        if let Some(s) = frame.screening {
+            let t = &mut self.totals;
+            t.screened_frames += 1;
+            t.frames_with_bystanders += u64::from(s.bystanders > 0);
+            t.frames_masked += u64::from(s.masked > 0);
+            t.frames_without_participant += u64::from(!s.participant);
+        }
         Ok(Some(vec![
             (mean / 255.0) as f32,
             (var.sqrt() / 255.0) as f32,
@@ -190,6 +197,7 @@ mod tests {
                 height,
                 data,
             },
+            screening: None,
         }
     }
 

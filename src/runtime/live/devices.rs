@@ -2,6 +2,8 @@
 //! absent or lost) and the live sources the pipeline reads: decoded camera frames,
 //! microphone blocks and the control socket's events, recorded as they pass.
 
+use crate::features::face::bystanders::BystanderScreen;
+use crate::runtime::screen::screen_buffer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -303,6 +305,8 @@ pub(super) struct LiveVideo {
     pub(super) counters: Arc<Counters>,
     pub(super) info: VideoInfo,
     pub(super) seq: u64,
+    /// The bystander screen (`[privacy] bystanders = "mask"`), ahead of the recorder.
+    pub(super) screen: Option<BystanderScreen>,
 }
 
 impl VideoSource for LiveVideo {
@@ -323,9 +327,25 @@ impl VideoSource for LiveVideo {
                     continue;
                 }
             };
+            // Screened before anything is kept or measured; a frame the screen fails on
+            // is dropped, never passed on unscreened.
+            let (jpeg, image, screening) = match self.screen.as_mut() {
+                Some(screen) => match screen_buffer(screen, &grab.jpeg, image) {
+                    Ok((jpeg, image, s)) => (std::borrow::Cow::Owned(jpeg), image, Some(s)),
+                    Err(e) => {
+                        tracing::warn!(
+                            t_ns,
+                            "camera frame dropped: the bystander screen failed: {e}"
+                        );
+                        self.counters.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                },
+                None => (std::borrow::Cow::Borrowed(&grab.jpeg[..]), image, None),
+            };
             if let Some(rec) = &self.recording {
                 let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = rec.video_frame(t_ns, &grab.jpeg, image.width, image.height) {
+                if let Err(e) = rec.video_frame(t_ns, &jpeg, image.width, image.height) {
                     tracing::error!("{e}");
                 }
             }
@@ -333,6 +353,7 @@ impl VideoSource for LiveVideo {
                 seq: self.seq,
                 t_ns,
                 image,
+                screening,
             };
             self.seq += 1;
             return Ok(Some(frame));

@@ -337,9 +337,12 @@ pub(super) fn run_session<'scope>(
 ) -> Result<(), RunError> {
     let config = service.config;
     let clock = service.clock.clone();
+    // Opened before the devices: a screen that cannot open starts no session.
+    let screen = crate::runtime::screen::open_screen(config)?;
     let (grab_rx, block_rx) = start_devices(scope, service, &run, clock.clone())?;
     let sources = Sources {
         video: Box::new(LiveVideo {
+            screen,
             rx: grab_rx,
             start_clock_ns: run.start_clock_ns,
             recording: run.recording.clone(),

@@ -1,0 +1,202 @@
+//! Issue 58, bystanders: only the participant is measured and kept. The material is two
+//! real faces of the shared fixtures side by side (`still` on the left, the participant,
+//! alone for the first 2 s; then `grid`'s speakers on the right, the bystander).
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+use empathic::capture::camera::decode_jpeg;
+use empathic::capture::screening::read_mark;
+use empathic::capture::video_file::FileVideoSource;
+use empathic::capture::{BgrImage, VideoSource};
+use empathic::features::face::bystanders::BystanderScreen;
+use empathic::models::manifest::Manifest;
+use empathic::runtime::screen::{encode_jpeg, screen_buffer};
+
+/// Frames before the bystander enters (2 s at 15 fps), and the material's length.
+const ENTERS_AT: usize = 30;
+const SECONDS: u32 = 12;
+
+/// The two-face session under `dir`: video (640x480, 15 fps) and the participant's audio.
+fn two_faces(fixtures: &Path, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let f = fixtures.join("sessions");
+    let run = |args: &[&str]| {
+        let ok = std::process::Command::new("ffmpeg")
+            .args(["-loglevel", "error", "-y"])
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ffmpeg {args:?}");
+    };
+    let graph = format!(
+        "[0:v]crop=320:480:160:0[a];[1:v]crop=320:480:160:0,tpad=start_duration=2:color=0x606060[b];[a][b]hstack=inputs=2,trim=duration={SECONDS}[v]"
+    );
+    run(&[
+        "-i",
+        path_str(&f.join("still/video.avi")),
+        "-i",
+        path_str(&f.join("grid/video.avi")),
+        "-filter_complex",
+        &graph,
+        "-map",
+        "[v]",
+        "-c:v",
+        "mjpeg",
+        "-q:v",
+        "3",
+        "-r",
+        "15",
+        "-pix_fmt",
+        "yuvj420p",
+        path_str(&dir.join("video.avi")),
+    ]);
+    run(&[
+        "-i",
+        path_str(&f.join("still/audio.wav")),
+        "-t",
+        &SECONDS.to_string(),
+        path_str(&dir.join("audio.wav")),
+    ]);
+    dir.to_path_buf()
+}
+
+fn frames(video: &Path) -> Vec<BgrImage> {
+    let mut src = FileVideoSource::open(video).unwrap();
+    let mut out = Vec::new();
+    while let Some(f) = src.next_frame().unwrap() {
+        out.push(f.image);
+    }
+    out
+}
+
+fn screen() -> BystanderScreen {
+    let dir = root().join("models");
+    BystanderScreen::open(&dir, &Manifest::load(&dir).unwrap(), None).unwrap()
+}
+
+/// Variance of the horizontal gradient over the image's right half (the bystander's side).
+fn right_half_detail(img: &BgrImage) -> f64 {
+    let (w, h) = (img.width as usize, img.height as usize);
+    let g = |x: usize, y: usize| f64::from(img.data[(y * w + x) * 3 + 1]);
+    let d: Vec<f64> = (0..h)
+        .flat_map(|y| (w / 2 + 1..w).map(move |x| (x, y)))
+        .map(|(x, y)| g(x, y) - g(x - 1, y))
+        .collect();
+    let mean = d.iter().sum::<f64>() / d.len() as f64;
+    d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d.len() as f64
+}
+
+/// What the live run records: every frame through `screen_buffer` (the function the live
+/// camera source calls), checked on the bytes written. The participant is never masked;
+/// the bystander is masked from the first frame it is in; a fresh detector finds no face
+/// in the masked half, whose detail drops; the counts are the material's.
+#[test]
+fn the_recorded_frames_keep_the_participant_and_mask_the_bystander_from_its_first_frame() {
+    let Some(fixtures) = fixtures_or_skip("bystanders") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let session = two_faces(&fixtures, &tmp.path().join("two"));
+    let originals = frames(&session.join("video.avi"));
+    assert_eq!(originals.len(), SECONDS as usize * 15);
+    let mut live = screen();
+    let mut checker = screen();
+    let mut first_masked = None;
+    let mut unmasked_after_entry = Vec::new();
+    for (i, original) in originals.iter().enumerate() {
+        let jpeg = encode_jpeg(original, 95).unwrap();
+        let camera_image = decode_jpeg(&jpeg).unwrap();
+        let before = right_half_detail(&camera_image);
+        let (written, image, s) = screen_buffer(&mut live, &jpeg, camera_image).unwrap();
+        assert_eq!(read_mark(&written), Some(s), "frame {i}: the mark");
+        assert_eq!(decode_jpeg(&written).unwrap(), image, "frame {i}");
+        assert!(s.participant, "frame {i}: the participant was not found");
+        if i < ENTERS_AT {
+            assert_eq!((s.bystanders, s.masked), (0, 0), "frame {i}: {s:?}");
+            continue;
+        }
+        if s.masked == 0 {
+            unmasked_after_entry.push(i);
+            continue;
+        }
+        first_masked.get_or_insert(i);
+        // The written frame: one face (the participant's, on the left), and the right
+        // half's detail gone.
+        let mut again = image.clone();
+        let seen = checker.screen(&mut again).unwrap();
+        assert_eq!((seen.faces, seen.bystanders), (1, 0), "frame {i}: {seen:?}");
+        assert!(
+            right_half_detail(&image) < 0.25 * before,
+            "frame {i}: detail {} against {before}",
+            right_half_detail(&image)
+        );
+    }
+    // Latency: masked from the first frame the bystander is in view.
+    assert_eq!(first_masked, Some(ENTERS_AT));
+    assert!(
+        unmasked_after_entry.is_empty(),
+        "the bystander was in view unmasked on frames {unmasked_after_entry:?}"
+    );
+}
+
+/// Replayed with the defaults (`[privacy] bystanders = "mask"`): the face features come
+/// from the participant's half only, and the quality report counts the bystander's frames.
+#[test]
+fn a_replay_measures_only_the_participant_and_counts_the_bystanders_frames() {
+    let Some(fixtures) = fixtures_or_skip("bystanders") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let session = two_faces(&fixtures, &tmp.path().join("two"));
+    let db = tmp.path().join("s.db");
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(&cfg, "[body]\nenabled = false\n").unwrap();
+    let o = replay_cli(&session, &db, Some(&cfg));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let total = SECONDS as u64 * 15;
+    let after = total - ENTERS_AT as u64;
+    assert!(
+        stdout(&o).contains(&format!(
+            "bystanders in view on {after} of {total} screened frames (10.0 s), masked on {after}; participant not found on 0"
+        )),
+        "{}",
+        stdout(&o)
+    );
+    let conn = crate::common::store::open_db(&db);
+    let quality: String = conn
+        .query_row("SELECT quality_json FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    let q: serde_json::Value = serde_json::from_str(&quality).unwrap();
+    assert_eq!(q["bystanders"]["frames_with_bystanders"], after);
+    // Every present face row's 2D landmarks lie in the participant's (left) half.
+    let columns = empathic::features::face::face_columns();
+    let x0 = columns.iter().position(|c| c == "x_0").unwrap();
+    let mut st = conn
+        .prepare(
+            "SELECT frame_index, vec FROM frame_features WHERE modality = 'face' AND present = 1",
+        )
+        .unwrap();
+    let rows: Vec<(i64, Vec<u8>)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        rows.len() as u64 >= total * 9 / 10,
+        "{} face rows",
+        rows.len()
+    );
+    for (frame, blob) in rows {
+        let v: Vec<f32> = blob
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let xs = &v[x0..x0 + 68];
+        assert!(
+            xs.iter().all(|x| *x < 320.0),
+            "frame {frame}: a landmark in the bystander's half: {xs:?}"
+        );
+    }
+}
