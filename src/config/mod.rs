@@ -460,6 +460,7 @@ mod tests {
             ("models", fields_of::<ModelsConfig>()),
             ("face", fields_of::<FaceConfig>()),
             ("body", fields_of::<BodyConfig>()),
+            ("privacy", fields_of::<PrivacyConfig>()),
             ("fusion", fields_of::<FusionConfig>()),
             ("report", fields_of::<ReportConfig>()),
             ("sync", fields_of::<SyncConfig>()),

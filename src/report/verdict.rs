@@ -45,7 +45,7 @@ pub struct Row {
 }
 
 /// The measures, in the order of [`quality_rows`].
-pub const MEASURES: [&str; 10] = [
+pub const MEASURES: [&str; 11] = [
     "media captured",
     "missing frames",
     "duplicated frames",
@@ -56,6 +56,7 @@ pub const MEASURES: [&str; 10] = [
     "brightness",
     "sharpness",
     "face presence",
+    "bystanders in view",
 ];
 
 /// Mean brightness (0-1) the report calls good, and outside which it calls it bad; the
@@ -214,6 +215,25 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
             threshold: ">= 90 % / >= 60 % of decoded frames",
         },
     });
+    // Someone other than the participant was in view: masked in the video, but their voice
+    // is in the audio (not separated), which staff should know.
+    rows.push(match &q.bystanders {
+        Some(b) => Row {
+            measure: MEASURES[10],
+            value: format!(
+                "{:.1} s ({} frames), masked on {} frames",
+                b.bystander_secs, b.frames_with_bystanders, b.frames_masked
+            ),
+            verdict: Verdict::Check,
+            threshold: "none / any: faces masked, voices not separated",
+        },
+        None => Row {
+            measure: MEASURES[10],
+            value: "none seen".into(),
+            verdict: Verdict::Good,
+            threshold: "none / any: faces masked, voices not separated",
+        },
+    });
     let not_measured = |row: &mut Row, why: &str| {
         row.value = format!("not measured ({why})");
         row.verdict = Verdict::Check;
@@ -228,6 +248,7 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
             MEASURES[7],
             MEASURES[8],
             MEASURES[9],
+            MEASURES[10],
         ]
         .contains(&row.measure);
         if needs_audio && !has_audio {

@@ -254,3 +254,67 @@ pub fn terminate(c: impl Into<broker::Collector>) {
         .status();
     let _ = c.wait();
 }
+
+/// Two real faces side by side under `dir` (video.avi 640x480 MJPG at 15 fps, audio.wav):
+/// the shared `still` clip's face on the left (the participant, alone for the first 2 s),
+/// then `grid`'s real speakers on the right (a bystander) until the end, `seconds` long.
+pub fn two_faces(fixtures: &Path, dir: &Path, seconds: u32) -> PathBuf {
+    two_faces_with(fixtures, dir, seconds, None)
+}
+
+/// [`two_faces`], with the participant's half filled grey from `away.0` to `away.1`
+/// seconds (the participant has left the view, the bystander stays).
+pub fn two_faces_with(
+    fixtures: &Path,
+    dir: &Path,
+    seconds: u32,
+    away: Option<(u32, u32)>,
+) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let f = fixtures.join("sessions");
+    let run = |args: &[&str]| {
+        let ok = std::process::Command::new("ffmpeg")
+            .args(["-loglevel", "error", "-y"])
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ffmpeg {args:?}");
+    };
+    let left = match away {
+        Some((from, to)) => format!(
+            ",drawbox=x=0:y=0:w=320:h=480:color=0x606060:t=fill:enable='between(t,{from},{to})'"
+        ),
+        None => String::new(),
+    };
+    let graph = format!(
+        "[0:v]crop=320:480:160:0{left}[a];[1:v]crop=320:480:160:0,tpad=start_duration=2:color=0x606060[b];[a][b]hstack=inputs=2,trim=duration={seconds}[v]"
+    );
+    run(&[
+        "-i",
+        path_str(&f.join("still/video.avi")),
+        "-i",
+        path_str(&f.join("grid/video.avi")),
+        "-filter_complex",
+        &graph,
+        "-map",
+        "[v]",
+        "-c:v",
+        "mjpeg",
+        "-q:v",
+        "3",
+        "-r",
+        "15",
+        "-pix_fmt",
+        "yuvj420p",
+        path_str(&dir.join("video.avi")),
+    ]);
+    run(&[
+        "-i",
+        path_str(&f.join("still/audio.wav")),
+        "-t",
+        &seconds.to_string(),
+        path_str(&dir.join("audio.wav")),
+    ]);
+    dir.to_path_buf()
+}

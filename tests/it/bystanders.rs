@@ -2,7 +2,7 @@
 //! real faces of the shared fixtures side by side (`still` on the left, the participant,
 //! alone for the first 2 s; then `grid`'s speakers on the right, the bystander).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::*;
 use empathic::capture::camera::decode_jpeg;
@@ -13,54 +13,10 @@ use empathic::features::face::bystanders::BystanderScreen;
 use empathic::models::manifest::Manifest;
 use empathic::runtime::screen::{encode_jpeg, screen_buffer};
 
-/// Frames before the bystander enters (2 s at 15 fps), and the material's length.
+/// Frames before the bystander enters (2 s at 15 fps: [`two_faces`]), and the material's
+/// length.
 const ENTERS_AT: usize = 30;
 const SECONDS: u32 = 12;
-
-/// The two-face session under `dir`: video (640x480, 15 fps) and the participant's audio.
-fn two_faces(fixtures: &Path, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let f = fixtures.join("sessions");
-    let run = |args: &[&str]| {
-        let ok = std::process::Command::new("ffmpeg")
-            .args(["-loglevel", "error", "-y"])
-            .args(args)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "ffmpeg {args:?}");
-    };
-    let graph = format!(
-        "[0:v]crop=320:480:160:0[a];[1:v]crop=320:480:160:0,tpad=start_duration=2:color=0x606060[b];[a][b]hstack=inputs=2,trim=duration={SECONDS}[v]"
-    );
-    run(&[
-        "-i",
-        path_str(&f.join("still/video.avi")),
-        "-i",
-        path_str(&f.join("grid/video.avi")),
-        "-filter_complex",
-        &graph,
-        "-map",
-        "[v]",
-        "-c:v",
-        "mjpeg",
-        "-q:v",
-        "3",
-        "-r",
-        "15",
-        "-pix_fmt",
-        "yuvj420p",
-        path_str(&dir.join("video.avi")),
-    ]);
-    run(&[
-        "-i",
-        path_str(&f.join("still/audio.wav")),
-        "-t",
-        &SECONDS.to_string(),
-        path_str(&dir.join("audio.wav")),
-    ]);
-    dir.to_path_buf()
-}
 
 fn frames(video: &Path) -> Vec<BgrImage> {
     let mut src = FileVideoSource::open(video).unwrap();
@@ -98,7 +54,7 @@ fn the_recorded_frames_keep_the_participant_and_mask_the_bystander_from_its_firs
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let session = two_faces(&fixtures, &tmp.path().join("two"));
+    let session = two_faces(&fixtures, &tmp.path().join("two"), SECONDS);
     let originals = frames(&session.join("video.avi"));
     assert_eq!(originals.len(), SECONDS as usize * 15);
     let mut live = screen();
@@ -149,7 +105,7 @@ fn a_replay_measures_only_the_participant_and_counts_the_bystanders_frames() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let session = two_faces(&fixtures, &tmp.path().join("two"));
+    let session = two_faces(&fixtures, &tmp.path().join("two"), SECONDS);
     let db = tmp.path().join("s.db");
     let cfg = tmp.path().join("c.toml");
     std::fs::write(&cfg, "[body]\nenabled = false\n").unwrap();
@@ -199,4 +155,46 @@ fn a_replay_measures_only_the_participant_and_counts_the_bystanders_frames() {
             "frame {frame}: a landmark in the bystander's half: {xs:?}"
         );
     }
+}
+
+/// The participant leaves the view for 4 s while the bystander stays, then comes back to
+/// where they were: while away, the participant is not found and the bystander is masked
+/// on every frame (never taken for the participant); back, they are found again.
+#[test]
+fn a_participant_who_leaves_is_not_replaced_by_the_bystander_and_is_found_on_return() {
+    let Some(fixtures) = fixtures_or_skip("bystanders") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let session = two_faces_with(&fixtures, &tmp.path().join("away"), SECONDS, Some((5, 9)));
+    let mut live = screen();
+    let (away, back) = (5 * 15, 9 * 15);
+    let mut found_again = None;
+    for (i, original) in frames(&session.join("video.avi")).iter().enumerate() {
+        let jpeg = encode_jpeg(original, 95).unwrap();
+        let (_, _, s) = screen_buffer(&mut live, &jpeg, decode_jpeg(&jpeg).unwrap()).unwrap();
+        if i >= ENTERS_AT {
+            assert!(s.masked >= 1, "frame {i}: the bystander unmasked: {s:?}");
+        }
+        // The grey fill fades in over a frame or two of the encoder: judged from the
+        // second frame of each change.
+        if (away + 2..back).contains(&i) {
+            assert!(
+                !s.participant,
+                "frame {i}: someone taken for the participant"
+            );
+            assert_eq!(s.bystanders, 1, "frame {i}: {s:?}");
+        }
+        if i >= back && s.participant {
+            found_again.get_or_insert(i);
+        }
+        if i < away {
+            assert!(s.participant, "frame {i}: {s:?}");
+        }
+    }
+    let found_again = found_again.expect("the participant was not found again");
+    assert!(
+        found_again <= back + 2,
+        "found again only at frame {found_again}"
+    );
 }

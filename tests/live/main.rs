@@ -24,6 +24,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bystanders;
 mod control;
 mod devices;
 mod dialogue;

@@ -120,7 +120,7 @@ impl FrameStage for BodyStage {
     fn process(
         &mut self,
         frame: &VideoFrame,
-        _ctx: &mut FrameContext,
+        ctx: &mut FrameContext,
     ) -> Result<Option<Vec<f32>>, StageError> {
         let fail = |message: String| StageError {
             stage: "body",
@@ -131,7 +131,32 @@ impl FrameStage for BodyStage {
             .tracker
             .track(&mat, frame.image.width, frame.image.height, frame.t_ns)
             .map_err(|e| fail(e.to_string()))?;
-        Ok(pose.map(|p| p.vector()))
+        Ok(pose
+            .filter(|p| participants_body(p, frame, ctx))
+            .map(|p| p.vector()))
+    }
+}
+
+/// How far from the participant's face crop's centre, in crop sides, the body's nose may
+/// be and still be theirs (the crop is 1.5 faces wide: the nose is well inside it).
+const NOSE_IN_FACE_CROP: f32 = 0.75;
+
+/// Under the bystander screen (the frame was screened), a body counts only when it is the
+/// participant's: its nose within their face crop when the facial stage found their face;
+/// when it did not, only while no bystander is in view (a participant turned away keeps
+/// their body; with someone else in view it cannot be told whose it is). Frames that were
+/// not screened (`[privacy] bystanders = "keep"`) keep the body as before.
+fn participants_body(pose: &Pose, frame: &VideoFrame, ctx: &FrameContext) -> bool {
+    let Some(screening) = frame.screening else {
+        return true;
+    };
+    match ctx.face_roi {
+        Some(face) => {
+            let [x, y, _] = pose.image[0];
+            let reach = NOSE_IN_FACE_CROP * face.w.max(face.h);
+            (x - face.cx).abs() <= reach && (y - face.cy).abs() <= reach
+        }
+        None => screening.bystanders == 0,
     }
 }
 

@@ -16,7 +16,9 @@
 //! - after a loss, only a face near where they were lost (within [`REACQUIRE_RADIUS`]
 //!   face widths of that place) is taken as the participant again; a face anywhere else
 //!   stays a bystander, however large or central (the participant leaving while a visitor
-//!   stays must not make the visitor "the participant").
+//!   stays must not make the visitor "the participant");
+//! - a face on a region masked as a bystander's ([`KNOWN_BYSTANDER_IOU`]) is never taken
+//!   as the participant by nearness (after a loss, or by the motion fallback).
 //!
 //! Masks: a detected bystander's box enlarged to cover hair, ears and chin
 //! ([`MASK_MARGIN_X`], [`MASK_MARGIN_TOP`], [`MASK_MARGIN_BOTTOM`]), filled flat: no detail
@@ -45,8 +47,12 @@ pub const FOLLOW_MIN_IOU: f32 = 0.3;
 /// Otherwise the nearest face whose centre moved at most this many of their face widths.
 pub const FOLLOW_RADIUS: f32 = 0.75;
 /// After a loss, a face within this many of the participant's face widths of where they
-/// were lost is taken as theirs again.
-pub const REACQUIRE_RADIUS: f32 = 2.0;
+/// were lost is taken as theirs again (people side by side sit about two face widths
+/// apart, centre to centre).
+pub const REACQUIRE_RADIUS: f32 = 1.0;
+/// A face overlapping a region masked as a bystander's at least this much is that
+/// bystander: never taken as the participant by nearness alone.
+pub const KNOWN_BYSTANDER_IOU: f32 = 0.3;
 
 /// An axis-aligned box in image pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -197,9 +203,16 @@ impl BystanderScreen {
 
     /// The participant's detection, by the rule of the module's contract.
     fn choose(&self, dets: &[Detection], w: u32, h: u32) -> Option<usize> {
+        let known_bystander = |d: &Detection| {
+            let r = Rect::of(d);
+            self.held
+                .iter()
+                .any(|(b, _)| b.iou(&r) >= KNOWN_BYSTANDER_IOU)
+        };
         let nearest_within = |to: &Rect, radius: f32| {
             dets.iter()
                 .enumerate()
+                .filter(|(_, d)| !known_bystander(d))
                 .map(|(i, d)| (i, Rect::of(d).distance(to)))
                 .filter(|(_, dist)| *dist <= radius * to.width())
                 .min_by(|a, b| a.1.total_cmp(&b.1))

@@ -331,7 +331,10 @@ impl VideoSource for LiveVideo {
             // is dropped, never passed on unscreened.
             let (jpeg, image, screening) = match self.screen.as_mut() {
                 Some(screen) => match screen_buffer(screen, &grab.jpeg, image) {
-                    Ok((jpeg, image, s)) => (std::borrow::Cow::Owned(jpeg), image, Some(s)),
+                    Ok((jpeg, image, s)) => {
+                        self.counters.screened(&s);
+                        (std::borrow::Cow::Owned(jpeg), image, Some(s))
+                    }
                     Err(e) => {
                         tracing::warn!(
                             t_ns,

@@ -96,6 +96,19 @@ pub struct SessionStatus {
     /// Stages that failed during this session; it goes on without them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stage_failures: Vec<crate::report::StageFailure>,
+    /// The bystander screen so far (`[privacy] bystanders = "mask"`): frames with someone
+    /// other than the participant in view, frames masked, frames without the participant.
+    /// Absent under `"keep"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bystanders: Option<BystanderStatus>,
+}
+
+/// The bystander screen's counts for the running session.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BystanderStatus {
+    pub frames_with_bystanders: u64,
+    pub frames_masked: u64,
+    pub frames_without_participant: u64,
 }
 
 /// What `empathic status` shows.
@@ -124,6 +137,32 @@ struct Counters {
     /// so `status` tells a device whose data stopped from one that works.
     frame_at_ns: AtomicU64,
     audio_at_ns: AtomicU64,
+    /// The bystander screen's counts (frames screened, with bystanders, masked, without
+    /// the participant).
+    screened: AtomicU64,
+    with_bystanders: AtomicU64,
+    masked: AtomicU64,
+    without_participant: AtomicU64,
+}
+
+impl Counters {
+    fn screened(&self, s: &crate::capture::screening::Screening) {
+        self.screened.fetch_add(1, Ordering::Relaxed);
+        let add = |c: &AtomicU64, yes: bool| {
+            c.fetch_add(u64::from(yes), Ordering::Relaxed);
+        };
+        add(&self.with_bystanders, s.bystanders > 0);
+        add(&self.masked, s.masked > 0);
+        add(&self.without_participant, !s.participant);
+    }
+
+    fn bystanders(&self) -> Option<BystanderStatus> {
+        (self.screened.load(Ordering::Relaxed) > 0).then(|| BystanderStatus {
+            frames_with_bystanders: self.with_bystanders.load(Ordering::Relaxed),
+            frames_masked: self.masked.load(Ordering::Relaxed),
+            frames_without_participant: self.without_participant.load(Ordering::Relaxed),
+        })
+    }
 }
 
 /// A running session, as the control clients see it.
@@ -589,6 +628,7 @@ fn current_status(service: &Service<'_>) -> ServiceStatus {
         recording: r.recording_dir.as_ref().map(|d| d.display().to_string()),
         stage_failures: r.failures.list(),
         kept_by: r.tie.describe(),
+        bystanders: r.counters.bystanders(),
     });
     status
 }
