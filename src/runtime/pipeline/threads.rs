@@ -112,7 +112,7 @@ pub(super) fn video_features(
     } = signal;
     let mut meter = Meter::new("video-features");
     let mut timeline = VideoTimeline::new(1e9 / period_ns);
-    for frame in &rx {
+    for mut frame in &rx {
         let SlotDecision::Take {
             slot,
             missing_before,
@@ -136,6 +136,11 @@ pub(super) fn video_features(
             .collect();
         let mut ctx = FrameContext::default();
         let mut taken = make_slot(slot, true);
+        // The stages see the frame at its slot's time: a live capture stamp jitters by
+        // milliseconds (and after a camera comes back, by up to half a period) where its
+        // recording, replayed, sits on the grid; a stage that reads the time (the body's
+        // filter) must get the same from both.
+        frame.t_ns = taken.start_ns;
         taken.features[modality.index()] = meter.time(|| signal.process(&frame, &mut ctx))?;
         slots.push(PendingSlot {
             slot: taken,
