@@ -425,15 +425,19 @@ pub fn scripted_session(station: &Station, pulse: &Pulse, participant: &str) -> 
 /// Starts a session for `P-LIVE` with the demo speech playing and the warm-up phase
 /// entered; returns its id and the player.
 pub fn start_warm_up(station: &Station, pulse: &Pulse) -> (String, Child) {
-    let id = station
-        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))
-        ["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = start_session_p_live(station);
     let player = pulse.play(&demo_session().join("audio.wav"));
     station.ok(json!({"type": "phase", "phase": "warm_up"}));
     (id, player)
+}
+
+/// Starts a session for `P-LIVE` (a 600 s lease) and returns its id.
+pub fn start_session_p_live(station: &Station) -> String {
+    station.ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))
+        ["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 pub fn consent(config: &Path, participant: &str) {

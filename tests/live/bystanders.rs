@@ -26,12 +26,7 @@ fn a_bystander_in_view_is_masked_on_the_disk_counted_live_and_replays_the_same()
     let config = station_config(dir.path(), &material.join("video.avi"));
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &runtime);
-    let id = station
-        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))
-        ["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = start_session_p_live(&station);
     station.ok(json!({"type": "phase", "phase": "warm_up"}));
     sleep_s(6.0);
     let status = station.ok(json!({"type": "status"}));

@@ -305,12 +305,7 @@ fn session_without_a_microphone_is_recorded_without_audio_and_its_recording_repl
     let config = station_config(dir.path(), &demo_session().join("video.avi"));
     consent(&config, "P-LIVE");
     let station = Station::start(dir.path(), &config, &runtime);
-    let id = station
-        .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-LIVE"}))
-        ["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = start_session_p_live(&station);
     station.ok(json!({"type": "phase", "phase": "warm_up"}));
     sleep_s(2.0);
     station.ok(json!({"type": "phase", "phase": "story_share"}));
