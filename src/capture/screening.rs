@@ -5,7 +5,9 @@
 //! one was just seen) and whether the participant was found. A live recording made under
 //! `[privacy] bystanders = "mask"` carries it in every frame's JPEG as a comment segment
 //! (`COM`, marker `FF FE`, right after `SOI`) reading
-//! `empathic-screen v1 faces=F bystanders=B masked=M participant=0|1`: decoders skip
+//! `empathic-screen v1 faces=F bystanders=B masked=M participant=0|1[ box=X0,Y0,X1,Y1]`
+//! (the box: the participant's face, when found; readers skip keys they do not know, so
+//! a v1 reader reads a frame written with more keys): decoders skip
 //! comments, so the image is unchanged, and a replay reads the screening back instead of
 //! screening the already-masked frame again (which would find no bystander). Nothing about
 //! a bystander but these counts is ever kept.
@@ -24,17 +26,26 @@ pub struct Screening {
     pub masked: u16,
     /// The participant's face was found.
     pub participant: bool,
+    /// Where: the detector's box around the participant's face (x0, y0, x1, y1 in
+    /// pixels), so a stage without a face of its own (the body in `extract body`) can
+    /// tell the participant's person from a bystander's. Only the participant's place is
+    /// kept, never a bystander's.
+    pub participant_box: Option<[i16; 4]>,
 }
 
 impl Screening {
     fn comment(&self) -> String {
-        format!(
+        let mut text = format!(
             "{MARK} faces={} bystanders={} masked={} participant={}",
             self.faces,
             self.bystanders,
             self.masked,
             u8::from(self.participant)
-        )
+        );
+        if let Some([x0, y0, x1, y1]) = self.participant_box {
+            text.push_str(&format!(" box={x0},{y0},{x1},{y1}"));
+        }
+        text
     }
 
     fn parse(text: &str) -> Option<Self> {
@@ -47,6 +58,14 @@ impl Screening {
                 "bystanders" => s.bystanders = value.parse().ok()?,
                 "masked" => s.masked = value.parse().ok()?,
                 "participant" => s.participant = value == "1",
+                "box" => {
+                    let v: Vec<i16> = value
+                        .split(',')
+                        .map(str::parse)
+                        .collect::<Result<_, _>>()
+                        .ok()?;
+                    s.participant_box = Some(<[i16; 4]>::try_from(v).ok()?);
+                }
                 _ => {}
             }
         }
@@ -95,9 +114,15 @@ mod tests {
             bystanders: 1,
             masked: 1,
             participant: true,
+            participant_box: Some([10, -2, 300, 411]),
         };
         let marked = mark(&jpeg, &s);
         assert_eq!(read_mark(&marked), Some(s));
+        let without = Screening {
+            participant_box: None,
+            ..s
+        };
+        assert_eq!(read_mark(&mark(&jpeg, &without)), Some(without));
         assert_eq!(&marked[marked.len() - 6..], &jpeg[2..]);
         assert_eq!(read_mark(&jpeg), None);
         assert_eq!(mark(b"not a jpeg", &s), b"not a jpeg");

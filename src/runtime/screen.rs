@@ -77,6 +77,17 @@ impl VideoSource for ScreenedVideo {
     }
 }
 
+/// `source` behind `screen` when there is one (`extract face`, `extract body`).
+pub fn screened(
+    source: impl VideoSource + 'static,
+    screen: Option<BystanderScreen>,
+) -> Box<dyn VideoSource> {
+    match screen {
+        Some(screen) => Box::new(ScreenedVideo::new(Box::new(source), screen)),
+        None => Box::new(source),
+    }
+}
+
 /// Screens one live camera buffer and its decoded image: the bytes to record (marked with
 /// the screening) and the image the stages get (decoded from those bytes when re-encoded).
 pub fn screen_buffer(

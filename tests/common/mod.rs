@@ -272,15 +272,7 @@ pub fn two_faces_with(
 ) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let f = fixtures.join("sessions");
-    let run = |args: &[&str]| {
-        let ok = std::process::Command::new("ffmpeg")
-            .args(["-loglevel", "error", "-y"])
-            .args(args)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "ffmpeg {args:?}");
-    };
+    let run = ffmpeg;
     let left = match away {
         Some((from, to)) => format!(
             ",drawbox=x=0:y=0:w=320:h=480:color=0x606060:t=fill:enable='between(t,{from},{to})'"
@@ -310,6 +302,77 @@ pub fn two_faces_with(
         path_str(&dir.join("video.avi")),
     ]);
     run(&[
+        "-i",
+        path_str(&f.join("still/audio.wav")),
+        "-t",
+        &seconds.to_string(),
+        path_str(&dir.join("audio.wav")),
+    ]);
+    dir.to_path_buf()
+}
+
+/// A station config under `dir` that keeps every face (`[privacy] bystanders = "keep"`),
+/// for tests that measure a stage against a reference that follows anyone.
+pub fn keep_bystanders_config(dir: &Path) -> PathBuf {
+    let path = dir.join("keep-bystanders.toml");
+    std::fs::write(&path, "[privacy]\nbystanders = \"keep\"\n").unwrap();
+    path
+}
+
+/// Runs ffmpeg (installed by set-up) quietly, overwriting; fails the test on error.
+pub fn ffmpeg(args: &[&str]) {
+    let ok = std::process::Command::new("ffmpeg")
+        .args(["-loglevel", "error", "-y"])
+        .args(args)
+        .status()
+        .expect("ffmpeg (installed by set-up)")
+        .success();
+    assert!(ok, "ffmpeg {args:?}");
+}
+
+/// Where the bystander's face is in [`crossing`]'s material: its x range on frame `i`
+/// (the crop's face spans 34-223 of its 260 columns), and its rows.
+pub const CROSSING_FACE_ROWS: (f32, f32) = (184.0, 386.0);
+pub fn crossing_face_x(i: usize) -> (f32, f32) {
+    let t = i as f32 / 15.0;
+    let x = 640.0 - (t - CROSSING_ENTERS_S) * CROSSING_PX_PER_S;
+    (x + 34.0, x + 223.0)
+}
+/// When the bystander's crop starts entering at the right edge, and its speed.
+pub const CROSSING_ENTERS_S: f32 = 2.0;
+pub const CROSSING_PX_PER_S: f32 = 200.0;
+
+/// `seconds` of material where a bystander walks in front of the participant: `still`'s
+/// whole frame (the participant, face at x 245-428), and `grid`'s speaker's head (a
+/// 260x300 crop, face level with the participant's) passing from right to left at 200 px
+/// a second from 2 s, over the participant's face from about 3.1 s to 5.0 s, gone at
+/// 6.5 s. Audio: `still`'s.
+pub fn crossing(fixtures: &Path, dir: &Path, seconds: u32) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let f = fixtures.join("sessions");
+    let graph = format!(
+        "[1:v]crop=260:300:145:170[b];[0:v][b]overlay=x='640-(t-{CROSSING_ENTERS_S})*{CROSSING_PX_PER_S}':y=120:enable='gte(t,{CROSSING_ENTERS_S})',trim=duration={seconds}[v]"
+    );
+    ffmpeg(&[
+        "-i",
+        path_str(&f.join("still/video.avi")),
+        "-i",
+        path_str(&f.join("grid/video.avi")),
+        "-filter_complex",
+        &graph,
+        "-map",
+        "[v]",
+        "-c:v",
+        "mjpeg",
+        "-q:v",
+        "3",
+        "-r",
+        "15",
+        "-pix_fmt",
+        "yuvj420p",
+        path_str(&dir.join("video.avi")),
+    ]);
+    ffmpeg(&[
         "-i",
         path_str(&f.join("still/audio.wav")),
         "-t",

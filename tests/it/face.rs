@@ -497,6 +497,10 @@ fn extract_video(video: &Path, dir: &Path, gaze_model: &str) -> std::path::PathB
         .unwrap()
         .to_string_lossy();
     let out = dir.join(format!("{stem}.{gaze_model}.csv"));
+    // The facial stage against OpenFace, which measures any face: the bystander screen
+    // (which on the hand-held, three-person selfie clip masks whom the camera turns to;
+    // docs/station.md) is left out here and tested in bystanders.rs.
+    let keep = keep_bystanders_config(dir);
     let o = empathic(&[
         "extract",
         "face",
@@ -505,6 +509,8 @@ fn extract_video(video: &Path, dir: &Path, gaze_model: &str) -> std::path::PathB
         path_str(&out),
         "--gaze-model",
         gaze_model,
+        "--config",
+        path_str(&keep),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     out

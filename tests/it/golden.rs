@@ -274,8 +274,7 @@ fn shared_sessions_store_the_golden_rows() {
     // is held to the rows it stored before the screen, under `bystanders = "keep"`, until
     // they are blessed on each class.
     let tmp = tempfile::tempdir().unwrap();
-    let keep = tmp.path().join("keep.toml");
-    std::fs::write(&keep, "[privacy]\nbystanders = \"keep\"\n").unwrap();
+    let keep = keep_bystanders_config(tmp.path());
     let selfie = fixtures.join("sessions/selfie");
     check("selfie", &selfie, "selfie", Some(&keep));
 }

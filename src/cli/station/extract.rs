@@ -11,6 +11,7 @@ use crate::cli::options::ConfigOption;
 use crate::cli::{fail, load_config, progress_bar, Failure, ModelFiles};
 use crate::core::LldSet;
 use crate::features::face::pose::IntrinsicsArgs;
+use crate::runtime::screen::open_screen;
 
 /// Extract features from a media file.
 #[derive(clap::Args)]
@@ -139,19 +140,29 @@ pub fn extract_body(
     let config = load_config(config)?;
     let models = ModelFiles::open(&config)?;
     let progress = progress_bar("frames");
-    let result = extract_body_csv(input, out, &models, tracked, &progress);
+    let screen = open_screen(&config).map_err(fail)?;
+    let result = extract_body_csv(input, out, &models, tracked, screen, &progress);
     progress.finish_and_clear();
     let summary = result.map_err(fail)?;
     eprintln!(
-        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the detector run on {} frames, {:.1} ms a frame",
+        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the detector run on {} frames, {:.1} ms a frame{}",
         summary.rows,
         out.display(),
         summary.frames_with_person,
         100.0 * summary.frames_with_person as f64 / summary.rows.max(1) as f64,
         summary.detector_runs,
-        summary.ms_per_frame
+        summary.ms_per_frame,
+        bystanders_said(summary.frames_with_bystanders)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the bystander screen did, for the summary line (empty when it saw no one else).
+fn bystanders_said(frames: u64) -> String {
+    if frames == 0 {
+        return String::new();
+    }
+    format!("; someone other than the participant in view on {frames} frames: masked in the tracked video, never measured")
 }
 
 /// `empathic extract audio`.
@@ -188,6 +199,7 @@ pub fn extract_face(
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let models = ModelFiles::open(&config)?;
+    let screen = open_screen(&config).map_err(fail)?;
     let progress = progress_bar("frames");
     let result = extract_face_csv(
         input,
@@ -200,6 +212,7 @@ pub fn extract_face(
             blendshapes,
             gaze_model: gaze_model.unwrap_or(config.face.gaze_model),
         },
+        screen,
     );
     progress.finish_and_clear();
     let summary = result.map_err(fail)?;
@@ -217,5 +230,11 @@ pub fn extract_face(
         summary.intrinsics.cy,
         summary.frames_per_second
     );
+    if summary.frames_with_bystanders > 0 {
+        eprintln!(
+            "{}",
+            bystanders_said(summary.frames_with_bystanders).trim_start_matches("; ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,13 +15,15 @@ use indicatif::ProgressBar;
 
 use super::tracked_video::TrackedVideo;
 use crate::capture::video_file::FileVideoSource;
-use crate::capture::{CaptureError, VideoSource};
+use crate::capture::CaptureError;
 use crate::cli::ModelFiles;
 use crate::exit::{Classify, ExitKind};
-use crate::features::body::stage::{csv_header, csv_row};
+use crate::features::body::stage::{csv_header, csv_row, participants_body};
 use crate::features::body::BodyTracker;
+use crate::features::face::bystanders::BystanderScreen;
 use crate::features::face::crop::mat_of;
 use crate::models::ModelError;
+use crate::runtime::screen::screened;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BodyExtractError {
@@ -63,6 +65,9 @@ pub struct BodyExtractSummary {
     pub frames_with_person: u64,
     /// Frames on which the person detector ran (tracking lost or not yet found).
     pub detector_runs: u64,
+    /// Frames where the bystander screen saw someone other than the participant (masked
+    /// in the tracked video; their body never written).
+    pub frames_with_bystanders: u64,
     /// Milliseconds of the body stage per frame (decoding excluded).
     pub ms_per_frame: f64,
 }
@@ -72,13 +77,14 @@ pub fn extract_body_csv(
     output: &Path,
     models: &ModelFiles,
     tracked: Option<&Path>,
+    screen: Option<BystanderScreen>,
     progress: &ProgressBar,
 ) -> Result<BodyExtractSummary, BodyExtractError> {
     crate::files::check_output(output).map_err(crate::files::OutputError::from)?;
     if let Some(t) = tracked {
         crate::files::check_output(t).map_err(crate::files::OutputError::from)?;
     }
-    let mut source = FileVideoSource::open(input)?;
+    let mut source = screened(FileVideoSource::open(input)?, screen);
     let info = source.info().clone();
     let mut tracker = BodyTracker::open(
         models.dir(),
@@ -108,6 +114,7 @@ pub fn extract_body_csv(
         rows: 0,
         frames_with_person: 0,
         detector_runs: 0,
+        frames_with_bystanders: 0,
         ms_per_frame: 0.0,
     };
     let mut busy = std::time::Duration::ZERO;
@@ -120,8 +127,12 @@ pub fn extract_body_csv(
             let started = Instant::now();
             let mat = mat_of(&frame.image)
                 .map_err(|message| BodyExtractError::Frame { frame: n, message })?;
-            let pose = tracker.track(&mat, frame.image.width, frame.image.height, frame.t_ns)?;
+            let pose = tracker
+                .track(&mat, frame.image.width, frame.image.height, frame.t_ns)?
+                .filter(|p| participants_body(p, frame.screening.as_ref(), None));
             busy += started.elapsed();
+            summary.frames_with_bystanders +=
+                u64::from(frame.screening.is_some_and(|s| s.bystanders > 0));
             summary.frames_with_person += u64::from(pose.is_some());
             let t0 = *first_ns.get_or_insert(frame.t_ns);
             let t = frame.t_ns.saturating_sub(t0) as f64 / 1e9;

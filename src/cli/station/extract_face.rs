@@ -4,6 +4,9 @@
 //! replay; one row per decoded frame (`frame` 1-based). The CSV is written beside the
 //! target and renamed into place at the end, so a failure never leaves a partial file
 //! under the requested name; so is the optional tracked video ([`super::tracked_video`]).
+//! Under `[privacy] bystanders = "mask"` (the default) every frame passes the bystander
+//! screen first, as in replay: the rows are the participant's, and the tracked video shows
+//! every other face masked.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -13,12 +16,14 @@ use indicatif::ProgressBar;
 
 use super::tracked_video::TrackedVideo;
 use crate::capture::video_file::FileVideoSource;
-use crate::capture::{CaptureError, VideoSource};
+use crate::capture::CaptureError;
 use crate::cli::ModelFiles;
 use crate::exit::{Classify, ExitKind};
+use crate::features::face::bystanders::BystanderScreen;
 use crate::features::face::pose::{Intrinsics, IntrinsicsArgs};
 use crate::features::face::{openface, FaceAnalyzer, GazeModel, Mode};
 use crate::models::ModelError;
+use crate::runtime::screen::screened;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FaceExtractError {
@@ -58,6 +63,9 @@ pub struct FaceExtractSummary {
     pub rows: u64,
     pub frames_with_face: u64,
     pub max_faces_seen: u32,
+    /// Frames where the bystander screen saw someone other than the participant (masked
+    /// before the facial stage and the tracked video saw the frame).
+    pub frames_with_bystanders: u64,
     pub intrinsics: Intrinsics,
     /// Frames per second of the facial stage (decoding excluded).
     pub frames_per_second: f64,
@@ -82,6 +90,7 @@ pub fn extract_face_csv(
     output: &Path,
     models: &ModelFiles,
     options: &FaceExtractOptions,
+    screen: Option<BystanderScreen>,
 ) -> Result<FaceExtractSummary, FaceExtractError> {
     let FaceExtractOptions {
         intrinsics,
@@ -94,7 +103,7 @@ pub fn extract_face_csv(
     if let Some(t) = tracked {
         crate::files::check_output(t).map_err(crate::files::OutputError::from)?;
     }
-    let mut source = FileVideoSource::open(input)?;
+    let mut source = screened(FileVideoSource::open(input)?, screen);
     let info = source.info().clone();
     intrinsics
         .check(Some((info.width, info.height)))
@@ -131,6 +140,7 @@ pub fn extract_face_csv(
         rows: 0,
         frames_with_face: 0,
         max_faces_seen: 0,
+        frames_with_bystanders: 0,
         intrinsics: k,
         frames_per_second: 0.0,
     };
@@ -144,6 +154,8 @@ pub fn extract_face_csv(
             summary.rows += 1;
             summary.frames_with_face += u64::from(obs.success());
             summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen);
+            summary.frames_with_bystanders +=
+                u64::from(frame.screening.is_some_and(|s| s.bystanders > 0));
             openface::write_row(
                 &mut w,
                 summary.rows,

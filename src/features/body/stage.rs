@@ -8,6 +8,7 @@
 //! [`csv_row`]) has OpenFace's leading columns and the order.
 
 use super::{BodyTracker, Pose, POINTS};
+use crate::capture::screening::Screening;
 use crate::capture::VideoFrame;
 use crate::core::ModalitySpec;
 use crate::features::face::crop::mat_of;
@@ -132,7 +133,7 @@ impl FrameStage for BodyStage {
             .track(&mat, frame.image.width, frame.image.height, frame.t_ns)
             .map_err(|e| fail(e.to_string()))?;
         Ok(pose
-            .filter(|p| participants_body(p, frame, ctx))
+            .filter(|p| participants_body(p, frame.screening.as_ref(), ctx.face_roi.as_ref()))
             .map(|p| p.vector()))
     }
 }
@@ -143,21 +144,36 @@ const NOSE_IN_FACE_CROP: f32 = 0.75;
 
 /// Under the bystander screen (the frame was screened), a body counts only when it is the
 /// participant's: its nose within their face crop when the facial stage found their face;
-/// when it did not, only while no bystander is in view (a participant turned away keeps
-/// their body; with someone else in view it cannot be told whose it is). Frames that were
-/// not screened (`[privacy] bystanders = "keep"`) keep the body as before.
-fn participants_body(pose: &Pose, frame: &VideoFrame, ctx: &FrameContext) -> bool {
-    let Some(screening) = frame.screening else {
+/// when it did not, any body while no bystander is in view (a participant turned away keeps
+/// their body), and with someone else in view, only one whose nose is near the
+/// participant's face as the screen found it (none when the screen did not find them: it
+/// cannot be told whose it is). Frames that were not screened (`[privacy] bystanders =
+/// "keep"`) keep the body as before.
+pub fn participants_body(
+    pose: &Pose,
+    screening: Option<&Screening>,
+    face_roi: Option<&crate::features::face::crop::Roi>,
+) -> bool {
+    let Some(screening) = screening else {
         return true;
     };
-    match ctx.face_roi {
-        Some(face) => {
-            let [x, y, _] = pose.image[0];
-            let reach = NOSE_IN_FACE_CROP * face.w.max(face.h);
-            (x - face.cx).abs() <= reach && (y - face.cy).abs() <= reach
+    let face = match (face_roi, screening.participant_box) {
+        (Some(f), _) => (f.cx, f.cy, f.w.max(f.h)),
+        (None, _) if screening.bystanders == 0 => return true,
+        // The detector's box is tighter than the facial stage's crop (1.5 faces wide).
+        (None, Some([x0, y0, x1, y1])) => {
+            let (x0, y0, x1, y1) = (f32::from(x0), f32::from(y0), f32::from(x1), f32::from(y1));
+            (
+                (x0 + x1) / 2.0,
+                (y0 + y1) / 2.0,
+                1.5 * (x1 - x0).max(y1 - y0),
+            )
         }
-        None => screening.bystanders == 0,
-    }
+        (None, None) => return false,
+    };
+    let [x, y, _] = pose.image[0];
+    let reach = NOSE_IN_FACE_CROP * face.2;
+    (x - face.0).abs() <= reach && (y - face.1).abs() <= reach
 }
 
 #[cfg(test)]

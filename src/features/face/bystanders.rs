@@ -11,20 +11,25 @@
 //! The rule (docs/station.md, "Bystanders"):
 //! - at the session's start, the participant is the face the facial stage would choose:
 //!   the largest and most central ([`participant_rank`]), in the first frame with a face;
-//! - from frame to frame, the face overlapping the participant's last box (IoU >=
-//!   [`FOLLOW_MIN_IOU`]), else the nearest within [`FOLLOW_RADIUS`] of its width (motion);
-//! - after a loss, only a face near where they were lost (within [`REACQUIRE_RADIUS`]
-//!   face widths of that place) is taken as the participant again; a face anywhere else
-//!   stays a bystander, however large or central (the participant leaving while a visitor
-//!   stays must not make the visitor "the participant");
-//! - a face on a region masked as a bystander's ([`KNOWN_BYSTANDER_IOU`]) is never taken
-//!   as the participant by nearness (after a loss, or by the motion fallback).
+//! - every bystander is followed too, by place and motion: each keeps its last box and its
+//!   smoothed motion per frame, which predicts where it is next;
+//! - from frame to frame, each face goes to the person whose expected box it overlaps
+//!   most (the participant's last box, a bystander's predicted one; IoU >=
+//!   [`FOLLOW_MIN_IOU`] for the participant, [`KNOWN_BYSTANDER_IOU`] for a bystander),
+//!   closest pairs first: a visitor walking in front of the participant overlaps their own
+//!   predicted box more than the participant's still one, so they stay a bystander, and
+//!   the participant, hidden behind them, is lost, not replaced;
+//! - the participant with no overlapping face: the nearest face no bystander claimed,
+//!   within [`FOLLOW_RADIUS`] of their width (motion), or, after a loss, within
+//!   [`REACQUIRE_RADIUS`] face widths of where they were lost; a face anywhere else stays
+//!   a bystander, however large or central (the participant leaving while a visitor stays
+//!   must not make the visitor "the participant").
 //!
 //! Masks: a detected bystander's box enlarged to cover hair, ears and chin
 //! ([`MASK_MARGIN_X`], [`MASK_MARGIN_TOP`], [`MASK_MARGIN_BOTTOM`]), filled flat: no detail
-//! of the region is left at any strength of processing. A bystander's last region stays
-//! masked for [`HOLD_FRAMES`] frames after the detector last found it, so a frame where the
-//! detector misses a turned face does not show it.
+//! of the region is left at any strength of processing. A bystander the detector misses
+//! stays masked for [`HOLD_FRAMES`] frames, at its last box and where its motion takes it,
+//! so a frame where the detector misses a turned or passing face does not show it.
 
 use super::crop::mat_of;
 use super::models::{Detection, FaceDetector};
@@ -50,8 +55,8 @@ pub const FOLLOW_RADIUS: f32 = 0.75;
 /// were lost is taken as theirs again (people side by side sit about two face widths
 /// apart, centre to centre).
 pub const REACQUIRE_RADIUS: f32 = 1.0;
-/// A face overlapping a region masked as a bystander's at least this much is that
-/// bystander: never taken as the participant by nearness alone.
+/// A face overlapping a bystander's predicted box at least this much may be that
+/// bystander (and then is never taken as the participant by nearness).
 pub const KNOWN_BYSTANDER_IOU: f32 = 0.3;
 
 /// An axis-aligned box in image pixels.
@@ -115,11 +120,15 @@ impl Rect {
 /// the facial stage too): area divided by 1 + (distance from the image centre / a quarter
 /// of the diagonal)^2.
 pub fn participant_rank(d: &Detection, w: u32, h: u32) -> f32 {
+    rank(d.centre(), d.width * d.height, w, h)
+}
+
+/// [`participant_rank`] of a face centred at `(x, y)` covering `area` square pixels.
+fn rank((x, y): (f32, f32), area: f32, w: u32, h: u32) -> f32 {
     let (cx, cy) = (w as f32 / 2.0, h as f32 / 2.0);
     let quarter_diag = ((w * w + h * h) as f32).sqrt() / 4.0;
-    let (x, y) = d.centre();
     let dist = ((x - cx).powi(2) + (y - cy).powi(2)).sqrt() / quarter_diag;
-    d.width * d.height / (1.0 + dist * dist)
+    area / (1.0 + dist * dist)
 }
 
 /// Where the participant is, as far as the screen knows.
@@ -133,12 +142,70 @@ enum Participant {
     LostAt(Rect),
 }
 
-/// The per-session screen (one per video stream; it keeps the participant's track).
+impl Participant {
+    fn last(&self) -> Option<Rect> {
+        match *self {
+            Participant::NotYetSeen => None,
+            Participant::At(r) | Participant::LostAt(r) => Some(r),
+        }
+    }
+}
+
+/// A bystander followed from frame to frame (by place and motion only): its last box, its
+/// motion per frame, and the frames its region stays masked without a detection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct BystanderTrack {
+    last: Rect,
+    /// Centre's motion per frame (smoothed), to predict where a passing person is next.
+    velocity: (f32, f32),
+    /// Frames since the detector last found it.
+    missed: u32,
+}
+
+impl BystanderTrack {
+    /// Where it is expected on the next frame.
+    fn predicted(&self) -> Rect {
+        let k = (self.missed + 1) as f32;
+        let (dx, dy) = (self.velocity.0 * k, self.velocity.1 * k);
+        Rect {
+            x0: self.last.x0 + dx,
+            y0: self.last.y0 + dy,
+            x1: self.last.x1 + dx,
+            y1: self.last.y1 + dy,
+        }
+    }
+
+    fn found_at(&mut self, r: Rect) {
+        let (a, b) = (self.last.centre(), r.centre());
+        let k = (self.missed + 1) as f32;
+        let v = ((b.0 - a.0) / k, (b.1 - a.1) / k);
+        self.velocity = (
+            VELOCITY_SMOOTHING * v.0 + (1.0 - VELOCITY_SMOOTHING) * self.velocity.0,
+            VELOCITY_SMOOTHING * v.1 + (1.0 - VELOCITY_SMOOTHING) * self.velocity.1,
+        );
+        self.last = r;
+        self.missed = 0;
+    }
+}
+
+/// Weight of the newest motion in a bystander's smoothed velocity.
+const VELOCITY_SMOOTHING: f32 = 0.5;
+
+/// Who each of a frame's detections is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Owner {
+    Participant,
+    Bystander(usize),
+    New,
+}
+
+/// The per-session screen (one per video stream; it keeps the participant's track and
+/// the bystanders').
 pub struct BystanderScreen {
     detector: FaceDetector,
     participant: Participant,
-    /// Bystander regions still masked, with the frames they stay masked for.
-    held: Vec<(Rect, u32)>,
+    /// Bystanders in view or seen in the last [`HOLD_FRAMES`] frames.
+    bystanders: Vec<BystanderTrack>,
 }
 
 impl BystanderScreen {
@@ -146,7 +213,7 @@ impl BystanderScreen {
         Self {
             detector,
             participant: Participant::NotYetSeen,
-            held: Vec::new(),
+            bystanders: Vec::new(),
         }
     }
 
@@ -162,77 +229,129 @@ impl BystanderScreen {
 
     /// Screens `image` in place: finds the faces, follows the participant, masks the rest.
     pub fn screen(&mut self, image: &mut BgrImage) -> Result<Screening, ModelError> {
-        let dets = {
+        let dets: Vec<Rect> = {
             let frame = mat_of(image).map_err(|message| ModelError::Inference {
                 name: super::DETECTOR_MODEL.into(),
                 message,
             })?;
-            self.detector.detect(&frame, image.width, image.height)?
+            self.detector
+                .detect(&frame, image.width, image.height)?
+                .iter()
+                .map(Rect::of)
+                .collect()
         };
-        let chosen = self.choose(&dets, image.width, image.height);
-        self.participant = match (chosen, self.participant) {
-            (Some(i), _) => Participant::At(Rect::of(&dets[i])),
+        let owners = self.assign(&dets, image.width, image.height);
+        let found = owners.iter().position(|o| *o == Owner::Participant);
+        self.participant = match (found, self.participant) {
+            (Some(i), _) => Participant::At(dets[i]),
             (None, Participant::At(r)) => Participant::LostAt(r),
             (None, p) => p,
         };
-        for (_, left) in &mut self.held {
-            *left = left.saturating_sub(1);
+        let mut matched = vec![false; self.bystanders.len()];
+        for (d, owner) in dets.iter().zip(&owners) {
+            match *owner {
+                Owner::Bystander(j) => {
+                    self.bystanders[j].found_at(*d);
+                    matched[j] = true;
+                }
+                Owner::New => {
+                    self.bystanders.push(BystanderTrack {
+                        last: *d,
+                        velocity: (0.0, 0.0),
+                        missed: 0,
+                    });
+                    matched.push(true);
+                }
+                Owner::Participant => {}
+            }
         }
-        self.held.retain(|(_, left)| *left > 0);
-        let bystanders: Vec<Rect> = dets
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != chosen)
-            .map(|(_, d)| Rect::of(d))
-            .collect();
-        // A bystander found now replaces the held region it overlaps.
-        self.held
-            .retain(|(r, _)| bystanders.iter().all(|b| b.iou(r) < 0.1));
-        self.held
-            .extend(bystanders.iter().map(|b| (*b, HOLD_FRAMES + 1)));
-        for (r, _) in &self.held {
-            fill(image, &r.mask_region());
+        for (t, m) in self.bystanders.iter_mut().zip(&matched) {
+            if !m {
+                t.missed += 1;
+            }
         }
+        self.bystanders.retain(|t| t.missed <= HOLD_FRAMES);
+        for t in &self.bystanders {
+            // A bystander found now is masked where it is; one missed, where it was last
+            // and where its motion takes it (a passing person keeps moving).
+            fill(image, &t.last.mask_region());
+            if t.missed > 0 {
+                let mut then = *t;
+                then.missed -= 1;
+                fill(image, &then.predicted().mask_region());
+            }
+        }
+        let bystanders = owners.iter().filter(|o| **o != Owner::Participant).count();
         Ok(Screening {
             faces: dets.len().min(usize::from(u16::MAX)) as u16,
-            bystanders: bystanders.len().min(usize::from(u16::MAX)) as u16,
-            masked: self.held.len().min(usize::from(u16::MAX)) as u16,
-            participant: chosen.is_some(),
+            bystanders: bystanders.min(usize::from(u16::MAX)) as u16,
+            masked: self.bystanders.len().min(usize::from(u16::MAX)) as u16,
+            participant: found.is_some(),
+            participant_box: found.map(|i| {
+                let r = &dets[i];
+                let px = |v: f32| v.round().clamp(f32::from(i16::MIN), f32::from(i16::MAX)) as i16;
+                [px(r.x0), px(r.y0), px(r.x1), px(r.y1)]
+            }),
         })
     }
 
-    /// The participant's detection, by the rule of the module's contract.
-    fn choose(&self, dets: &[Detection], w: u32, h: u32) -> Option<usize> {
-        let known_bystander = |d: &Detection| {
-            let r = Rect::of(d);
-            self.held
-                .iter()
-                .any(|(b, _)| b.iou(&r) >= KNOWN_BYSTANDER_IOU)
-        };
-        let nearest_within = |to: &Rect, radius: f32| {
-            dets.iter()
-                .enumerate()
-                .filter(|(_, d)| !known_bystander(d))
-                .map(|(i, d)| (i, Rect::of(d).distance(to)))
-                .filter(|(_, dist)| *dist <= radius * to.width())
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(i, _)| i)
-        };
-        match self.participant {
-            Participant::NotYetSeen => (0..dets.len()).max_by(|&a, &b| {
-                participant_rank(&dets[a], w, h).total_cmp(&participant_rank(&dets[b], w, h))
-            }),
-            Participant::At(last) => dets
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (i, Rect::of(d).iou(&last)))
-                .filter(|(_, iou)| *iou >= FOLLOW_MIN_IOU)
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(i, _)| i)
-                .or_else(|| nearest_within(&last, FOLLOW_RADIUS)),
-            Participant::LostAt(last) => nearest_within(&last, REACQUIRE_RADIUS),
+    /// Who each detection is, by the rule of the module's contract: first, by overlap with
+    /// where each known person is expected (the participant's last box, each bystander's
+    /// predicted one), the closest pairs first, so a bystander passing in front of the
+    /// participant stays a bystander; then, when the participant has no detection, by
+    /// nearness among the faces no bystander claimed; every other face is a new bystander.
+    fn assign(&self, dets: &[Rect], w: u32, h: u32) -> Vec<Owner> {
+        let mut owners = vec![Owner::New; dets.len()];
+        let mut pairs: Vec<(f32, usize, Owner)> = Vec::new();
+        for (i, d) in dets.iter().enumerate() {
+            if let Some(last) = self.participant.last() {
+                pairs.push((d.iou(&last), i, Owner::Participant));
+            }
+            for (j, t) in self.bystanders.iter().enumerate() {
+                pairs.push((d.iou(&t.predicted()), i, Owner::Bystander(j)));
+            }
         }
+        pairs.retain(|(iou, _, owner)| {
+            let least = match owner {
+                Owner::Participant => FOLLOW_MIN_IOU,
+                _ => KNOWN_BYSTANDER_IOU,
+            };
+            *iou >= least
+        });
+        pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut taken = Vec::new();
+        for (_, i, owner) in pairs {
+            if owners[i] == Owner::New && !taken.contains(&owner) {
+                owners[i] = owner;
+                taken.push(owner);
+            }
+        }
+        if !taken.contains(&Owner::Participant) {
+            let free = || (0..dets.len()).filter(|&i| owners[i] == Owner::New);
+            let nearest_within = |to: &Rect, radius: f32| {
+                free()
+                    .map(|i| (i, dets[i].distance(to)))
+                    .filter(|(_, dist)| *dist <= radius * to.width())
+                    .min_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(i, _)| i)
+            };
+            let chosen = match self.participant {
+                Participant::NotYetSeen => free()
+                    .max_by(|&a, &b| rank_box(&dets[a], w, h).total_cmp(&rank_box(&dets[b], w, h))),
+                Participant::At(last) => nearest_within(&last, FOLLOW_RADIUS),
+                Participant::LostAt(last) => nearest_within(&last, REACQUIRE_RADIUS),
+            };
+            if let Some(i) = chosen {
+                owners[i] = Owner::Participant;
+            }
+        }
+        owners
     }
+}
+
+/// [`participant_rank`] of a box.
+fn rank_box(r: &Rect, w: u32, h: u32) -> f32 {
+    rank(r.centre(), (r.x1 - r.x0) * (r.y1 - r.y0), w, h)
 }
 
 /// Fills `r` (clipped to the image) with [`MASK_GREY`].

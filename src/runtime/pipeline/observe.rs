@@ -10,6 +10,8 @@
 //! agree), and a summary every second of frames with a face. [`QualityWatch`] turns the
 //! `video_signal` and `audio_signal` vectors into `quality` messages: too dark and light
 //! again, clipping and stopped, by the session report's bounds over each second.
+//! [`BystanderWatch`] turns the bystander screen's verdicts into `quality` messages: someone
+//! else in view, and gone again.
 //! [`FrameWatch`] is the face and the camera's quality, told by `video-forward` as soon as
 //! a frame's stages are done; the microphone's quality is told by `audio-features` from
 //! its rows. Neither waits for the aligner (which holds frames for the transcript wait).
@@ -17,6 +19,7 @@
 use std::collections::BTreeMap;
 
 pub use crate::capture::control_protocol::Topic;
+use crate::capture::screening::Screening;
 use crate::core::{FrameRecord, ModalityId, ModalityLayout};
 use crate::features::signal::VoiceChange;
 
@@ -395,11 +398,81 @@ impl QualityWatch {
     }
 }
 
+/// `quality` messages from the bystander screen's verdicts (`[privacy] bystanders =
+/// "mask"`): `bystander_in_view` when a second holds a frame with someone other than the
+/// participant in view, `bystanders_gone` after a whole second with no one else. Frames
+/// that were not screened (dropped, or `"keep"`) say nothing.
+pub struct BystanderWatch {
+    in_view: bool,
+    /// Frames with a bystander in this second, and the most bystanders on one of them.
+    seen: (u32, u16),
+    screened: u32,
+    frames: u32,
+    period_frames: u32,
+}
+
+impl BystanderWatch {
+    pub fn new(fps: f64) -> Self {
+        Self {
+            in_view: false,
+            seen: (0, 0),
+            screened: 0,
+            frames: 0,
+            period_frames: fps.round().max(1.0) as u32,
+        }
+    }
+
+    /// One emitted frame's slot, with the screening of its frame when it was screened.
+    pub fn frame(
+        &mut self,
+        t_ns: crate::Nanos,
+        screening: Option<Screening>,
+        observer: &dyn Observer,
+    ) {
+        if let Some(s) = screening {
+            self.screened += 1;
+            if s.bystanders > 0 {
+                self.seen.0 += 1;
+                self.seen.1 = self.seen.1.max(s.bystanders);
+            }
+        }
+        self.frames += 1;
+        if self.frames < self.period_frames {
+            return;
+        }
+        let at_ms = t_ns / 1_000_000;
+        if !self.in_view && self.seen.0 > 0 {
+            self.in_view = true;
+            observer.observe(
+                Topic::Quality,
+                at_ms,
+                serde_json::json!({
+                    "event": "bystander_in_view",
+                    "bystanders": self.seen.1,
+                    "frames": self.seen.0,
+                }),
+            );
+        } else if self.in_view && self.seen.0 == 0 && self.screened > 0 {
+            self.in_view = false;
+            observer.observe(
+                Topic::Quality,
+                at_ms,
+                serde_json::json!({ "event": "bystanders_gone" }),
+            );
+        }
+        self.seen = (0, 0);
+        self.screened = 0;
+        self.frames = 0;
+    }
+}
+
 /// What the frames tell as soon as their stages are done (the `video-forward` thread, never
-/// behind the transcript wait): `face`, and the camera's `quality` (brightness).
+/// behind the transcript wait): `face`, and the camera's `quality` (brightness, and
+/// bystanders in view).
 pub struct FrameWatch {
     face: Option<FaceWatch>,
     quality: QualityWatch,
+    bystanders: BystanderWatch,
 }
 
 impl FrameWatch {
@@ -407,14 +480,22 @@ impl FrameWatch {
         Self {
             face: FaceWatch::new(layout, fps),
             quality: QualityWatch::video_only(layout, fps),
+            bystanders: BystanderWatch::new(fps),
         }
     }
 
-    pub fn frame(&mut self, record: &FrameRecord, observer: &dyn Observer) {
+    /// One emitted frame's record, with its frame's screening when it was screened.
+    pub fn frame(
+        &mut self,
+        record: &FrameRecord,
+        screening: Option<Screening>,
+        observer: &dyn Observer,
+    ) {
         if let Some(f) = self.face.as_mut() {
             f.frame(record, observer);
         }
         self.quality.frame(record, observer);
+        self.bystanders.frame(record.t_ns, screening, observer);
     }
 }
 
@@ -479,6 +560,52 @@ mod tests {
                 "light_ok@3933",
                 "clipping_stopped@4933"
             ]
+        );
+    }
+
+    #[test]
+    fn bystanders_are_told_in_view_and_gone_once_each_by_the_second() {
+        let mut watch = BystanderWatch::new(15.0);
+        let told = Recorded::default();
+        // Seconds of bystanders per frame: none; one on 3 frames; two on one frame; none;
+        // not screened (no word either way); none.
+        let seconds: [Option<&[u16]>; 6] = [
+            Some(&[]),
+            Some(&[1, 1, 1]),
+            Some(&[2]),
+            Some(&[]),
+            None,
+            Some(&[]),
+        ];
+        for (s, seen) in seconds.iter().enumerate() {
+            for f in 0..15u64 {
+                let index = s as u64 * 15 + f;
+                let screening = seen.map(|b| Screening {
+                    faces: 1 + b.get(f as usize).copied().unwrap_or(0),
+                    bystanders: b.get(f as usize).copied().unwrap_or(0),
+                    masked: b.get(f as usize).copied().unwrap_or(0),
+                    participant: true,
+                    participant_box: None,
+                });
+                watch.frame(index * 66_666_667, screening, &told);
+            }
+        }
+        let events: Vec<String> = told
+            .lines()
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                format!(
+                    "{}@{}:{}",
+                    v["event"].as_str().unwrap(),
+                    v["at_ms"],
+                    v["bystanders"]
+                )
+            })
+            .collect();
+        assert_eq!(
+            events,
+            ["bystander_in_view@1933:1", "bystanders_gone@3933:null"]
         );
     }
 }

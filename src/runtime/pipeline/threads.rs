@@ -237,7 +237,8 @@ pub(super) fn forward_slots(
                 decoded: p.slot.decoded,
                 features: std::mem::take(&mut p.slot.features),
             };
-            w.frame(&record, *observer);
+            let screening = p.frame.as_ref().and_then(|f| f.screening);
+            w.frame(&record, screening, *observer);
             p.slot.features = record.features;
         }
         if tx.send(p.slot).is_err() {
