@@ -221,8 +221,11 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
         Some(b) => Row {
             measure: MEASURES[10],
             value: format!(
-                "{:.1} s ({} frames), masked on {} frames",
-                b.bystander_secs, b.frames_with_bystanders, b.frames_masked
+                "{:.1} s ({} frames), masked on {} frames (a region stays masked {} frames after its face was last seen)",
+                b.bystander_secs,
+                b.frames_with_bystanders,
+                b.frames_masked,
+                crate::features::face::bystanders::HOLD_FRAMES
             ),
             verdict: Verdict::Check,
             threshold: "none / any: faces masked, voices not separated",

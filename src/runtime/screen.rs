@@ -30,6 +30,7 @@ pub fn open_screen(config: &Config) -> Result<Option<BystanderScreen>, ModelErro
             Ok(None)
         }
         Bystanders::Mask => {
+            tracing::info!("[privacy] bystanders = \"mask\": every face but the participant's is masked before the frame is recorded or measured (docs/station.md, \"Bystanders\")");
             let models = &config.models;
             let manifest = Manifest::load(&models.dir)?;
             BystanderScreen::open(

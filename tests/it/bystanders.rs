@@ -74,10 +74,21 @@ fn the_recorded_frames_keep_the_participant_and_mask_the_bystander_from_its_firs
         let jpeg = encode_jpeg(original, 95).unwrap();
         let camera_image = decode_jpeg(&jpeg).unwrap();
         let before = right_half_detail(&camera_image);
+        let camera_image_before = camera_image.clone();
         let (written, image, s) = screen_buffer(&mut live, &jpeg, camera_image).unwrap();
         assert_eq!(read_mark(&written), Some(s), "frame {i}: the mark");
         assert_eq!(decode_jpeg(&written).unwrap(), image, "frame {i}");
         assert!(s.participant, "frame {i}: the participant was not found");
+        // The participant's face (`still`'s, at x 85-268 of the left half) keeps its
+        // detail: the bystander's widened mask stops short of it.
+        let (kept, was) = (
+            detail(&image, (85, 268), (184, 367)),
+            detail(&camera_image_before, (85, 268), (184, 367)),
+        );
+        assert!(
+            kept >= 0.9 * was,
+            "frame {i}: the participant's face greyed ({kept:.1} of {was:.1})"
+        );
         if i < ENTERS_AT {
             assert_eq!((s.bystanders, s.masked), (0, 0), "frame {i}: {s:?}");
             continue;

@@ -19,6 +19,7 @@ mod crash;
 mod explain;
 mod face;
 mod failures;
+mod formats_doc;
 mod fusion_onnx;
 mod golden;
 mod install;

@@ -36,6 +36,14 @@ fn a_bystander_in_view_is_masked_on_the_disk_counted_live_and_replays_the_same()
             && by["frames_masked"].as_u64().unwrap() > 0,
         "{status}"
     );
+    // What a station engineer types: the counts, in words.
+    let o = empathic(&["status", "--config", path_str(&config)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("privacy   someone other than the participant in view on"),
+        "{}",
+        stdout(&o)
+    );
     let stop = station.ok(json!({"type": "stop_session"}));
     assert_eq!(
         station.wait_session_end(&id),

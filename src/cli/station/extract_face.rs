@@ -153,7 +153,10 @@ pub fn extract_face_csv(
             busy += started.elapsed();
             summary.rows += 1;
             summary.frames_with_face += u64::from(obs.success());
-            summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen);
+            // Under the screen the facial stage sees only the participant's face: the
+            // faces in view are the screen's count.
+            let in_view = frame.screening.map_or(0, |s| u32::from(s.faces));
+            summary.max_faces_seen = summary.max_faces_seen.max(obs.faces_seen).max(in_view);
             summary.frames_with_bystanders +=
                 u64::from(frame.screening.is_some_and(|s| s.bystanders > 0));
             openface::write_row(

@@ -299,6 +299,15 @@ pub fn status(
         ),
         None => outln!("session   none running ({} run since start)", s["sessions_run"]),
     }
+    if let Some(b) = s["session"]["bystanders"].as_object() {
+        let n = |k: &str| b.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        outln!(
+            "privacy   someone other than the participant in view on {} frames, masked on {} (each held 8 frames after last seen); participant not found on {}",
+            n("frames_with_bystanders"),
+            n("frames_masked"),
+            n("frames_without_participant")
+        );
+    }
     if let Some(sync) = s["sync"].as_object() {
         let security = match sync.get("security").and_then(|v| v.as_str()) {
             Some("plain") => format!("PLAIN: {}", crate::sync::PLAIN_WARNING),

@@ -27,7 +27,11 @@
 //!
 //! Masks: a detected bystander's box enlarged to cover hair, ears and chin
 //! ([`MASK_MARGIN_X`], [`MASK_MARGIN_TOP`], [`MASK_MARGIN_BOTTOM`]), filled flat: no detail
-//! of the region is left at any strength of processing. A bystander the detector misses
+//! of the region is left at any strength of processing. The participant's face box (found
+//! on this frame, widened by [`PARTICIPANT_MARGIN`]) is left out of that enlargement when
+//! the bystander's face (widened by [`BYSTANDER_FACE_REACH`]) is clear of it, so a
+//! bystander sitting beside them does not grey the edge of their face; a bystander's face
+//! near or over the participant's is masked whole. A bystander the detector misses
 //! stays masked for [`HOLD_FRAMES`] frames, at its last box and where its motion takes it,
 //! so a frame where the detector misses a turned or passing face does not show it.
 
@@ -45,6 +49,12 @@ pub const MASK_MARGIN_X: f32 = 0.45;
 pub const MASK_MARGIN_TOP: f32 = 0.7;
 /// and by this fraction below (chin).
 pub const MASK_MARGIN_BOTTOM: f32 = 0.45;
+/// The participant's face box widened by this much on each side is kept out of a
+/// bystander's widened region (not out of the bystander's own face box).
+pub const PARTICIPANT_MARGIN: f32 = 0.15;
+/// A bystander's face box widened by this much on each side (ears, cheeks) must be clear
+/// of the participant's spared box for the sparing to apply.
+pub const BYSTANDER_FACE_REACH: f32 = 0.2;
 /// Frames a bystander's last region stays masked after the detector last found it.
 pub const HOLD_FRAMES: u32 = 8;
 /// A face overlapping the participant's last box at least this much is theirs.
@@ -102,6 +112,25 @@ impl Rect {
     fn distance(&self, o: &Rect) -> f32 {
         let (a, b) = (self.centre(), o.centre());
         ((a.0 - b.0).powi(2) + (a.1 - b.1).powi(2)).sqrt()
+    }
+
+    /// This box widened by `margin` of its width and height on each side.
+    fn grown(&self, margin: f32) -> Rect {
+        let (w, h) = (self.x1 - self.x0, self.y1 - self.y0);
+        Rect {
+            x0: self.x0 - margin * w,
+            y0: self.y0 - margin * h,
+            x1: self.x1 + margin * w,
+            y1: self.y1 + margin * h,
+        }
+    }
+
+    fn contains(&self, x: f32, y: f32) -> bool {
+        (self.x0..self.x1).contains(&x) && (self.y0..self.y1).contains(&y)
+    }
+
+    fn intersects(&self, o: &Rect) -> bool {
+        self.x0 < o.x1 && o.x0 < self.x1 && self.y0 < o.y1 && o.y0 < self.y1
     }
 
     /// The region masked for a face box.
@@ -271,14 +300,19 @@ impl BystanderScreen {
             }
         }
         self.bystanders.retain(|t| t.missed <= HOLD_FRAMES);
+        // The participant's face (with a margin) is left out of a bystander's widened
+        // region when the two sit apart: people side by side keep their faces whole; a
+        // bystander's face near or over the participant's is masked whole.
+        let spared = found.map(|i| dets[i].grown(PARTICIPANT_MARGIN));
         for t in &self.bystanders {
             // A bystander found now is masked where it is; one missed, where it was last
             // and where its motion takes it (a passing person keeps moving).
-            fill(image, &t.last.mask_region());
+            fill(image, &t.last.mask_region(), spared_beside(spared, &t.last));
             if t.missed > 0 {
                 let mut then = *t;
                 then.missed -= 1;
-                fill(image, &then.predicted().mask_region());
+                let at = then.predicted();
+                fill(image, &at.mask_region(), spared_beside(spared, &at));
             }
         }
         let bystanders = owners.iter().filter(|o| **o != Owner::Participant).count();
@@ -354,8 +388,16 @@ fn rank_box(r: &Rect, w: u32, h: u32) -> f32 {
     rank(r.centre(), (r.x1 - r.x0) * (r.y1 - r.y0), w, h)
 }
 
-/// Fills `r` (clipped to the image) with [`MASK_GREY`].
-fn fill(image: &mut BgrImage, r: &Rect) {
+/// The participant's spared face box when a bystander's face (`face`, widened by
+/// [`BYSTANDER_FACE_REACH`] for the ears and cheeks the detector's box leaves out) is clear
+/// of it; `None` (mask whole) when the two are near or overlap.
+fn spared_beside(spared: Option<Rect>, face: &Rect) -> Option<Rect> {
+    spared.filter(|s| !s.intersects(&face.grown(BYSTANDER_FACE_REACH)))
+}
+
+/// Fills `r` (clipped to the image) with [`MASK_GREY`], except the pixels in `spared` (the
+/// participant's face, when it is clear of the bystander's).
+fn fill(image: &mut BgrImage, r: &Rect, spared: Option<Rect>) {
     let (w, h) = (image.width as f32, image.height as f32);
     let x0 = r.x0.clamp(0.0, w) as usize;
     let x1 = r.x1.clamp(0.0, w).ceil() as usize;
@@ -364,6 +406,16 @@ fn fill(image: &mut BgrImage, r: &Rect) {
     let stride = image.width as usize * 3;
     for y in y0..y1 {
         let row = &mut image.data[y * stride..(y + 1) * stride];
-        row[x0 * 3..x1 * 3].fill(MASK_GREY);
+        let fy = y as f32 + 0.5;
+        match spared.filter(|s| (s.y0..s.y1).contains(&fy)) {
+            None => row[x0 * 3..x1 * 3].fill(MASK_GREY),
+            Some(s) => {
+                for x in x0..x1 {
+                    if !s.contains(x as f32 + 0.5, fy) {
+                        row[x * 3..x * 3 + 3].fill(MASK_GREY);
+                    }
+                }
+            }
+        }
     }
 }
