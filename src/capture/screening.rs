@@ -12,6 +12,11 @@
 //! screening the already-masked frame again (which would find no bystander). Nothing about
 //! a bystander but these counts is ever kept.
 
+/// Frames a bystander's last region stays masked after the detector last found it (the
+/// screen's hold; here, beside the counts it explains, for builds without the sensing
+/// stack that read them).
+pub const HOLD_FRAMES: u32 = 8;
+
 /// The comment's prefix and version.
 const MARK: &str = "empathic-screen v1";
 

@@ -225,7 +225,7 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
                 b.bystander_secs,
                 b.frames_with_bystanders,
                 b.frames_masked,
-                crate::features::face::bystanders::HOLD_FRAMES
+                crate::capture::screening::HOLD_FRAMES
             ),
             verdict: Verdict::Check,
             threshold: "none / any: faces masked, voices not separated",

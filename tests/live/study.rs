@@ -284,6 +284,8 @@ fn collectors_keep_the_study_page_fresh_with_a_missing_camera_and_an_offline_sta
         for section in [
             ">Participants<",
             ">Data quality over time<",
+            // The bystanders' lane of each station's panel (issue 58).
+            ">bystanders</text>",
             ">Empathy ratings and predictions<",
         ] {
             assert!(dom.contains(section), "{section} missing");

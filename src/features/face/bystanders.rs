@@ -55,8 +55,7 @@ pub const PARTICIPANT_MARGIN: f32 = 0.15;
 /// A bystander's face box widened by this much on each side (ears, cheeks) must be clear
 /// of the participant's spared box for the sparing to apply.
 pub const BYSTANDER_FACE_REACH: f32 = 0.2;
-/// Frames a bystander's last region stays masked after the detector last found it.
-pub const HOLD_FRAMES: u32 = 8;
+pub use crate::capture::screening::HOLD_FRAMES;
 /// A face overlapping the participant's last box at least this much is theirs.
 pub const FOLLOW_MIN_IOU: f32 = 0.3;
 /// Otherwise the nearest face whose centre moved at most this many of their face widths.

@@ -176,9 +176,13 @@ pub struct SessionQuality {
     pub clipping: f64,
     pub silence: f64,
     pub brightness: f64,
-    /// Verdicts of the four measures above, in that order, and the worst of them and of
-    /// "media captured".
-    pub verdicts: [Verdict; 4],
+    /// Fraction of screened frames with someone other than the participant in view (0 when
+    /// the screen saw no one else, or did not run).
+    pub bystanders: f64,
+    /// Verdicts of the five measures above, in that order; the worst of the first four and
+    /// of "media captured" (a bystander in view is a check on what was recorded, not on the
+    /// data's quality).
+    pub verdicts: [Verdict; 5],
     pub worst: Verdict,
 }
 
@@ -507,7 +511,13 @@ fn read_view(
 }
 
 /// The measures of the quality over time, by their name in `report::verdict`.
-const QUALITY_MEASURES: [&str; 4] = [MEASURES[9], MEASURES[5], MEASURES[6], MEASURES[7]];
+const QUALITY_MEASURES: [&str; 5] = [
+    MEASURES[9],
+    MEASURES[5],
+    MEASURES[6],
+    MEASURES[7],
+    MEASURES[10],
+];
 
 fn session_quality(
     q: &QualityReport,
@@ -523,7 +533,7 @@ fn session_quality(
             .map_or(Verdict::Check, |r| r.verdict)
     };
     let verdicts = QUALITY_MEASURES.map(verdict);
-    let worst = verdicts
+    let worst = verdicts[..4]
         .iter()
         .copied()
         .chain([verdict(MEASURES[0])])
@@ -542,6 +552,9 @@ fn session_quality(
         clipping: q.audio_clipping_ratio,
         silence: q.silence_ratio,
         brightness: q.mean_brightness,
+        bystanders: q.bystanders.as_ref().map_or(0.0, |b| {
+            b.frames_with_bystanders as f64 / b.screened_frames.max(1) as f64
+        }),
         verdicts,
         worst,
     }

@@ -208,7 +208,13 @@ fn station_multiple(sessions: &[&SessionQuality], span: (f64, f64)) -> String {
     const W: f64 = 300.0;
     const LANE: f64 = 34.0;
     const LEFT: f64 = 112.0;
-    let lanes = ["face present", "clipping (x100)", "silence", "brightness"];
+    let lanes = [
+        "face present",
+        "clipping (x100)",
+        "silence",
+        "brightness",
+        "bystanders",
+    ];
     let h = LANE * lanes.len() as f64 + 6.0;
     let mut s = format!("<svg width=\"{}\" height=\"{h}\" role=\"img\">", W + LEFT);
     let x_of = |t: f64| {
@@ -234,7 +240,8 @@ fn station_multiple(sessions: &[&SessionQuality], span: (f64, f64)) -> String {
                 0 => q.face_presence,
                 1 => Some((q.clipping * 100.0).min(1.0)),
                 2 => Some(q.silence),
-                _ => Some(q.brightness),
+                3 => Some(q.brightness),
+                _ => Some(q.bystanders),
             };
             let Some(v) = value else { continue };
             let t = secs(&q.start);
@@ -274,7 +281,7 @@ fn quality(p: &mut String, f: &StudyFacts) {
     );
     let _ = writeln!(
         p,
-        "<p class=\"meta\">One panel per station, one dot per session from {} to {}, in the session report's verdict colours: <span style=\"color:{}\">good</span>, <span style=\"color:{}\">check</span>, <span style=\"color:{}\">bad</span>. Higher is more (0-1; clipping times 100).</p><div class=\"grid\">",
+        "<p class=\"meta\">One panel per station, one dot per session from {} to {}, in the session report's verdict colours: <span style=\"color:{}\">good</span>, <span style=\"color:{}\">check</span>, <span style=\"color:{}\">bad</span>. Higher is more (0-1; clipping times 100; bystanders: the share of frames with someone other than the participant in view, masked).</p><div class=\"grid\">",
         esc(&short(f.quality.first().map_or("", |q| q.start.as_str()))),
         esc(&short(f.quality.last().map_or("", |q| q.start.as_str()))),
         colour(Verdict::Good),
