@@ -270,45 +270,20 @@ pub fn two_faces_with(
     seconds: u32,
     away: Option<(u32, u32)>,
 ) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let f = fixtures.join("sessions");
-    let run = ffmpeg;
     let left = match away {
         Some((from, to)) => format!(
             ",drawbox=x=0:y=0:w=320:h=480:color=0x606060:t=fill:enable='between(t,{from},{to})'"
         ),
         None => String::new(),
     };
-    let graph = format!(
-        "[0:v]crop=320:480:160:0{left}[a];[1:v]crop=320:480:160:0,tpad=start_duration=2:color=0x606060[b];[a][b]hstack=inputs=2,trim=duration={seconds}[v]"
-    );
-    run(&[
-        "-i",
-        path_str(&f.join("still/video.avi")),
-        "-i",
-        path_str(&f.join("grid/video.avi")),
-        "-filter_complex",
-        &graph,
-        "-map",
-        "[v]",
-        "-c:v",
-        "mjpeg",
-        "-q:v",
-        "3",
-        "-r",
-        "15",
-        "-pix_fmt",
-        "yuvj420p",
-        path_str(&dir.join("video.avi")),
-    ]);
-    run(&[
-        "-i",
-        path_str(&f.join("still/audio.wav")),
-        "-t",
-        &seconds.to_string(),
-        path_str(&dir.join("audio.wav")),
-    ]);
-    dir.to_path_buf()
+    still_and_grid(
+        fixtures,
+        dir,
+        seconds,
+        &format!(
+            "[0:v]crop=320:480:160:0{left}[a];[1:v]crop=320:480:160:0,tpad=start_duration=2:color=0x606060[b];[a][b]hstack=inputs=2,trim=duration={seconds}[v]"
+        ),
+    )
 }
 
 /// A station config under `dir` that keeps every face (`[privacy] bystanders = "keep"`),
@@ -348,18 +323,29 @@ pub const CROSSING_PX_PER_S: f32 = 200.0;
 /// a second from 2 s, over the participant's face from about 3.1 s to 5.0 s, gone at
 /// 6.5 s. Audio: `still`'s.
 pub fn crossing(fixtures: &Path, dir: &Path, seconds: u32) -> PathBuf {
+    still_and_grid(
+        fixtures,
+        dir,
+        seconds,
+        &format!(
+            "[1:v]crop=260:300:145:170[b];[0:v][b]overlay=x='640-(t-{CROSSING_ENTERS_S})*{CROSSING_PX_PER_S}':y=120:enable='gte(t,{CROSSING_ENTERS_S})',trim=duration={seconds}[v]"
+        ),
+    )
+}
+
+/// Material under `dir` made from the shared `still` (input 0) and `grid` (input 1) clips
+/// by the ffmpeg filter `graph` (its output `[v]`): video.avi 640x480 MJPG at 15 fps, and
+/// `still`'s audio cut to `seconds`.
+fn still_and_grid(fixtures: &Path, dir: &Path, seconds: u32, graph: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let f = fixtures.join("sessions");
-    let graph = format!(
-        "[1:v]crop=260:300:145:170[b];[0:v][b]overlay=x='640-(t-{CROSSING_ENTERS_S})*{CROSSING_PX_PER_S}':y=120:enable='gte(t,{CROSSING_ENTERS_S})',trim=duration={seconds}[v]"
-    );
     ffmpeg(&[
         "-i",
         path_str(&f.join("still/video.avi")),
         "-i",
         path_str(&f.join("grid/video.avi")),
         "-filter_complex",
-        &graph,
+        graph,
         "-map",
         "[v]",
         "-c:v",

@@ -33,6 +33,26 @@ fn screen() -> BystanderScreen {
     BystanderScreen::open(&dir, &Manifest::load(&dir).unwrap(), None).unwrap()
 }
 
+/// Every stored face row with its frame index (the vectors decoded).
+fn present_face_rows(conn: &rusqlite::Connection) -> Vec<(i64, Vec<f32>)> {
+    let mut st = conn
+        .prepare(
+            "SELECT frame_index, vec FROM frame_features WHERE modality = 'face' AND present = 1",
+        )
+        .unwrap();
+    st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .map(|(frame, blob)| {
+            let v = blob
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            (frame, v)
+        })
+        .collect()
+}
+
 /// Variance of the horizontal gradient over the image's right half (the bystander's side).
 fn right_half_detail(img: &BgrImage) -> f64 {
     let (w, h) = (img.width as usize, img.height as usize);
@@ -149,26 +169,13 @@ fn a_replay_measures_only_the_participant_and_counts_the_bystanders_frames() {
     // Every present face row's 2D landmarks lie in the participant's (left) half.
     let columns = empathic::features::face::face_columns();
     let x0 = columns.iter().position(|c| c == "x_0").unwrap();
-    let mut st = conn
-        .prepare(
-            "SELECT frame_index, vec FROM frame_features WHERE modality = 'face' AND present = 1",
-        )
-        .unwrap();
-    let rows: Vec<(i64, Vec<u8>)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let rows = present_face_rows(&conn);
     assert!(
         rows.len() as u64 >= total * 9 / 10,
         "{} face rows",
         rows.len()
     );
-    for (frame, blob) in rows {
-        let v: Vec<f32> = blob
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+    for (frame, v) in rows {
         let xs = &v[x0..x0 + 68];
         assert!(
             xs.iter().all(|x| *x < 320.0),
@@ -319,22 +326,9 @@ fn a_bystander_crossing_in_front_stays_masked_and_never_becomes_the_participant(
     let columns = empathic::features::face::face_columns();
     let x0 = columns.iter().position(|c| c == "x_0").unwrap();
     let conn = crate::common::store::open_db(&db);
-    let mut st = conn
-        .prepare(
-            "SELECT frame_index, vec FROM frame_features WHERE modality = 'face' AND present = 1",
-        )
-        .unwrap();
-    let present: Vec<(i64, Vec<u8>)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let present = present_face_rows(&conn);
     assert!(present.len() >= 15 * 6, "{} face rows", present.len());
-    for (frame, blob) in present {
-        let v: Vec<f32> = blob
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+    for (frame, v) in present {
         let mean_x = v[x0..x0 + 68].iter().sum::<f32>() / 68.0;
         assert!(
             (PARTICIPANT_X.0 - 40.0..PARTICIPANT_X.1 + 40.0).contains(&mean_x),

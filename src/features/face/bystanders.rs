@@ -113,19 +113,31 @@ impl Rect {
         ((a.0 - b.0).powi(2) + (a.1 - b.1).powi(2)).sqrt()
     }
 
-    /// This box widened by `margin` of its width and height on each side.
-    fn grown(&self, margin: f32) -> Rect {
+    /// This box widened by fractions of its width on the sides (`x`) and of its height
+    /// above (`top`) and below (`bottom`).
+    fn widened(&self, x: f32, top: f32, bottom: f32) -> Rect {
         let (w, h) = (self.x1 - self.x0, self.y1 - self.y0);
         Rect {
-            x0: self.x0 - margin * w,
-            y0: self.y0 - margin * h,
-            x1: self.x1 + margin * w,
-            y1: self.y1 + margin * h,
+            x0: self.x0 - x * w,
+            y0: self.y0 - top * h,
+            x1: self.x1 + x * w,
+            y1: self.y1 + bottom * h,
         }
     }
 
-    fn contains(&self, x: f32, y: f32) -> bool {
-        (self.x0..self.x1).contains(&x) && (self.y0..self.y1).contains(&y)
+    /// This box widened by `margin` of its width and height on each side.
+    fn grown(&self, margin: f32) -> Rect {
+        self.widened(margin, margin, margin)
+    }
+
+    /// This box moved by `(dx, dy)`.
+    fn shifted(&self, (dx, dy): (f32, f32)) -> Rect {
+        Rect {
+            x0: self.x0 + dx,
+            y0: self.y0 + dy,
+            x1: self.x1 + dx,
+            y1: self.y1 + dy,
+        }
     }
 
     fn intersects(&self, o: &Rect) -> bool {
@@ -134,13 +146,7 @@ impl Rect {
 
     /// The region masked for a face box.
     fn mask_region(&self) -> Rect {
-        let (w, h) = (self.x1 - self.x0, self.y1 - self.y0);
-        Rect {
-            x0: self.x0 - MASK_MARGIN_X * w,
-            y0: self.y0 - MASK_MARGIN_TOP * h,
-            x1: self.x1 + MASK_MARGIN_X * w,
-            y1: self.y1 + MASK_MARGIN_BOTTOM * h,
-        }
+        self.widened(MASK_MARGIN_X, MASK_MARGIN_TOP, MASK_MARGIN_BOTTOM)
     }
 }
 
@@ -191,16 +197,16 @@ struct BystanderTrack {
 }
 
 impl BystanderTrack {
+    /// Where its motion takes it `frames` frames after it was last found.
+    fn after(&self, frames: u32) -> Rect {
+        let k = frames as f32;
+        self.last
+            .shifted((self.velocity.0 * k, self.velocity.1 * k))
+    }
+
     /// Where it is expected on the next frame.
     fn predicted(&self) -> Rect {
-        let k = (self.missed + 1) as f32;
-        let (dx, dy) = (self.velocity.0 * k, self.velocity.1 * k);
-        Rect {
-            x0: self.last.x0 + dx,
-            y0: self.last.y0 + dy,
-            x1: self.last.x1 + dx,
-            y1: self.last.y1 + dy,
-        }
+        self.after(self.missed + 1)
     }
 
     fn found_at(&mut self, r: Rect) {
@@ -308,9 +314,7 @@ impl BystanderScreen {
             // and where its motion takes it (a passing person keeps moving).
             fill(image, &t.last.mask_region(), spared_beside(spared, &t.last));
             if t.missed > 0 {
-                let mut then = *t;
-                then.missed -= 1;
-                let at = then.predicted();
+                let at = t.after(t.missed);
                 fill(image, &at.mask_region(), spared_beside(spared, &at));
             }
         }
@@ -398,23 +402,27 @@ fn spared_beside(spared: Option<Rect>, face: &Rect) -> Option<Rect> {
 /// participant's face, when it is clear of the bystander's).
 fn fill(image: &mut BgrImage, r: &Rect, spared: Option<Rect>) {
     let (w, h) = (image.width as f32, image.height as f32);
-    let x0 = r.x0.clamp(0.0, w) as usize;
-    let x1 = r.x1.clamp(0.0, w).ceil() as usize;
-    let y0 = r.y0.clamp(0.0, h) as usize;
-    let y1 = r.y1.clamp(0.0, h).ceil() as usize;
+    let span = |a: f32, b: f32, max: f32| {
+        (
+            a.clamp(0.0, max) as usize,
+            b.clamp(0.0, max).ceil() as usize,
+        )
+    };
+    let (x0, x1) = span(r.x0, r.x1, w);
+    let (y0, y1) = span(r.y0, r.y1, h);
     let stride = image.width as usize * 3;
     for y in y0..y1 {
         let row = &mut image.data[y * stride..(y + 1) * stride];
         let fy = y as f32 + 0.5;
-        match spared.filter(|s| (s.y0..s.y1).contains(&fy)) {
-            None => row[x0 * 3..x1 * 3].fill(MASK_GREY),
-            Some(s) => {
-                for x in x0..x1 {
-                    if !s.contains(x as f32 + 0.5, fy) {
-                        row[x * 3..x * 3 + 3].fill(MASK_GREY);
-                    }
-                }
-            }
-        }
+        // The spared columns of this row: those whose pixel centre is inside the box.
+        let centre_from = |v: f32| (v - 0.5).ceil().clamp(0.0, w) as usize;
+        let (s0, s1) = match spared.filter(|s| (s.y0..s.y1).contains(&fy)) {
+            Some(s) => (centre_from(s.x0), centre_from(s.x1)),
+            None => (x1, x1),
+        };
+        let s0 = s0.clamp(x0, x1);
+        let s1 = s1.clamp(s0, x1);
+        row[x0 * 3..s0 * 3].fill(MASK_GREY);
+        row[s1 * 3..x1 * 3].fill(MASK_GREY);
     }
 }
