@@ -286,6 +286,21 @@ pub fn two_faces_with(
     )
 }
 
+/// [`two_faces`], with the bystander further back and their shoulders in view: `grid`'s
+/// whole frame scaled to 0.75 (a 320x360 crop of it, its speaker's face about 0.7 of the
+/// participant's width) at the foot of the right half, the half's top 120 rows grey;
+/// from 2 s, as in [`two_faces`].
+pub fn bystander_further_back(fixtures: &Path, dir: &Path, seconds: u32) -> PathBuf {
+    still_and_grid(
+        fixtures,
+        dir,
+        seconds,
+        &format!(
+            "[0:v]crop=320:480:160:0[a];[1:v]scale=480:360,crop=320:360:80:0,pad=320:480:0:120:color=0x606060,tpad=start_duration=2:color=0x606060[b];[a][b]hstack=inputs=2,trim=duration={seconds}[v]"
+        ),
+    )
+}
+
 /// A station config under `dir` that keeps every face (`[privacy] bystanders = "keep"`),
 /// for tests that measure a stage against a reference that follows anyone.
 pub fn keep_bystanders_config(dir: &Path) -> PathBuf {

@@ -73,6 +73,25 @@ fn detail(img: &BgrImage, xs: (usize, usize), ys: (usize, usize)) -> f64 {
     d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d.len() as f64
 }
 
+/// The share of pixels in columns `xs` and rows `ys` within 8 of [`MASK_GREY`] in each of
+/// B, G and R (JPEG keeps a flat fill within a few levels).
+fn grey_share(img: &BgrImage, xs: (usize, usize), ys: (usize, usize)) -> f64 {
+    use empathic::features::face::bystanders::MASK_GREY;
+    let w = img.width as usize;
+    let mut grey = 0usize;
+    let mut all = 0usize;
+    for y in ys.0..ys.1.min(img.height as usize) {
+        for x in xs.0..xs.1.min(w) {
+            let p = &img.data[(y * w + x) * 3..(y * w + x) * 3 + 3];
+            all += 1;
+            if p.iter().all(|v| v.abs_diff(MASK_GREY) <= 8) {
+                grey += 1;
+            }
+        }
+    }
+    grey as f64 / all.max(1) as f64
+}
+
 /// What the live run records: every frame through `screen_buffer` (the function the live
 /// camera source calls), checked on the bytes written. The participant is never masked;
 /// the bystander is masked from the first frame it is in; a fresh detector finds no face
@@ -134,6 +153,96 @@ fn the_recorded_frames_keep_the_participant_and_mask_the_bystander_from_its_firs
     assert!(
         unmasked_after_entry.is_empty(),
         "the bystander was in view unmasked on frames {unmasked_after_entry:?}"
+    );
+}
+
+/// A bystander's body: on material where their shoulders are in view beside the
+/// participant, the column below their face is masked on the written frames where it
+/// reaches past their face's mask (their outer shoulder), while the participant's own
+/// column (their face and shoulders) keeps its detail on every frame.
+#[test]
+fn a_bystanders_body_below_their_face_is_masked_and_the_participants_shoulders_kept() {
+    use empathic::features::face::bystanders::{
+        BODY_HALF_WIDTH, MASK_MARGIN_X, PARTICIPANT_BODY_HALF_WIDTH,
+    };
+    use empathic::features::face::crop::mat_of;
+    use empathic::features::face::models::FaceDetector;
+    let Some(fixtures) = fixtures_or_skip("bystanders") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let session = bystander_further_back(&fixtures, &tmp.path().join("further"), 5);
+    let originals = frames(&session.join("video.avi"));
+    let dir = root().join("models");
+    let manifest = Manifest::load(&dir).unwrap();
+    let mut detector = FaceDetector::open(
+        &dir,
+        manifest
+            .get(empathic::features::face::DETECTOR_MODEL, &dir)
+            .unwrap(),
+        None,
+    )
+    .unwrap();
+    let mut live = screen();
+    let mut body_checked = 0;
+    for (i, original) in originals.iter().enumerate() {
+        let jpeg = encode_jpeg(original, 95).unwrap();
+        let camera_image = decode_jpeg(&jpeg).unwrap();
+        let (w, h) = (camera_image.width, camera_image.height);
+        let faces = detector
+            .detect(&mat_of(&camera_image).unwrap(), w, h)
+            .unwrap();
+        let (_, image, s) = screen_buffer(&mut live, &jpeg, camera_image.clone()).unwrap();
+        assert!(s.participant, "frame {i}: the participant was not found");
+        let participant = faces.iter().find(|d| d.centre().0 < 320.0).unwrap();
+        // The participant's column, in their half (the bystander's face mask may reach
+        // into the column's far side, over the bystander's own face): their face and
+        // shoulders keep their detail.
+        let (pcx, pw) = (participant.centre().0, participant.width);
+        let px = (
+            (pcx - PARTICIPANT_BODY_HALF_WIDTH * pw).max(0.0) as usize,
+            ((pcx + PARTICIPANT_BODY_HALF_WIDTH * pw) as usize).min(320),
+        );
+        let ys = (participant.ymin as usize, h as usize);
+        let (kept, was) = (detail(&image, px, ys), detail(&camera_image, px, ys));
+        assert!(
+            kept >= 0.9 * was,
+            "frame {i}: the participant's column greyed ({kept:.1} of {was:.1})"
+        );
+        if i < ENTERS_AT {
+            continue;
+        }
+        let Some(b) = faces.iter().find(|d| d.centre().0 >= 320.0) else {
+            continue;
+        };
+        // The bystander's outer shoulder: right of their face's mask, inside their body's
+        // column, below their face.
+        let (bcx, bw) = (b.centre().0, b.width);
+        let xs = (
+            (bcx + (0.5 + MASK_MARGIN_X) * bw).ceil() as usize + 2,
+            ((bcx + BODY_HALF_WIDTH * bw) as usize).min(w as usize) - 2,
+        );
+        let ys = ((b.ymin + b.height) as usize + 2, h as usize);
+        assert!(
+            xs.1 > xs.0 + 10 && ys.1 > ys.0 + 10,
+            "frame {i}: {xs:?} {ys:?}"
+        );
+        let (grey, was) = (
+            grey_share(&image, xs, ys),
+            grey_share(&camera_image, xs, ys),
+        );
+        assert!(
+            grey >= 0.95 && was < 0.05,
+            "frame {i}: the bystander's shoulder {:.0} % grey, was {:.0} %",
+            grey * 100.0,
+            was * 100.0
+        );
+        body_checked += 1;
+    }
+    assert_eq!(
+        body_checked,
+        originals.len() - ENTERS_AT,
+        "frames with the bystander's body checked"
     );
 }
 

@@ -339,6 +339,35 @@ fn second_probe_doors_hold_on_the_live_service() {
             }
             got
         });
+    // `ctl subscribe` as a staff member would run it: its lines are the stream's.
+    let mut ctl_sub = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["ctl", "subscribe", "session", "--config", path_str(&config)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ctl_lines = BufReader::new(ctl_sub.stdout.take().unwrap());
+    let mut said = String::new();
+    BufReader::new(ctl_sub.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    assert!(said.starts_with("subscribed to session at "), "{said}");
+    let ctl_listener = std::thread::Builder::new()
+        .name("ctl-subscribe".into())
+        .spawn(move || {
+            let mut got = Vec::new();
+            for line in ctl_lines.lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                let ended = v["event"] == "ended";
+                got.push(v);
+                if ended {
+                    break;
+                }
+            }
+            got
+        })
+        .unwrap();
     sleep_s(1.0);
     let id = station
         .ok(json!({"type": "start_session", "lease_s": 600, "participant_id": "P-DOORS"}))
@@ -432,6 +461,25 @@ fn second_probe_doors_hold_on_the_live_service() {
     assert!(events.contains(&"start"), "{events:?}");
     assert!(events.contains(&"abandoned"), "{events:?}");
     assert_eq!(events.last(), Some(&"ended"), "{events:?}");
+    let by_ctl = ctl_listener.join().unwrap();
+    let _ = ctl_sub.kill();
+    let _ = ctl_sub.wait();
+    // The raw client read the subscription's answer too; `ctl` checked it and prints the
+    // stream after it.
+    assert_eq!(got[0]["subscribed"], json!(["session"]), "{:?}", got[0]);
+    assert_eq!(
+        by_ctl,
+        got[1..],
+        "`ctl subscribe session` printed another stream"
+    );
+    // An unknown topic is refused with the service's reason, exit 2.
+    let o = empathic(&["ctl", "subscribe", "gossip", "--config", path_str(&config)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown topic \"gossip\""),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Issue 56 item 1: a session bound to a connection on which the app then subscribed (and

@@ -76,6 +76,13 @@ enum CtlCommand {
         /// The event as one JSON object (quote it).
         json: String,
     },
+    /// Print the stream of the named topics, one JSON object a line as the service sends
+    /// it (docs/station.md, "Subscriptions"), until the service closes it or Ctrl-C.
+    Subscribe {
+        /// voice, utterance, face, prediction, quality, session (one or more).
+        #[arg(required = true)]
+        topics: Vec<String>,
+    },
 }
 
 impl CtlArgs {
@@ -112,6 +119,10 @@ impl CtlArgs {
             CtlCommand::Phase { phase } => serde_json::json!({"type": "phase", "phase": phase}),
             CtlCommand::Event { json } => serde_json::from_str(&json)
                 .map_err(|e| (ExitKind::BadInput, format!("not valid JSON: {e}")))?,
+            CtlCommand::Subscribe { topics } => {
+                let socket = socket_of(self.socket, self.config.as_deref())?;
+                return subscribe(&socket, &topics);
+            }
         };
         let mut body = body;
         if let (Some(t), Some(map)) = (&self.token, body.as_object_mut()) {
@@ -222,6 +233,68 @@ pub fn ctl(
             ),
         ))
     }
+}
+
+/// `ctl subscribe`: one connection, the subscription's answer checked (an unknown topic
+/// or a full connection table is refused with the service's reason, exit 2 or 1), then
+/// every streamed line printed as it comes (stdout is line-buffered, so a pipe sees each
+/// message at once) until the service closes the stream.
+fn subscribe(socket: &Path, topics: &[String]) -> Result<ExitCode, Failure> {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!(
+                "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
+                socket.display()
+            ),
+        )
+    })?;
+    let lost = |e: std::io::Error| {
+        (
+            ExitKind::Runtime,
+            format!("the stream from {} broke: {e}", socket.display()),
+        )
+    };
+    let request = serde_json::json!({"type": "subscribe", "topics": topics});
+    writeln!(&stream, "{request}").map_err(lost)?;
+    let mut lines = BufReader::new(&stream).lines();
+    let first = lines.next().transpose().map_err(lost)?.ok_or((
+        ExitKind::Runtime,
+        format!(
+            "no answer from {}: the service closed the connection",
+            socket.display()
+        ),
+    ))?;
+    let answer: serde_json::Value = serde_json::from_str(&first).map_err(|e| {
+        (
+            ExitKind::Runtime,
+            format!("bad answer from {}: {e}", socket.display()),
+        )
+    })?;
+    if answer["ok"] != true {
+        return Err((
+            if answer["busy"] == true {
+                ExitKind::Runtime
+            } else {
+                ExitKind::BadInput
+            },
+            format!(
+                "refused: {}",
+                answer["error"].as_str().unwrap_or("no reason given")
+            ),
+        ));
+    }
+    eprintln!(
+        "subscribed to {} at {} (Ctrl-C to stop)",
+        topics.join(", "),
+        socket.display()
+    );
+    for line in lines {
+        outln!("{}", line.map_err(lost)?);
+    }
+    eprintln!("the service closed the stream");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A running session's device that handed nothing on for this long is shown stalled (the

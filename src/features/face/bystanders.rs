@@ -34,6 +34,16 @@
 //! near or over the participant's is masked whole. A bystander the detector misses
 //! stays masked for [`HOLD_FRAMES`] frames, at its last box and where its motion takes it,
 //! so a frame where the detector misses a turned or passing face does not show it.
+//!
+//! Bodies: below every masked face, the column where that person's body is (shoulders and
+//! arms: [`BODY_HALF_WIDTH`] face widths on each side of the face's centre, from the
+//! face's foot to the image's foot) is filled too. The participant's own column
+//! ([`PARTICIPANT_BODY_HALF_WIDTH`] of their face widths, from their face's top down) is
+//! left out of it while the bystander's face is clear of theirs, so someone sitting beside
+//! them does not grey their shoulders; a bystander in front of them is masked whole. The
+//! body is found from the face by geometry, not by the body model (which runs after the
+//! recorder on the participant alone): a body whose face the detector does not see is not
+//! masked.
 
 use super::crop::mat_of;
 use super::models::{Detection, FaceDetector};
@@ -56,6 +66,14 @@ pub const PARTICIPANT_MARGIN: f32 = 0.15;
 /// of the participant's spared box for the sparing to apply.
 pub const BYSTANDER_FACE_REACH: f32 = 0.2;
 pub use crate::capture::screening::HOLD_FRAMES;
+/// A bystander's body: the column this many of their face widths on each side of their
+/// face's centre (shoulders are about 2.6-2.9 face widths across, arms at the sides about
+/// 3.5), from the foot of their face's box to the image's foot.
+pub const BODY_HALF_WIDTH: f32 = 1.75;
+/// The participant's body, kept out of a bystander's column while their faces are apart:
+/// this many of their face widths on each side of their face's centre (their shoulders),
+/// from their face's top down.
+pub const PARTICIPANT_BODY_HALF_WIDTH: f32 = 1.25;
 /// A face overlapping the participant's last box at least this much is theirs.
 pub const FOLLOW_MIN_IOU: f32 = 0.3;
 /// Otherwise the nearest face whose centre moved at most this many of their face widths.
@@ -147,6 +165,24 @@ impl Rect {
     /// The region masked for a face box.
     fn mask_region(&self) -> Rect {
         self.widened(MASK_MARGIN_X, MASK_MARGIN_TOP, MASK_MARGIN_BOTTOM)
+    }
+
+    /// The column `half_width` of this face's widths on each side of its centre, from
+    /// `top` down past any image's foot ([`fill`] clips it): where this face's body is.
+    fn column(&self, half_width: f32, top: f32) -> Rect {
+        let (cx, _) = self.centre();
+        let half = half_width * self.width();
+        Rect {
+            x0: cx - half,
+            y0: top,
+            x1: cx + half,
+            y1: f32::MAX,
+        }
+    }
+
+    /// A bystander's body below this face box.
+    fn body_below(&self) -> Rect {
+        self.column(BODY_HALF_WIDTH, self.y1)
     }
 }
 
@@ -309,13 +345,18 @@ impl BystanderScreen {
         // region when the two sit apart: people side by side keep their faces whole; a
         // bystander's face near or over the participant's is masked whole.
         let spared = found.map(|i| dets[i].grown(PARTICIPANT_MARGIN));
+        let participant_body =
+            found.map(|i| dets[i].column(PARTICIPANT_BODY_HALF_WIDTH, dets[i].y0));
         for t in &self.bystanders {
             // A bystander found now is masked where it is; one missed, where it was last
             // and where its motion takes it (a passing person keeps moving).
-            fill(image, &t.last.mask_region(), spared_beside(spared, &t.last));
-            if t.missed > 0 {
-                let at = t.after(t.missed);
-                fill(image, &at.mask_region(), spared_beside(spared, &at));
+            let missed = (t.missed > 0).then(|| t.after(t.missed));
+            for at in std::iter::once(t.last).chain(missed) {
+                let beside = spared_beside(spared, &at);
+                fill(image, &at.mask_region(), beside);
+                // Their body below; the participant's shoulders are theirs to keep only
+                // while the two faces are apart (the same test as for the face).
+                fill(image, &at.body_below(), beside.and(participant_body));
             }
         }
         let bystanders = owners.iter().filter(|o| **o != Owner::Participant).count();
