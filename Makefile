@@ -50,6 +50,7 @@ lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --locked --all-targets --features failpoints -- -D warnings
 	$(CARGO) clippy --release --locked --no-default-features --lib --bins --target-dir $(COLLECTOR_TARGET) -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --locked --no-deps
 
 # Criterion benchmarks and the replay throughput figure (see README, "Performance").
 bench: build

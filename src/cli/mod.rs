@@ -66,7 +66,7 @@ pub fn exit_code(kind: ExitKind) -> std::process::ExitCode {
     std::process::ExitCode::from(kind.code() as u8)
 }
 
-/// Writes command output to stdout (see [`outln!`]).
+/// Writes command output to stdout (see `outln!`).
 pub fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();

@@ -20,7 +20,7 @@ pub struct FrameRecord {
     pub t_ns: Nanos,
     /// Whether a video frame was decoded for this slot (false: a dropped frame).
     pub decoded: bool,
-    /// One entry per modality of the [`ModalityLayout`]; `None` when absent on this frame.
+    /// One entry per modality of the [`ModalityLayout`](crate::core::ModalityLayout); `None` when absent on this frame.
     pub features: Vec<Option<Vec<f32>>>,
 }
 

@@ -19,7 +19,7 @@
 //!   sign); otherwise the slope keeps a quarter of the population's, in its direction.
 //!
 //! Why these constants (first principles, not fitted to any data): ratings on a 1-5 scale
-//! are noisy by about one scale point ([`RATING_NOISE`]); a person's sensitivity to the
+//! are noisy by about one scale point (`RATING_NOISE`); a person's sensitivity to the
 //! cosine can plausibly differ from the population's by about its own size; and a
 //! population's direction (more similar, more empathy) should survive anything short of
 //! a clear, repeated contrary pattern.

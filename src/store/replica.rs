@@ -1,9 +1,9 @@
 //! Session records into the station schema: what makes a central database readable by
 //! `sessions`, `report`, `evaluate` and `export windows` exactly as a station's file is.
 //!
-//! Contract: [`apply_record`] inserts a session record's rows (payload `empathic-session`
+//! Contract: `apply_record` inserts a session record's rows (payload `empathic-session`
 //! version 2, or version 1) into a store with the station schema, table by table in the
-//! record's foreign-key order; [`remove_session`] takes a session's rows out again (a
+//! record's foreign-key order; `remove_session` takes a session's rows out again (a
 //! tombstone, a newer record, a purge). Every table and column named by a record is checked
 //! against the store's own schema first (a record cannot name what the schema lacks), blob
 //! columns are decoded from base64, and rows are upserted on the table's primary key, so a
@@ -63,7 +63,7 @@ pub fn header(payload: &str) -> Result<RecordHeader, CentralError> {
 /// station that sent it: one `sessions` row; every session-owned row of that session; the
 /// `stations` row of `station` or of the session's own station alone; the `participants` row of the session's participant alone; survey answers of that
 /// participant in that session; `stories` only those the record's rows refer to (and a
-/// story already stored is never rewritten, see [`apply_record`]). Anything else names the
+/// story already stored is never rewritten, see `apply_record`). Anything else names the
 /// table and row, and the record is quarantined with it. (Broker ACLs cannot stop this: the
 /// rows are inside the payload.)
 pub fn check_belongs(payload: &str, station: &str) -> Result<(), CentralError> {

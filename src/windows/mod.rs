@@ -6,7 +6,7 @@
 //! - [`align::FrameAligner`] joins the video stages' output for each frame slot with the
 //!   audio rows whose time falls in that slot's interval `[t_slot, t_slot + period)`, pooled
 //!   by each audio stage, and with the text vector at the slot's start, giving one
-//!   [`FrameRecord`] per slot with every modality present or absent. A slot is released once
+//!   [`FrameRecord`](crate::core::FrameRecord) per slot with every modality present or absent. A slot is released once
 //!   every audio stage has produced a row at or after the slot's end (or audio has ended)
 //!   and the session events are known up to the slot's start (or have ended).
 //! - [`assembler::WindowAssembler`] cuts the stream of frame records into windows of

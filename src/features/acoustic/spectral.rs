@@ -79,7 +79,7 @@ impl MagnitudeSpectrum {
         frame.iter().zip(&self.window).map(|(x, w)| x * w).collect()
     }
 
-    /// Unnormalised magnitudes |X[k]|, k = 0..=nfft/2, of the windowed frame.
+    /// Unnormalised magnitudes `|X[k]|`, `k = 0..=nfft/2`, of the windowed frame.
     pub fn magnitudes(&mut self, windowed: &[f32], out: &mut Vec<f32>) {
         self.input.iter_mut().for_each(|v| *v = 0.0);
         for (slot, &x) in self.input[self.offset..].iter_mut().zip(windowed) {

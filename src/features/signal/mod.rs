@@ -232,7 +232,7 @@ pub struct VoiceChange {
 const START_ROWS: u32 = 3;
 
 /// Turns from the energy rule's voiced rows: the `voice` topic when the station's learned
-/// voice activity does not run. Speech starts at the first of [`START_ROWS`] voiced rows
+/// voice activity does not run. Speech starts at the first of `START_ROWS` voiced rows
 /// in a row, and stops where the last voiced row ended once `min_silence_ms` of rows were
 /// not voiced (the recogniser's segment rule, `[asr] min_silence_ms`).
 #[derive(Debug, Clone)]

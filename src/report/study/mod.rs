@@ -11,7 +11,7 @@
 //! - self-ratings and predicted scores per phase, and each predictor's agreement with the
 //!   ratings so far (`fusion::evaluate`), synthetic predictors marked.
 //!
-//! Every open problem ([`problems`]) has a stable [`Problem::key`] (what and whose, not
+//! Every open problem (`problems`) has a stable [`Problem::key`] (what and whose, not
 //! the wording, which carries counts and times) so alerts tell each once until it clears.
 //! Stations and problems are sorted worst first. The page ([`page::html`]) says when it was
 //! made and from which database (a PostgreSQL URL without its password). A database with no

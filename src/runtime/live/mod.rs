@@ -1,5 +1,5 @@
 //! The live station (`empathic run`): the control socket, the camera and microphone
-//! threads, and one live session at a time through the same [`pipeline::run`] as replay.
+//! threads, and one live session at a time through the same [`pipeline::run`](crate::runtime::pipeline::run) as replay.
 //!
 //! Contract: [`serve`] binds the control socket (mode and group from config), finishes
 //! recordings a crash interrupted, applies the raw-media retention, tells systemd it is
@@ -17,7 +17,7 @@
 //! ends the sources; the session is stored `complete`, the recording `finalised`. A stop
 //! signal mid-session stores it `incomplete` with the reason and still finalises the
 //! recording; SIGKILL leaves both to the next start (the store marks the session
-//! `incomplete`, [`repair_interrupted`] finishes the folder).
+//! `incomplete`, [`repair_interrupted`](crate::capture::record::repair_interrupted) finishes the folder).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

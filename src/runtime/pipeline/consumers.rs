@@ -27,7 +27,7 @@ pub trait WindowConsumer: Send {
 /// The fusion stage as a window consumer (`fusion-windows`): predictions for every window
 /// go to the store writer.
 ///
-/// Batching: at `--speed max` windows are predicted in blocks of [`FUSION_BATCH`]
+/// Batching: at `--speed max` windows are predicted in blocks of `FUSION_BATCH`
 /// consecutive windows (one model call per predictor and block; the last block may be
 /// shorter), paced runs one window at a time (no added latency). Blocks are fixed by window
 /// order, not by timing, so two runs at one speed store identical predictions: ONNX

@@ -533,7 +533,7 @@ pub fn keep_incomplete(
     clip_phases(tx, id)
 }
 
-/// What [`fail`] is told about the failed session.
+/// What `fail` is told about the failed session.
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub id: String,
