@@ -14,12 +14,15 @@
 //!   predictors);
 //! - [`rated`]: a stored prediction against its rating ([`RatedWindow`]);
 //! - [`vector`]: the one [`cosine`] between embeddings;
-//! - [`attribution`]: what moved a prediction ([`Attribution`], per cue).
+//! - [`attribution`]: what moved a prediction ([`Attribution`], per cue);
+//! - [`prediction`]: one [`Prediction`] (a window, a predictor, a story), as the fusion
+//!   stage makes it and the store keeps it.
 
 pub mod attribution;
 pub mod choices;
 pub mod modality;
 pub mod phase;
+pub mod prediction;
 pub mod quality;
 pub mod rated;
 pub mod vector;
@@ -31,6 +34,7 @@ pub use modality::{
     Computed, DuplicateModality, Modality, ModalityId, ModalityLayout, ModalitySpec, Stream,
 };
 pub use phase::{Phase, TranscriptSource};
+pub use prediction::Prediction;
 pub use quality::{QualitySources, WindowQuality};
 pub use rated::RatedWindow;
 pub use vector::cosine;

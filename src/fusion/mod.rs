@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 
 use crate::core::cosine;
 use crate::core::Phase;
+/// A prediction (its type lives in `core`: the store keeps it as it is).
+pub use crate::core::Prediction;
 use crate::core::{ModalityId, ModalityLayout, Window};
 
 /// Errors of a predictor.
@@ -130,30 +132,6 @@ pub struct Representation {
 }
 
 /// A fusion model or rule: window in, representation out.
-/// One prediction: a window's empathy toward one story in play, by one predictor. The
-/// runtime hands it to the store (`store::rows::PredictionRow` is its stored form).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Prediction {
-    pub window_index: u64,
-    pub predictor: String,
-    pub story_id: String,
-    /// Retrieved from the bank while the participant shared (not yet shown), else shown.
-    pub retrieved: bool,
-    /// Cosine between the window's representation and the story's embedding.
-    pub raw_cosine: f64,
-    /// On the 1-5 rating scale, after `calibration`.
-    pub score: f64,
-    /// `population` (the predictor's map) or a per-participant map.
-    pub calibration: String,
-    /// The predictor's modality subset.
-    pub modalities: Vec<String>,
-    /// Per modality of the subset, the share of the window's frames present.
-    pub coverage: BTreeMap<String, f64>,
-    pub synthetic: bool,
-    /// What moved it (`[fusion] explain`), when the predictor can say.
-    pub attribution: Option<crate::core::Attribution>,
-}
-
 pub trait Predictor: Send {
     /// Stored in `predictions.predictor`.
     fn id(&self) -> &str;

@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn central_errors_are_classified_by_whose_fault_they_are() {
-        let db = CentralError::database("applying a record", "disk I/O error");
+        let db = CentralError::database_says("applying a record", "disk I/O error");
         assert_eq!(db.exit_kind(), ExitKind::Runtime);
         assert_eq!(
             db.to_string(),

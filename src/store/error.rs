@@ -98,9 +98,16 @@ pub enum CentralError {
     /// unparsable URL): bad input.
     #[error("{target}: {reason}")]
     NotCentral { target: String, reason: String },
-    /// The database could not be reached, or failed a statement: a runtime failure.
+    /// The database could not be reached, or failed a statement: a runtime failure. The
+    /// message is what the user reads (for PostgreSQL, the server's own words); the source,
+    /// when a library error caused it, is kept for whoever walks the chain.
     #[error("central database: {doing}: {message}")]
-    Database { doing: String, message: String },
+    Database {
+        doing: String,
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// A record that cannot be applied as it is (its content): quarantined with this
     /// reason, never retried as it is.
     #[error("{0}")]
@@ -115,11 +122,35 @@ pub enum CentralError {
 }
 
 impl CentralError {
-    /// A failed statement or connection while `doing` something.
-    pub fn database(doing: impl Into<String>, message: impl std::fmt::Display) -> Self {
+    /// A failed statement or connection while `doing` something, said in the library
+    /// error's own words and kept as the source.
+    pub fn database(
+        doing: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::database_with(doing, source.to_string(), source)
+    }
+
+    /// [`CentralError::database`] with the message said otherwise than by the source's
+    /// `Display` (PostgreSQL's server error, whose `Display` leaves the server's words out).
+    pub fn database_with(
+        doing: impl Into<String>,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CentralError::Database {
+            doing: doing.into(),
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// A database failure found by this crate (no library error behind it).
+    pub fn database_says(doing: impl Into<String>, message: impl std::fmt::Display) -> Self {
         CentralError::Database {
             doing: doing.into(),
             message: message.to_string(),
+            source: None,
         }
     }
 }
@@ -128,9 +159,14 @@ impl CentralError {
     /// The same error, said of `what` (a record, a target).
     pub fn of(self, what: &str) -> Self {
         match self {
-            CentralError::Database { doing, message } => CentralError::Database {
+            CentralError::Database {
+                doing,
+                message,
+                source,
+            } => CentralError::Database {
                 doing: format!("{what}: {doing}"),
                 message,
+                source,
             },
             CentralError::Record(m) => CentralError::Record(format!("{what}: {m}")),
             CentralError::Refused(m) => CentralError::Refused(format!("{what}: {m}")),

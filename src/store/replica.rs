@@ -346,7 +346,7 @@ fn schema_of(
         .and_then(|rows| rows.collect::<Result<BTreeMap<_, _>, _>>())
         .map_err(|e| CentralError::database(format!("reading the schema of {table}"), e))?;
     if cols.is_empty() {
-        return Err(CentralError::database(
+        return Err(CentralError::database_says(
             "reading the schema",
             format!("no table {table}"),
         ));

@@ -93,29 +93,6 @@ pub struct WindowRow {
     pub modalities: Vec<WindowModalityRow>,
 }
 
-/// A prediction of the fusion stage: one window, one predictor, one story in play.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PredictionRow {
-    pub window_index: u64,
-    pub predictor: String,
-    pub story_id: String,
-    /// Retrieved from the bank while the participant shared (not yet shown), else shown.
-    pub retrieved: bool,
-    /// Cosine between the window's representation and the story's embedding.
-    pub raw_cosine: f64,
-    /// On the 1-5 rating scale, after `calibration`.
-    pub score: f64,
-    /// `population` (the predictor's map) or a per-participant map.
-    pub calibration: String,
-    /// The predictor's modality subset.
-    pub modalities: Vec<String>,
-    /// Per modality of the subset, the share of the window's frames present.
-    pub coverage: std::collections::BTreeMap<String, f64>,
-    pub synthetic: bool,
-    /// What moved it, stored in `attributions`.
-    pub attribution: Option<crate::core::Attribution>,
-}
-
 /// One modality of a stored window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowModalityRow {

@@ -19,12 +19,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use rusqlite::{Connection, OptionalExtension};
 
-use super::rows::{EndStatus, PredictionRow, SessionEnd, SessionStart, WindowRow};
+use super::rows::{EndStatus, SessionEnd, SessionStart, WindowRow};
 use super::sql::frames::{self, FrameRows};
 use super::sql::predictions;
 pub use super::sql::session_rows::Failure;
 use super::sql::session_rows::{self, EventCursor};
 use super::{connect, ConnectOptions, Owner, StoreError};
+use crate::core::Prediction;
 use crate::core::{FrameRecord, ModalityId};
 use crate::session::Event;
 
@@ -38,7 +39,7 @@ enum Command {
     Events(Vec<Event>),
     Frame(Arc<FrameRecord>, FrameRows),
     Window(Box<WindowRow>),
-    Predictions(Vec<PredictionRow>),
+    Predictions(Vec<Prediction>),
     Finish(Box<SessionEnd>, Ack),
     Fail(Failure, Ack),
     Flush(Ack),
@@ -188,7 +189,7 @@ impl StoreWriter {
     }
 
     /// Queues the fusion stage's predictions for one window of the current session.
-    pub fn predictions(&self, rows: Vec<PredictionRow>) -> Result<(), StoreError> {
+    pub fn predictions(&self, rows: Vec<Prediction>) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
         }

@@ -119,7 +119,7 @@ fn build(
         *db = Some(Central::open(&k.central)?);
     }
     let Some(central) = db.as_mut() else {
-        return Err(CentralError::database("reading", "no database open").into());
+        return Err(CentralError::database_says("reading", "no database open").into());
     };
     let now = crate::clock::utc_now();
     let name = crate::sync::central::redacted(&k.central);

@@ -6,7 +6,7 @@ use super::FUSION_BATCH;
 use crate::clock::Speed;
 use crate::core::{ModalityLayout, QualitySources, Window};
 use crate::runtime::RunError;
-use crate::store::rows::{PredictionRow, WindowRow};
+use crate::store::rows::WindowRow;
 use crate::store::StoreWriter;
 use std::sync::Arc;
 
@@ -121,31 +121,13 @@ impl PredictWindows {
                 }
             }
         }
-        let rows: Vec<PredictionRow> = predictions.into_iter().map(stored_prediction).collect();
         tracing::trace!(
             windows = refs.len(),
-            predictions = rows.len(),
+            predictions = predictions.len(),
             "windows predicted"
         );
         self.held.clear();
-        Ok(self.writer.predictions(rows)?)
-    }
-}
-
-/// A prediction in its stored form.
-fn stored_prediction(p: crate::fusion::Prediction) -> PredictionRow {
-    PredictionRow {
-        window_index: p.window_index,
-        predictor: p.predictor,
-        story_id: p.story_id,
-        retrieved: p.retrieved,
-        raw_cosine: p.raw_cosine,
-        score: p.score,
-        calibration: p.calibration,
-        modalities: p.modalities,
-        coverage: p.coverage,
-        synthetic: p.synthetic,
-        attribution: p.attribution,
+        Ok(self.writer.predictions(predictions)?)
     }
 }
 

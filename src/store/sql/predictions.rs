@@ -3,11 +3,11 @@
 use rusqlite::{params, Transaction};
 
 use super::{ctx, NOW};
-use crate::store::rows::PredictionRow;
+use crate::core::Prediction;
 use crate::store::StoreError;
 
 /// Writes predictions of session `id`.
-pub fn write(tx: &Transaction<'_>, id: &str, rows: &[PredictionRow]) -> Result<(), StoreError> {
+pub fn write(tx: &Transaction<'_>, id: &str, rows: &[Prediction]) -> Result<(), StoreError> {
     let mut stmt = tx
         .prepare_cached(&format!(
             "INSERT OR REPLACE INTO predictions (session_id, window_index, predictor, story_id,

@@ -192,7 +192,7 @@ impl Central {
             if held.is_empty() {
                 let done = self.withdraw(&st, &participant)?;
                 if !done.left_in.is_empty() {
-                    return Err(CentralError::database(
+                    return Err(CentralError::database_says(
                         format!("withdrawing participant {participant} in the target"),
                         format!("data left in {}", done.left_in.join(", ")),
                     ));

@@ -297,7 +297,7 @@ impl Central {
                 postgres::refresh(client, cache)?;
                 match &cache.store {
                     Some(store) => read(store),
-                    None => Err(CentralError::database("reading", "no read view")),
+                    None => Err(CentralError::database_says("reading", "no read view")),
                 }
             }
         }

@@ -103,11 +103,12 @@ pub fn redacted(url: &str) -> String {
 }
 
 pub(super) fn open(url: &str) -> Result<Client, CentralError> {
-    let mut client = Client::connect(url, NoTls)
-        .map_err(|e| CentralError::database(format!("connecting to {}", redacted(url)), pg(&e)))?;
-    let mut tx = client
-        .transaction()
-        .map_err(|e| CentralError::database(format!("opening {}", redacted(url)), pg(&e)))?;
+    let mut client = Client::connect(url, NoTls).map_err(|e| {
+        CentralError::database_with(format!("connecting to {}", redacted(url)), pg(&e), e)
+    })?;
+    let mut tx = client.transaction().map_err(|e| {
+        CentralError::database_with(format!("opening {}", redacted(url)), pg(&e), e)
+    })?;
     tx.batch_execute(
         "SET LOCAL client_min_messages TO WARNING; SELECT pg_advisory_xact_lock(7120394)",
     )
@@ -117,18 +118,18 @@ pub(super) fn open(url: &str) -> Result<Client, CentralError> {
         tx.batch_execute("ALTER TABLE collect_status ADD COLUMN IF NOT EXISTS connection TEXT")
     })
     .and_then(|()| tx.commit())
-    .map_err(|e| CentralError::database(format!("preparing {}", redacted(url)), pg(&e)))?;
+    .map_err(|e| CentralError::database_with(format!("preparing {}", redacted(url)), pg(&e), e))?;
     Ok(client)
 }
 
 struct PgTx<'a>(Transaction<'a>);
 
 pub(super) fn begin(client: &mut Client) -> Result<Box<dyn CentralTx + '_>, CentralError> {
-    let mut tx = client
-        .transaction()
-        .map_err(|e| CentralError::database("cannot begin a central transaction", pg(&e)))?;
+    let mut tx = client.transaction().map_err(|e| {
+        CentralError::database_with("cannot begin a central transaction", pg(&e), e)
+    })?;
     tx.batch_execute("LOCK TABLE collect_records IN EXCLUSIVE MODE")
-        .map_err(|e| CentralError::database("cannot lock the central records", pg(&e)))?;
+        .map_err(|e| CentralError::database_with("cannot lock the central records", pg(&e), e))?;
     Ok(Box::new(PgTx(tx)))
 }
 
@@ -171,10 +172,11 @@ impl PgTx<'_> {
         let st = self
             .0
             .prepare(&dollars(sql))
-            .map_err(|e| CentralError::database("central database", pg(&e)))?;
+            .map_err(|e| CentralError::database_with("central database", pg(&e), e))?;
         let bound = bind(params);
         let refs: Vec<&(dyn ToSql + Sync)> = bound.iter().map(|b| b.as_ref()).collect();
-        f(&mut self.0, &st, &refs).map_err(|e| CentralError::database("central database", pg(&e)))
+        f(&mut self.0, &st, &refs)
+            .map_err(|e| CentralError::database_with("central database", pg(&e), e))
     }
 }
 
@@ -199,7 +201,7 @@ impl CentralTx for PgTx<'_> {
                         })
                     })
                     .collect::<Result<Vec<_>, postgres::Error>>()
-                    .map_err(|e| CentralError::database("central database", pg(&e)))
+                    .map_err(|e| CentralError::database_with("central database", pg(&e), e))
             })
             .collect()
     }
@@ -225,9 +227,9 @@ impl CentralTx for PgTx<'_> {
     }
 
     fn commit(self: Box<Self>) -> Result<(), CentralError> {
-        self.0
-            .commit()
-            .map_err(|e| CentralError::database("cannot commit to the central database", pg(&e)))
+        self.0.commit().map_err(|e| {
+            CentralError::database_with("cannot commit to the central database", pg(&e), e)
+        })
     }
 }
 
@@ -240,7 +242,7 @@ const APPLIED: &str = "FROM collect_records WHERE kind = 'session' AND applied =
 pub(super) fn snapshot(client: &mut Client) -> Result<Store, CentralError> {
     let rows = client
         .query(&format!("SELECT message_id, payload {APPLIED}"), &[])
-        .map_err(|e| CentralError::database("cannot read the central records", pg(&e)))?;
+        .map_err(|e| CentralError::database_with("cannot read the central records", pg(&e), e))?;
     Store::from_records(rows.iter().map(|r| (r.get(0), r.get(1))))
 }
 
@@ -251,7 +253,7 @@ pub(super) fn snapshot(client: &mut Client) -> Result<Store, CentralError> {
 pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result<(), CentralError> {
     let rows = client
         .query(&format!("SELECT message_id, subject {APPLIED}"), &[])
-        .map_err(|e| CentralError::database("cannot read the central records", pg(&e)))?;
+        .map_err(|e| CentralError::database_with("cannot read the central records", pg(&e), e))?;
     let now: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let ids: std::collections::HashSet<&str> = now.iter().map(|(id, _)| id.as_str()).collect();
     let mut gone: Vec<String> = view
@@ -269,7 +271,7 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
         view.store = Some(Store::new_page_view()?);
     }
     let Some(store) = view.store.as_ref() else {
-        return Err(CentralError::database(
+        return Err(CentralError::database_says(
             "refreshing the read view",
             "no read view",
         ));
@@ -283,7 +285,9 @@ pub(super) fn refresh(client: &mut Client, view: &mut super::PageView) -> Result
                 "SELECT message_id, payload FROM collect_records WHERE message_id = ANY($1)",
                 &[&batch],
             )
-            .map_err(|e| CentralError::database("cannot read the central records", pg(&e)))?;
+            .map_err(|e| {
+                CentralError::database_with("cannot read the central records", pg(&e), e)
+            })?;
         let mut by_id: std::collections::HashMap<String, String> =
             rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         let records: Vec<(String, String)> = batch

@@ -250,7 +250,11 @@ impl Central {
             Central::Postgres(client, _) => client
                 .batch_execute("VACUUM FULL collect_records, collect_chunks, collect_quarantine")
                 .map_err(|e| {
-                    CentralError::database("erasing the deleted rows", super::postgres::pg(&e))
+                    CentralError::database_with(
+                        "erasing the deleted rows",
+                        super::postgres::pg(&e),
+                        e,
+                    )
                 }),
         }
     }
