@@ -15,7 +15,7 @@ pub struct DbOption {
 /// `--config`: the station config.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ConfigOption {
-    /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
+    /// The station config (TOML; default: $EMPATHIC_CONFIG, else /etc/empathic/station.toml when it exists, else the built-in defaults listed in firmware-config/station.toml).
     #[arg(long)]
     pub config: Option<PathBuf>,
 }

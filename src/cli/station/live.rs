@@ -35,7 +35,7 @@ pub struct CtlArgs {
     /// The control socket (default: `live.socket` of the config).
     #[arg(long, global = true)]
     socket: Option<PathBuf>,
-    /// The station config (TOML; default: built-in defaults, as listed in firmware-config/station.toml).
+    /// The station config (TOML; default: $EMPATHIC_CONFIG, else /etc/empathic/station.toml when it exists, else the built-in defaults listed in firmware-config/station.toml).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// The session's token (`ctl start` prints it in its answer): needed to act on a
@@ -238,7 +238,8 @@ pub fn ctl(
 /// `ctl subscribe`: one connection, the subscription's answer checked (an unknown topic
 /// or a full connection table is refused with the service's reason, exit 2 or 1), then
 /// every streamed line printed as it comes (stdout is line-buffered, so a pipe sees each
-/// message at once) until the service closes the stream.
+/// message at once) until a signal ends the process or the service closes the stream
+/// (exit 1, said).
 fn subscribe(socket: &Path, topics: &[String]) -> Result<ExitCode, Failure> {
     use std::io::{BufRead, BufReader, Write};
     let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
@@ -293,8 +294,14 @@ fn subscribe(socket: &Path, topics: &[String]) -> Result<ExitCode, Failure> {
     for line in lines {
         outln!("{}", line.map_err(lost)?);
     }
-    eprintln!("the service closed the stream");
-    Ok(ExitCode::SUCCESS)
+    // The stream ends only with Ctrl-C or the service: a script must tell the second apart.
+    Err((
+        ExitKind::Runtime,
+        format!(
+            "the service closed the stream at {} (stopped or restarted)",
+            socket.display()
+        ),
+    ))
 }
 
 /// A running session's device that handed nothing on for this long is shown stalled (the
