@@ -387,6 +387,25 @@ impl SessionRules {
 
 /// Sends one request to a running service and returns its answer line.
 pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json::Value, String> {
+    exchange(socket, request).map(|(answer, _)| answer)
+}
+
+/// [`request`], keeping the connection: the answer and the reader positioned after it,
+/// with no read timeout (a `subscribe` answer turns the connection into a stream).
+pub fn request_stream(
+    socket: &Path,
+    request: &serde_json::Value,
+) -> Result<(serde_json::Value, BufReader<UnixStream>), String> {
+    let (answer, reader) = exchange(socket, request)?;
+    let _ = reader.get_ref().set_read_timeout(None);
+    Ok((answer, reader))
+}
+
+/// Connects, sends `request` as one line and reads the answer line.
+fn exchange(
+    socket: &Path,
+    request: &serde_json::Value,
+) -> Result<(serde_json::Value, BufReader<UnixStream>), String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
         format!(
             "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
@@ -397,8 +416,9 @@ pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json:
     let _ = stream.set_read_timeout(Some(Duration::from_secs(150)));
     writeln!(stream, "{request}")
         .map_err(|e| format!("cannot send to {}: {e}", socket.display()))?;
+    let mut reader = BufReader::new(stream);
     let mut line = String::new();
-    BufReader::new(stream)
+    reader
         .read_line(&mut line)
         .map_err(|e| format!("no answer from {}: {e}", socket.display()))?;
     if line.is_empty() {
@@ -407,7 +427,9 @@ pub fn request(socket: &Path, request: &serde_json::Value) -> Result<serde_json:
             socket.display()
         ));
     }
-    serde_json::from_str(&line).map_err(|e| format!("bad answer from {}: {e}", socket.display()))
+    let answer = serde_json::from_str(&line)
+        .map_err(|e| format!("bad answer from {}: {e}", socket.display()))?;
+    Ok((answer, reader))
 }
 
 /// [`request`] for a request that must be answered `ok`: a refusal (say, too many

@@ -326,19 +326,7 @@ fn second_probe_doors_hold_on_the_live_service() {
     sub.shutdown(std::net::Shutdown::Write).unwrap();
     let listener = std::thread::Builder::new()
         .name("half-closed-subscriber".into())
-        .spawn(move || {
-            let mut got = Vec::new();
-            for line in BufReader::new(sub).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                let ended = v["event"] == "ended";
-                got.push(v);
-                if ended {
-                    break;
-                }
-            }
-            got
-        });
+        .spawn(move || until_ended(BufReader::new(sub)));
     // `ctl subscribe` as a staff member would run it: its lines are the stream's.
     let mut ctl_sub = Command::new(env!("CARGO_BIN_EXE_empathic"))
         .args(["ctl", "subscribe", "session", "--config", path_str(&config)])
@@ -354,19 +342,7 @@ fn second_probe_doors_hold_on_the_live_service() {
     assert!(said.starts_with("subscribed to session at "), "{said}");
     let ctl_listener = std::thread::Builder::new()
         .name("ctl-subscribe".into())
-        .spawn(move || {
-            let mut got = Vec::new();
-            for line in ctl_lines.lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                let ended = v["event"] == "ended";
-                got.push(v);
-                if ended {
-                    break;
-                }
-            }
-            got
-        })
+        .spawn(move || until_ended(ctl_lines))
         .unwrap();
     sleep_s(1.0);
     let id = station
@@ -480,6 +456,21 @@ fn second_probe_doors_hold_on_the_live_service() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Every message of a session stream up to its `ended` (or the stream's end).
+fn until_ended(reader: impl BufRead) -> Vec<Value> {
+    let mut got = Vec::new();
+    for line in reader.lines() {
+        let Ok(line) = line else { break };
+        let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let ended = v["event"] == "ended";
+        got.push(v);
+        if ended {
+            break;
+        }
+    }
+    got
 }
 
 /// Issue 56 item 1: a session bound to a connection on which the app then subscribed (and

@@ -10,7 +10,7 @@ use crate::cli::options::{ConfigOption, JsonOption};
 use crate::cli::{fail, load_config, print_json, Failure};
 use crate::clock::MonotonicClock;
 use crate::exit::ExitKind;
-use crate::runtime::live::{request, request_ok, serve, Served};
+use crate::runtime::live::{request, request_ok, request_stream, serve, Served};
 use crate::runtime::stop_flag;
 
 /// The live station service: camera, microphone and the control socket, one session at
@@ -220,19 +220,24 @@ pub fn ctl(
         outln!("{answer}");
         Ok(ExitCode::SUCCESS)
     } else {
-        Err((
-            // Refused by the service's state (busy), not by what was asked: exit 1.
-            if answer["busy"] == true {
-                ExitKind::Runtime
-            } else {
-                ExitKind::BadInput
-            },
-            format!(
-                "refused: {}",
-                answer["error"].as_str().unwrap_or("no reason given")
-            ),
-        ))
+        Err(refused(&answer))
     }
+}
+
+/// A refusal of the service as the command's failure: exit 1 when refused by the
+/// service's state (`"busy": true`: the same request may pass later), else exit 2.
+fn refused(answer: &serde_json::Value) -> Failure {
+    (
+        if answer["busy"] == true {
+            ExitKind::Runtime
+        } else {
+            ExitKind::BadInput
+        },
+        format!(
+            "refused: {}",
+            answer["error"].as_str().unwrap_or("no reason given")
+        ),
+    )
 }
 
 /// `ctl subscribe`: one connection, the subscription's answer checked (an unknown topic
@@ -241,58 +246,25 @@ pub fn ctl(
 /// message at once) until a signal ends the process or the service closes the stream
 /// (exit 1, said).
 fn subscribe(socket: &Path, topics: &[String]) -> Result<ExitCode, Failure> {
-    use std::io::{BufRead, BufReader, Write};
-    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
-        (
-            ExitKind::Runtime,
-            format!(
-                "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
-                socket.display()
-            ),
-        )
-    })?;
-    let lost = |e: std::io::Error| {
-        (
-            ExitKind::Runtime,
-            format!("the stream from {} broke: {e}", socket.display()),
-        )
-    };
+    use std::io::BufRead;
     let request = serde_json::json!({"type": "subscribe", "topics": topics});
-    writeln!(&stream, "{request}").map_err(lost)?;
-    let mut lines = BufReader::new(&stream).lines();
-    let first = lines.next().transpose().map_err(lost)?.ok_or((
-        ExitKind::Runtime,
-        format!(
-            "no answer from {}: the service closed the connection",
-            socket.display()
-        ),
-    ))?;
-    let answer: serde_json::Value = serde_json::from_str(&first).map_err(|e| {
-        (
-            ExitKind::Runtime,
-            format!("bad answer from {}: {e}", socket.display()),
-        )
-    })?;
+    let (answer, reader) = request_stream(socket, &request).map_err(|e| (ExitKind::Runtime, e))?;
     if answer["ok"] != true {
-        return Err((
-            if answer["busy"] == true {
-                ExitKind::Runtime
-            } else {
-                ExitKind::BadInput
-            },
-            format!(
-                "refused: {}",
-                answer["error"].as_str().unwrap_or("no reason given")
-            ),
-        ));
+        return Err(refused(&answer));
     }
     eprintln!(
         "subscribed to {} at {} (Ctrl-C to stop)",
         topics.join(", "),
         socket.display()
     );
-    for line in lines {
-        outln!("{}", line.map_err(lost)?);
+    for line in reader.lines() {
+        let line = line.map_err(|e| {
+            (
+                ExitKind::Runtime,
+                format!("the stream from {} broke: {e}", socket.display()),
+            )
+        })?;
+        outln!("{line}");
     }
     // The stream ends only with Ctrl-C or the service: a script must tell the second apart.
     Err((

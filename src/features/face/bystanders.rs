@@ -67,8 +67,9 @@ pub const PARTICIPANT_MARGIN: f32 = 0.15;
 pub const BYSTANDER_FACE_REACH: f32 = 0.2;
 pub use crate::capture::screening::HOLD_FRAMES;
 /// A bystander's body: the column this many of their face widths on each side of their
-/// face's centre (shoulders are about 2.6-2.9 face widths across, arms at the sides about
-/// 3.5), from the foot of their face's box to the image's foot.
+/// face's centre (by typical adult proportions, not measured here, shoulders are about
+/// 2.6-2.9 face widths across, arms at the sides about 3.5), from the foot of their
+/// face's box to the image's foot.
 pub const BODY_HALF_WIDTH: f32 = 1.75;
 /// The participant's body, kept out of a bystander's column while their faces are apart:
 /// this many of their face widths on each side of their face's centre (their shoulders),

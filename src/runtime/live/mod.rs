@@ -60,7 +60,7 @@ use control_socket::{accept_loop, bind_socket};
 use devices::pause;
 use retention::{apply_retention, finish_interrupted_recordings};
 
-pub use crate::capture::control_protocol::{request, request_ok};
+pub use crate::capture::control_protocol::{request, request_ok, request_stream};
 pub use control_socket::{IDLE_TIMEOUT, MAX_REQUEST_BYTES};
 
 /// A device as `status` reports it.
