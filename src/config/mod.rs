@@ -197,6 +197,8 @@ impl Config {
             120_000,
         )?;
         within("live.app_grace_ms", self.live.app_grace_ms, 1_000, 600_000)?;
+        // Up to one computation every 2 s at 15 fps: beyond that the body is stale.
+        within("body.every", u64::from(self.body.every), 1, 30)?;
         within("live.max_lease_s", self.live.max_lease_s, 10, 86_400)?;
         // Days as seconds must not overflow (a huge value meaning "keep" once wrapped and
         // deleted two-day-old media); a century is "keep" enough, 0 is keep forever.

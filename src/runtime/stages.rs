@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::core::{ModalityId, ModalityLayout, Stream};
 use crate::features::acoustic::LldExtractor;
 use crate::features::appearance::AppearanceEncoder;
+use crate::features::body::rate::SampledBody;
 use crate::features::body::stage::BodyStage;
 use crate::features::body::BodyTracker;
 use crate::features::face::pose::IntrinsicsArgs;
@@ -183,12 +184,16 @@ fn open_frame_stages(
         }
     }
     if config.body.enabled {
-        frame_stages.push(Box::new(BodyStage::new(BodyTracker::open(
+        let tracker = BodyTracker::open(
             &models.dir,
             manifest,
             models.onnxruntime_library.as_deref(),
             nominal_fps,
-        )?)));
+        )?;
+        frame_stages.push(Box::new(BodyStage::new(SampledBody::new(
+            tracker,
+            config.body.every,
+        ))));
     }
     if !models.appearance_encoder.is_empty() {
         let entry = manifest.get(&models.appearance_encoder, &models.dir)?;

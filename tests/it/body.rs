@@ -59,12 +59,23 @@ fn extract_body_on_the_demo_agrees_with_mediapipe_and_draws_the_tracking() {
         header[..5],
         ["frame", "timestamp", "confidence", "success", "x_0"]
     );
-    assert_eq!(header.len(), 4 + 8 * 33);
+    assert_eq!(header.len(), 4 + 8 * 33 + 1);
+    assert_eq!(header.last().unwrap(), "held_frames");
     for (name, first) in [("y_0", 4 + 33), ("visibility_0", 4 + 66), ("X_0", 4 + 99)] {
         assert_eq!(header[first], name);
     }
     assert_eq!(rows.len(), 420);
     assert!(rows.iter().all(|r| r[3] == "1" && r.len() == header.len()));
+    // At the station's rate (`[body] every` 3): computed on frames 1, 4, 7, ... (the demo
+    // drops none), held on the two after each, and the stderr says so.
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(field(&header, r, "held_frames"), (i % 3) as f64, "row {i}");
+    }
+    assert!(
+        stderr(&o).contains("the body computed on 140 frames (one in 3, held between)"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(field(&header, &rows[15], "timestamp"), 1.0);
     // MediaPipe's landmarks on the same frames.
     let reference: serde_json::Value = serde_json::from_str(
@@ -103,9 +114,10 @@ fn extract_body_on_the_demo_agrees_with_mediapipe_and_draws_the_tracking() {
         }
         image_err += mean / frames.len() as f64;
     }
-    // Measured 2026-11-27: 0.47 px on the first frame (the detector's crop: the same
-    // arithmetic), 5.2 px over 45 tracked frames (MediaPipe's next crop differs by its
-    // smoothing details, docs/features.md "Body"), world 4.0 cm, visibility 0.021.
+    // Measured 2026-11-27 on every frame: 0.47 px on the first frame (the detector's crop:
+    // the same arithmetic), 5.2 px over 45 tracked frames (MediaPipe's next crop differs by
+    // its smoothing details, docs/features.md "Body"), world 4.0 cm, visibility 0.021; held
+    // rows (one in three computed) compared with MediaPipe's frame as they are.
     assert!(first_frame < 1.5, "first frame {first_frame:.2} px");
     assert!(
         image_err < 8.0,
@@ -191,7 +203,8 @@ fn a_replay_stores_windows_and_exports_the_body() {
         .find(|m| m["name"] == "body")
         .expect("a body modality")
         .clone();
-    assert_eq!(body["dims"], 265);
+    assert_eq!(body["dims"], 266);
+    assert_eq!(body["layout_version"], 2);
     assert_eq!(body["columns"][0], "confidence");
     assert_eq!(body["columns"][1], "x_0");
     assert!(out.join("demo-0001/body.npy").is_file());

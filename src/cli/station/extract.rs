@@ -84,6 +84,11 @@ enum Command {
         /// *.avi), to check the tracking by eye.
         #[arg(long)]
         tracked: Option<PathBuf>,
+        /// Compute the body on one frame in every N of the nominal grid and hold it between
+        /// (`held_frames` marks the held rows); 1: every frame (default: `[body] every`,
+        /// itself 3, as the station computes it).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=30))]
+        every: Option<u32>,
         #[command(flatten)]
         config: ConfigOption,
     },
@@ -124,8 +129,9 @@ impl Args {
                 input,
                 out,
                 tracked,
+                every,
                 config,
-            } => extract_body(&input, &out, tracked.as_deref(), config.path()),
+            } => extract_body(&input, &out, tracked.as_deref(), every, config.path()),
         }
     }
 }
@@ -135,21 +141,24 @@ pub fn extract_body(
     input: &Path,
     out: &Path,
     tracked: Option<&Path>,
+    every: Option<u32>,
     config: Option<&Path>,
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let models = ModelFiles::open(&config)?;
     let progress = progress_bar("frames");
     let screen = open_screen(&config).map_err(fail)?;
-    let result = extract_body_csv(input, out, &models, tracked, screen, &progress);
+    let every = every.unwrap_or(config.body.every);
+    let result = extract_body_csv(input, out, &models, tracked, screen, every, &progress);
     progress.finish_and_clear();
     let summary = result.map_err(fail)?;
     eprintln!(
-        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the detector run on {} frames, {:.1} ms a frame{}",
+        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the body computed on {} frames (one in {every}, held between), the detector run on {} frames, {:.1} ms a frame{}",
         summary.rows,
         out.display(),
         summary.frames_with_person,
         100.0 * summary.frames_with_person as f64 / summary.rows.max(1) as f64,
+        summary.frames_computed,
         summary.detector_runs,
         summary.ms_per_frame,
         bystanders_said(summary.frames_with_bystanders)

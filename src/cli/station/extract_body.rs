@@ -2,8 +2,9 @@
 //! video, as CSV in OpenFace's style (`features::body::stage::csv_header`).
 //!
 //! Contract: frames are read in order with the replay's video source and tracked as the
-//! body stage tracks them (the detector only when no person is followed); one row per
-//! decoded frame (`frame` 1-based, `timestamp` in seconds from the first frame). The CSV,
+//! body stage tracks them (the detector only when no person is followed; computed on one
+//! frame in every `every` of the nominal grid and held between, `held_frames` marking the
+//! held rows, as `[body] every` in the pipeline); one row per decoded frame (`frame` 1-based, `timestamp` in seconds from the first frame). The CSV,
 //! and the optional tracked video, are written beside their targets and renamed into place
 //! at the end, so a failure never leaves a partial file under the requested name.
 
@@ -18,6 +19,7 @@ use crate::capture::video_file::FileVideoSource;
 use crate::capture::CaptureError;
 use crate::cli::ModelFiles;
 use crate::exit::{Classify, ExitKind};
+use crate::features::body::rate::SampledBody;
 use crate::features::body::stage::{csv_header, csv_row, participants_body};
 use crate::features::body::BodyTracker;
 use crate::features::face::bystanders::BystanderScreen;
@@ -63,12 +65,14 @@ impl Classify for BodyExtractError {
 pub struct BodyExtractSummary {
     pub rows: u64,
     pub frames_with_person: u64,
+    /// Frames on which the body was computed (the others hold the last computed pose).
+    pub frames_computed: u64,
     /// Frames on which the person detector ran (tracking lost or not yet found).
     pub detector_runs: u64,
     /// Frames where the bystander screen saw someone other than the participant (masked
     /// in the tracked video; their body never written).
     pub frames_with_bystanders: u64,
-    /// Milliseconds of the body stage per frame (decoding excluded).
+    /// Milliseconds of the body stage per frame, held frames included (decoding excluded).
     pub ms_per_frame: f64,
 }
 
@@ -78,6 +82,7 @@ pub fn extract_body_csv(
     models: &ModelFiles,
     tracked: Option<&Path>,
     screen: Option<BystanderScreen>,
+    every: u32,
     progress: &ProgressBar,
 ) -> Result<BodyExtractSummary, BodyExtractError> {
     crate::files::check_output(output).map_err(crate::files::OutputError::from)?;
@@ -86,12 +91,13 @@ pub fn extract_body_csv(
     }
     let mut source = screened(FileVideoSource::open(input)?, screen);
     let info = source.info().clone();
-    let mut tracker = BodyTracker::open(
+    let tracker = BodyTracker::open(
         models.dir(),
         &models.manifest,
         models.onnxruntime_library(),
         info.declared_fps,
     )?;
+    let mut body = SampledBody::new(tracker, every);
     let write_err = |source: std::io::Error| BodyExtractError::Write {
         path: output.to_path_buf(),
         source,
@@ -113,6 +119,7 @@ pub fn extract_body_csv(
     let mut summary = BodyExtractSummary {
         rows: 0,
         frames_with_person: 0,
+        frames_computed: 0,
         detector_runs: 0,
         frames_with_bystanders: 0,
         ms_per_frame: 0.0,
@@ -127,18 +134,22 @@ pub fn extract_body_csv(
             let started = Instant::now();
             let mat = mat_of(&frame.image)
                 .map_err(|message| BodyExtractError::Frame { frame: n, message })?;
-            let pose = tracker
-                .track(&mat, frame.image.width, frame.image.height, frame.t_ns)?
-                .filter(|p| participants_body(p, frame.screening.as_ref(), None));
+            let sample = body.next(
+                &mat,
+                frame.image.width,
+                frame.image.height,
+                frame.t_ns,
+                |p| participants_body(p, frame.screening.as_ref(), None),
+            )?;
             busy += started.elapsed();
             summary.frames_with_bystanders +=
                 u64::from(frame.screening.is_some_and(|s| s.bystanders > 0));
-            summary.frames_with_person += u64::from(pose.is_some());
+            summary.frames_with_person += u64::from(sample.is_some());
             let t0 = *first_ns.get_or_insert(frame.t_ns);
             let t = frame.t_ns.saturating_sub(t0) as f64 / 1e9;
-            writeln!(w, "{}", csv_row(n, t, pose.as_ref())).map_err(write_err)?;
+            writeln!(w, "{}", csv_row(n, t, sample.as_ref())).map_err(write_err)?;
             if let Some(v) = video.as_mut() {
-                v.write_body(n, &frame.image, pose.as_ref())
+                v.write_body(n, &frame.image, sample.as_ref().map(|s| &s.pose))
                     .map_err(video_err)?;
             }
             progress.inc(1);
@@ -153,7 +164,8 @@ pub fn extract_body_csv(
     // On error the partial file goes with `partial` (dropped uncommitted).
     result?;
     partial.commit()?;
-    summary.detector_runs = tracker.detections_run;
+    summary.detector_runs = body.detections_run();
+    summary.frames_computed = body.frames_computed();
     summary.ms_per_frame = busy.as_secs_f64() * 1e3 / summary.rows.max(1) as f64;
     Ok(summary)
 }

@@ -236,14 +236,22 @@ impl Default for ModelsConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BodyConfig {
-    /// MediaPipe's BlazePose GHUM 3D on every frame: the `body` modality (33 landmarks in
-    /// pixels with visibility and presence, 33 world points in metres).
+    /// MediaPipe's BlazePose GHUM 3D: the `body` modality (33 landmarks in pixels with
+    /// visibility and presence, 33 world points in metres).
     pub enabled: bool,
+    /// The body is computed on one frame in every `every` of the nominal frame grid and
+    /// held on the frames between (`held_frames` says how long); 1: every frame. The
+    /// default 3 (5 a second at 15 fps) puts the body's CPU under the facial stage's
+    /// (docs/performance.md); posture and nearness change over seconds.
+    pub every: u32,
 }
 
 impl Default for BodyConfig {
     fn default() -> Self {
-        Self { enabled: true }
+        Self {
+            enabled: true,
+            every: 3,
+        }
     }
 }
 

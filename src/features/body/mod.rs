@@ -23,6 +23,7 @@
 //! 15-16 wrists, 17-18 pinkies, 19-20 index fingers, 21-22 thumbs, 23-24 hips, 25-26
 //! knees, 27-28 ankles, 29-30 heels, 31-32 foot index (left before right, the subject's).
 
+pub mod rate;
 pub mod stage;
 
 use std::path::Path;

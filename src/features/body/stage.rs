@@ -3,19 +3,23 @@
 //!
 //! Contract: the vector is `confidence`, then per landmark (MediaPipe's order, 0-32) `x_i`,
 //! `y_i` in image pixels, `z_i` (relative depth at the scale of x), `visibility_i`,
-//! `presence_i`, then the world points `X_i`, `Y_i`, `Z_i` in metres; absent (no vector) on
-//! frames where no person is found. The CSV of `extract body` ([`csv_header`],
-//! [`csv_row`]) has OpenFace's leading columns and the order.
+//! `presence_i`, then the world points `X_i`, `Y_i`, `Z_i` in metres, then `held_frames`
+//! (0: computed on this frame; k: the pose computed k nominal frames before, held at the
+//! body's lower rate, `rate.rs`); absent (no vector) on frames where no person is found. The
+//! CSV of `extract body` ([`csv_header`], [`csv_row`]) has OpenFace's leading columns and the
+//! issue's order, `held_frames` last.
 
-use super::{BodyTracker, Pose, POINTS};
+use super::rate::{BodySample, SampledBody};
+use super::{Pose, POINTS};
 use crate::capture::screening::Screening;
 use crate::capture::VideoFrame;
 use crate::core::ModalitySpec;
 use crate::features::face::crop::mat_of;
 use crate::features::{FrameContext, FrameStage, StageError};
 
-/// Bumped whenever a column's meaning changes.
-pub const BODY_LAYOUT_VERSION: u32 = 1;
+/// Bumped whenever a column's meaning changes (2: `held_frames` appended, the body at a
+/// lower rate than the video).
+pub const BODY_LAYOUT_VERSION: u32 = 2;
 
 /// The `body` modality's columns.
 pub fn body_columns() -> Vec<String> {
@@ -23,6 +27,7 @@ pub fn body_columns() -> Vec<String> {
     for name in ["x", "y", "z", "visibility", "presence", "X", "Y", "Z"] {
         c.extend((0..POINTS).map(|i| format!("{name}_{i}")));
     }
+    c.push("held_frames".to_string());
     c
 }
 
@@ -34,19 +39,21 @@ pub fn column_of(name: &str, landmark: usize) -> Option<usize> {
     (landmark < POINTS).then_some(1 + group * POINTS + landmark)
 }
 
-impl Pose {
+impl BodySample {
     /// The `body` modality vector (see [`body_columns`]).
     pub fn vector(&self) -> Vec<f32> {
-        let mut v = Vec::with_capacity(1 + 8 * POINTS);
-        v.push(self.confidence);
+        let p = &self.pose;
+        let mut v = Vec::with_capacity(2 + 8 * POINTS);
+        v.push(p.confidence);
         for axis in 0..3 {
-            v.extend(self.image.iter().map(|p| p[axis]));
+            v.extend(p.image.iter().map(|q| q[axis]));
         }
-        v.extend(self.visibility);
-        v.extend(self.presence);
+        v.extend(p.visibility);
+        v.extend(p.presence);
         for axis in 0..3 {
-            v.extend(self.world.iter().map(|p| p[axis]));
+            v.extend(p.world.iter().map(|q| q[axis]));
         }
+        v.push(self.held_frames as f32);
         v
     }
 }
@@ -62,21 +69,25 @@ pub fn csv_header() -> String {
     for name in ["x", "y", "visibility", "X", "Y", "Z", "z", "presence"] {
         c.extend((0..POINTS).map(|i| format!("{name}_{i}")));
     }
+    c.push("held_frames".to_string());
     c.join(",")
 }
 
 /// One CSV row: `frame` 1-based, `timestamp` in seconds; a frame without a person has
 /// `success` 0 and empty landmark fields.
-pub fn csv_row(frame: u64, timestamp_s: f64, pose: Option<&Pose>) -> String {
+pub fn csv_row(frame: u64, timestamp_s: f64, sample: Option<&BodySample>) -> String {
     let mut row = format!("{frame},{timestamp_s:.3}");
-    match pose {
+    match sample {
         None => {
             row.push_str(",0,0");
-            for _ in 0..8 * POINTS {
+            for _ in 0..8 * POINTS + 1 {
                 row.push(',');
             }
         }
-        Some(p) => {
+        Some(BodySample {
+            pose: p,
+            held_frames,
+        }) => {
             row.push_str(&format!(",{:.4},1", p.confidence));
             let mut put = |v: f32, digits: usize| row.push_str(&format!(",{v:.digits$}"));
             for axis in 0..2 {
@@ -88,21 +99,22 @@ pub fn csv_row(frame: u64, timestamp_s: f64, pose: Option<&Pose>) -> String {
             }
             p.image.iter().for_each(|q| put(q[2], 2));
             p.presence.iter().for_each(|&v| put(v, 4));
+            row.push_str(&format!(",{held_frames}"));
         }
     }
     row
 }
 
-/// The frame stage: one tracker, one vector per frame with a person.
+/// The frame stage: one tracker at the body's rate, one vector per frame with a person.
 pub struct BodyStage {
-    tracker: BodyTracker,
+    body: SampledBody,
     spec: ModalitySpec,
 }
 
 impl BodyStage {
-    pub fn new(tracker: BodyTracker) -> Self {
+    pub fn new(body: SampledBody) -> Self {
         Self {
-            tracker,
+            body,
             spec: ModalitySpec::by_model(
                 "body",
                 body_columns(),
@@ -128,13 +140,17 @@ impl FrameStage for BodyStage {
             message,
         };
         let mat = mat_of(&frame.image).map_err(fail)?;
-        let pose = self
-            .tracker
-            .track(&mat, frame.image.width, frame.image.height, frame.t_ns)
+        let sample = self
+            .body
+            .next(
+                &mat,
+                frame.image.width,
+                frame.image.height,
+                frame.t_ns,
+                |p| participants_body(p, frame.screening.as_ref(), ctx.face_roi.as_ref()),
+            )
             .map_err(|e| fail(e.to_string()))?;
-        Ok(pose
-            .filter(|p| participants_body(p, frame.screening.as_ref(), ctx.face_roi.as_ref()))
-            .map(|p| p.vector()))
+        Ok(sample.map(|s| s.vector()))
     }
 }
 
@@ -183,7 +199,7 @@ mod tests {
     #[test]
     fn columns_vector_and_csv_agree_on_their_shapes() {
         let cols = body_columns();
-        assert_eq!(cols.len(), 1 + 8 * POINTS);
+        assert_eq!(cols.len(), 2 + 8 * POINTS);
         assert_eq!(cols[column_of("x", 0).unwrap()], "x_0");
         assert_eq!(cols[column_of("Z", 32).unwrap()], "Z_32");
         assert_eq!(cols[column_of("presence", 11).unwrap()], "presence_11");
@@ -206,13 +222,19 @@ mod tests {
         };
         pose.image[11] = [320.0, 200.0, -5.0];
         pose.world[32] = [0.1, 0.2, 0.3];
-        let v = pose.vector();
+        let sample = BodySample {
+            pose,
+            held_frames: 2,
+        };
+        let v = sample.vector();
         assert_eq!(v.len(), cols.len());
+        assert_eq!(v[cols.len() - 1], 2.0);
         assert_eq!(v[column_of("x", 11).unwrap()], 320.0);
         assert_eq!(v[column_of("z", 11).unwrap()], -5.0);
         assert_eq!(v[column_of("Z", 32).unwrap()], 0.3);
         let header = csv_header();
-        let row = csv_row(3, 0.1333, Some(&pose));
+        let row = csv_row(3, 0.1333, Some(&sample));
+        assert!(row.ends_with(",2"));
         assert_eq!(header.split(',').count(), row.split(',').count());
         assert_eq!(
             header.split(',').count(),
