@@ -86,9 +86,7 @@ impl SampledBody {
 /// in slot `computed`: the first frame of the video, the first frame in a new block of
 /// `every` slots, or a frame earlier than the last computation (a clock stepped back).
 fn opens_block(computed: Option<i64>, slot: i64, every: i64) -> bool {
-    computed.map_or(true, |c| {
-        slot < c || slot.div_euclid(every) != c.div_euclid(every)
-    })
+    computed.is_none_or(|c| slot < c || slot.div_euclid(every) != c.div_euclid(every))
 }
 
 #[cfg(test)]
