@@ -41,6 +41,45 @@ pub fn within_window(text: &str) -> &str {
     text
 }
 
+/// One sentence encoder shared by everything on a station that embeds text (a session's
+/// text stage and the live service's `recommend` thread), so the model's weights are in
+/// memory once (about 90 MB for the default fp32 MiniLM). Embedding is per text and
+/// deterministic, so who held the lock before never changes a vector.
+#[derive(Clone)]
+pub struct SharedEncoder {
+    encoder: std::sync::Arc<std::sync::Mutex<SentenceEncoder>>,
+    dim: usize,
+    producer: String,
+}
+
+impl SharedEncoder {
+    pub fn new(encoder: SentenceEncoder) -> Self {
+        Self {
+            dim: encoder.dim(),
+            producer: encoder.producer().to_string(),
+            encoder: std::sync::Arc::new(std::sync::Mutex::new(encoder)),
+        }
+    }
+
+    /// [`SentenceEncoder::embed`] under the lock (a panicked holder leaves it usable: the
+    /// encoder keeps no state between texts).
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.encoder
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .embed(texts)
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The model id with its sha256 (what produced a `text` vector).
+    pub fn producer(&self) -> &str {
+        &self.producer
+    }
+}
+
 pub struct SentenceEncoder {
     name: String,
     /// The model id with its sha256, as stored in `modalities.producer`.
@@ -198,7 +237,7 @@ impl SentenceEncoder {
 /// speaker (each embedded once); [`TextTrack::at`] is a pure lookup by frame time.
 /// The text stage: embeds the participant's utterances as their events arrive.
 pub struct TextStage {
-    encoder: SentenceEncoder,
+    encoder: SharedEncoder,
     speaker: String,
     /// Whose transcripts are embedded (the other's are stored, not embedded).
     source: TranscriptSource,
@@ -229,7 +268,7 @@ pub type EmbeddedUtterance = (Nanos, Nanos, std::sync::Arc<Vec<f32>>);
 
 impl TextStage {
     /// Embeds utterances of `speaker` (others are stored but carry no text vector).
-    pub fn new(encoder: SentenceEncoder, speaker: &str) -> Self {
+    pub fn new(encoder: SharedEncoder, speaker: &str) -> Self {
         let spec = ModalitySpec::by_model(
             "text",
             (0..encoder.dim()).map(|i| format!("text_{i}")).collect(),

@@ -18,7 +18,7 @@ use crate::features::signal::{AudioSignalStage, VideoSignalStage};
 use crate::features::speech::activity::SpeechActivityStage;
 use crate::features::speech::stream::SpeechStream;
 use crate::features::speech::SpeechModels;
-use crate::features::text::{SentenceEncoder, TextStage};
+use crate::features::text::{SentenceEncoder, SharedEncoder, TextStage};
 use crate::features::{AudioStage, FrameStage};
 use crate::fusion::onnx_model::OnnxPredictor;
 use crate::fusion::{Configured, FusionStage};
@@ -71,6 +71,18 @@ fn add(
         .map_err(|e| RunError::SetUp(e.to_string()))
 }
 
+/// The config's sentence encoder (`[models] sentence_encoder`), ready to share.
+pub fn open_sentence_encoder(config: &Config) -> Result<SharedEncoder, RunError> {
+    let models = &config.models;
+    let manifest = Manifest::load(&models.dir)?;
+    let entry = manifest.get(&models.sentence_encoder, &models.dir)?;
+    Ok(SharedEncoder::new(SentenceEncoder::open(
+        &models.dir,
+        entry,
+        models.onnxruntime_library.as_deref(),
+    )?))
+}
+
 impl Stages {
     /// Sets up the stages for a session at `nominal_fps`; `camera` is the session's own
     /// calibration, which wins over the station's config.
@@ -79,11 +91,20 @@ impl Stages {
         nominal_fps: f64,
         camera: Option<CameraIntrinsics>,
     ) -> Result<Self, RunError> {
+        let encoder = open_sentence_encoder(config)?;
+        Self::load_sharing(config, nominal_fps, camera, encoder)
+    }
+
+    /// [`Stages::load`] with the sentence encoder the caller already holds (the live
+    /// service's, shared with its `recommend` thread: one copy of the model in memory).
+    pub fn load_sharing(
+        config: &Config,
+        nominal_fps: f64,
+        camera: Option<CameraIntrinsics>,
+        encoder: SharedEncoder,
+    ) -> Result<Self, RunError> {
         let models = &config.models;
         let manifest = Manifest::load(&models.dir)?;
-        let entry = manifest.get(&models.sentence_encoder, &models.dir)?;
-        let encoder =
-            SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())?;
         let frame_stages = open_frame_stages(config, &manifest, camera, nominal_fps)?;
         let video_signal = VideoSignalStage::new();
         let text = TextStage::new(encoder, &config.text.speaker);

@@ -34,6 +34,7 @@ use crate::capture::microphone::MicStream;
 use crate::capture::record::{free_bytes, Recording};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::features::text::SharedEncoder;
 use crate::session::Event;
 use crate::store::Store;
 use crate::Nanos;
@@ -262,12 +263,30 @@ struct Service<'a> {
     refusals: refusals::RefusalLog,
     /// `recommend` requests, answered one at a time by the `recommend` thread.
     recommender: recommend::Recommender,
+    /// The station's one sentence encoder, opened on first use and shared by every
+    /// session's text stage and the `recommend` thread (one copy of the model in memory).
+    sentence_encoder: Mutex<Option<SharedEncoder>>,
 }
 
 impl Service<'_> {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panicked client thread must not take the service down with a poisoned lock.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shared sentence encoder, opened by the first caller.
+    fn sentence_encoder(&self) -> Result<SharedEncoder, String> {
+        let mut slot = self
+            .sentence_encoder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = slot.as_ref() {
+            return Ok(e.clone());
+        }
+        let encoder = crate::runtime::stages::open_sentence_encoder(self.config)
+            .map_err(|e| e.to_string())?;
+        *slot = Some(encoder.clone());
+        Ok(encoder)
     }
 
     /// Records a device's state; a change is a `quality` message to the subscribers.
@@ -350,6 +369,7 @@ pub fn serve(
         subscribers,
         refusals: refusals::RefusalLog::default(),
         recommender: recommend::Recommender::default(),
+        sentence_encoder: Mutex::new(None),
     };
     let service = &service;
     let mut replaced = false;

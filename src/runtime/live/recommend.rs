@@ -21,10 +21,7 @@ use std::sync::atomic::Ordering;
 
 use crate::fusion::recommend::{recommend_against, Recommended};
 
-use crate::config::Config;
 use crate::core::Policy;
-use crate::features::text::SentenceEncoder;
-use crate::models::manifest::Manifest;
 use crate::session::{Event, EventKind};
 
 use super::Service;
@@ -101,19 +98,17 @@ pub(super) fn serve(service: &Service<'_>) {
     {
         tracing::warn!("the recommend thread keeps its priority: {e}");
     }
-    let mut encoder: Option<SentenceEncoder> = None;
     while !service.stop.load(Ordering::SeqCst) {
         let Ok((k, text, policy, reply)) = rx.recv_timeout(std::time::Duration::from_millis(200))
         else {
             continue;
         };
-        let _ = reply.send(recommend_now(service, &mut encoder, k, text, policy));
+        let _ = reply.send(recommend_now(service, k, text, policy));
     }
 }
 
 fn recommend_now(
     service: &Service<'_>,
-    encoder: &mut Option<SentenceEncoder>,
     k: usize,
     text: Option<String>,
     policy: Policy,
@@ -151,7 +146,7 @@ fn recommend_now(
         })?;
         (index, inputs)
     };
-    let query = embed_query(config, encoder, &inputs.text)?;
+    let query = embed_query(service, &inputs.text)?;
     // Predicted empathy against the latest window the configured predictor represented,
     // under its calibration in this session; before any, against the words themselves.
     let (z, scorer, basis) = match &latest {
@@ -200,28 +195,11 @@ fn recommend_now(
     }))
 }
 
-/// The sentence embedding of `text` (cut to the encoder's window before any work). The
-/// encoder is opened once, on the first request (each request opened its own once: eight
-/// clients loading a model in a loop starved the pipeline).
-fn embed_query(
-    config: &Config,
-    slot: &mut Option<SentenceEncoder>,
-    text: &str,
-) -> Result<Vec<f32>, String> {
-    if slot.is_none() {
-        let models = &config.models;
-        let manifest = Manifest::load(&models.dir).map_err(|e| e.to_string())?;
-        let entry = manifest
-            .get(&models.sentence_encoder, &models.dir)
-            .map_err(|e| e.to_string())?;
-        *slot = Some(
-            SentenceEncoder::open(&models.dir, entry, models.onnxruntime_library.as_deref())
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    let Some(encoder) = slot.as_mut() else {
-        return Err("the sentence encoder is not open".into());
-    };
+/// The sentence embedding of `text` (cut to the encoder's window before any work), with the
+/// service's shared encoder (opened once: each request opening its own once starved the
+/// pipeline when eight clients asked in a loop).
+fn embed_query(service: &Service<'_>, text: &str) -> Result<Vec<f32>, String> {
+    let encoder = service.sentence_encoder()?;
     // The text is cut to the encoder's window before any work (`within_window`).
     Ok(encoder.embed(&[text]).map_err(|e| e.to_string())?.remove(0))
 }

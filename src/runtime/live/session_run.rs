@@ -239,8 +239,9 @@ fn begin_session(
     camera: Option<CameraIntrinsics>,
 ) -> Result<(Stages, SessionWriter), String> {
     let config = service.config;
-    let mut stages =
-        Stages::load(config, config.video.nominal_fps, camera).map_err(|e| e.to_string())?;
+    let encoder = service.sentence_encoder()?;
+    let mut stages = Stages::load_sharing(config, config.video.nominal_fps, camera, encoder)
+        .map_err(|e| e.to_string())?;
     let transcripts = TranscriptPlan::resolve(config, RunKind::Live).apply(&mut stages, config);
     {
         let store = service.store.lock().unwrap_or_else(|p| p.into_inner());
