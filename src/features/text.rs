@@ -129,7 +129,7 @@ impl SentenceEncoder {
             strategy: PaddingStrategy::BatchLongest,
             ..Default::default()
         }));
-        let session = onnx::open_session(&entry.name, &path, 1, onnxruntime_library)?;
+        let session = onnx::open_variable_session(&entry.name, &path, 1, onnxruntime_library)?;
         let output = entry
             .outputs
             .first()

@@ -55,8 +55,8 @@ impl Moonshine {
         vocabulary: &Path,
         onnxruntime_library: Option<&Path>,
     ) -> Result<Self, ModelError> {
-        let encoder = onnx::open_session(name, encoder, 1, onnxruntime_library)?;
-        let decoder = onnx::open_session(name, decoder, 1, onnxruntime_library)?;
+        let encoder = onnx::open_variable_session(name, encoder, 1, onnxruntime_library)?;
+        let decoder = onnx::open_variable_session(name, decoder, 1, onnxruntime_library)?;
         let decoder_takes_mask = decoder
             .inputs()
             .iter()
