@@ -72,10 +72,10 @@ pub struct QualityReport {
     /// with why. Absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_events: Vec<crate::session::events::SkippedLine>,
-    /// What the bystander screen found (`[privacy] bystanders = "mask"`) when it saw a
-    /// bystander; absent when it saw none (so a session with no one else in view keeps the
-    /// report it had before the screen), when the frames were not screened (`"keep"`), and
-    /// in reports stored before issue 58.
+    /// What the bystander screen found (`[privacy] bystanders = "mask"`): present whenever
+    /// the frames were screened, with zero counts when it saw no one else; absent when they
+    /// were not (`"keep"`), and in reports stored before issue 58 or, for sessions where it
+    /// saw no one, before 2026-11-30.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bystanders: Option<BystanderCounts>,
 }
@@ -165,7 +165,7 @@ impl QualityReport {
             modality_presence: i.modality_presence,
             stage_failures: Vec::new(),
             skipped_events: Vec::new(),
-            bystanders: (i.video_signal.frames_with_bystanders > 0).then(|| {
+            bystanders: (i.video_signal.screened_frames > 0).then(|| {
                 let t = i.video_signal;
                 BystanderCounts {
                     screened_frames: t.screened_frames,
@@ -346,7 +346,11 @@ impl ReplaySummary {
                 100.0 * m.present_frames as f64 / m.decoded_frames.max(1) as f64
             );
         }
-        if let Some(b) = &q.bystanders {
+        if let Some(b) = q
+            .bystanders
+            .as_ref()
+            .filter(|b| b.frames_with_bystanders > 0)
+        {
             let _ = writeln!(
                 s,
                 "bystanders in view on {} of {} screened frames ({:.1} s), masked on {}; participant not found on {}",

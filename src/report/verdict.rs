@@ -218,6 +218,12 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
     // Someone other than the participant was in view: masked in the video, but their voice
     // is in the audio (not separated), which staff should know.
     rows.push(match &q.bystanders {
+        Some(b) if b.frames_with_bystanders == 0 => Row {
+            measure: MEASURES[10],
+            value: format!("none seen on {} screened frames", b.screened_frames),
+            verdict: Verdict::Good,
+            threshold: "none / any: faces masked, voices not separated",
+        },
         Some(b) => Row {
             measure: MEASURES[10],
             value: format!(
@@ -230,9 +236,11 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
             verdict: Verdict::Check,
             threshold: "none / any: faces masked, voices not separated",
         },
+        // Under `keep` everyone in view is recorded and measured, as the study's consent
+        // allows: said, not flagged on every session of such a study.
         None => Row {
             measure: MEASURES[10],
-            value: "none seen".into(),
+            value: "not screened ([privacy] bystanders = \"keep\": everyone in view recorded; or a report stored before the screen's counts were kept)".into(),
             verdict: Verdict::Good,
             threshold: "none / any: faces masked, voices not separated",
         },

@@ -511,3 +511,52 @@ fn extract_outputs_are_screened_the_rows_are_the_participants_and_the_videos_mas
         );
     }
 }
+
+#[test]
+fn the_report_tells_a_screened_session_with_no_one_else_from_an_unscreened_one() {
+    // The demo has one face: under the default mask every frame is screened and no one else
+    // seen; under "keep" nothing is screened. The stored counts and the report say which.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut said = Vec::new();
+    for (name, config) in [
+        ("mask", "[body]\nenabled = false\n"),
+        (
+            "keep",
+            "[body]\nenabled = false\n[privacy]\nbystanders = \"keep\"\n",
+        ),
+    ] {
+        let db = tmp.path().join(format!("{name}.db"));
+        let cfg = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, config).unwrap();
+        let o = replay_cli(&demo_session(), &db, Some(&cfg));
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        assert!(!stdout(&o).contains("bystanders in view"), "{}", stdout(&o));
+        let conn = crate::common::store::open_db(&db);
+        let quality: String = conn
+            .query_row("SELECT quality_json FROM sessions", [], |r| r.get(0))
+            .unwrap();
+        let q: serde_json::Value = serde_json::from_str(&quality).unwrap();
+        let page = tmp.path().join(format!("{name}.html"));
+        let o = empathic(&[
+            "report",
+            "demo-0001",
+            "--db",
+            path_str(&db),
+            "--out",
+            path_str(&page),
+        ]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        said.push((
+            q["bystanders"].clone(),
+            std::fs::read_to_string(&page).unwrap(),
+        ));
+    }
+    let (mask, mask_page) = &said[0];
+    assert_eq!(mask["screened_frames"], 420, "{mask}");
+    assert_eq!(mask["frames_with_bystanders"], 0, "{mask}");
+    assert!(mask_page.contains("none seen on 420 screened frames"));
+    let (keep, keep_page) = &said[1];
+    assert!(keep.is_null(), "{keep}");
+    assert!(keep_page.contains("not screened"));
+    assert!(!keep_page.contains("none seen"));
+}
