@@ -242,7 +242,7 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
             measure: MEASURES[10],
             value: "not screened ([privacy] bystanders = \"keep\": everyone in view recorded; or a report stored before the screen's counts were kept)".into(),
             verdict: Verdict::Good,
-            threshold: "none / any: faces masked, voices not separated",
+            threshold: "keep: the study's consent covers everyone in view",
         },
     });
     let not_measured = |row: &mut Row, why: &str| {

@@ -558,5 +558,6 @@ fn the_report_tells_a_screened_session_with_no_one_else_from_an_unscreened_one()
     let (keep, keep_page) = &said[1];
     assert!(keep.is_null(), "{keep}");
     assert!(keep_page.contains("not screened"));
+    assert!(keep_page.contains("consent covers everyone in view"));
     assert!(!keep_page.contains("none seen"));
 }

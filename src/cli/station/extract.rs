@@ -153,12 +153,17 @@ pub fn extract_body(
     progress.finish_and_clear();
     let summary = result.map_err(fail)?;
     eprintln!(
-        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the body computed on {} frames (one in {every}, held between), the detector run on {} frames, {:.1} ms a frame{}",
+        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the body computed on {} frames ({}), the detector run on {} frames, {:.1} ms a frame{}",
         summary.rows,
         out.display(),
         summary.frames_with_person,
         100.0 * summary.frames_with_person as f64 / summary.rows.max(1) as f64,
         summary.frames_computed,
+        if every == 1 {
+            "every frame".to_string()
+        } else {
+            format!("one in {every}, held between")
+        },
         summary.detector_runs,
         summary.ms_per_frame,
         bystanders_said(summary.frames_with_bystanders)
