@@ -153,6 +153,12 @@ pub fn replay_cli_with(session: &Path, db: &Path, config: Option<&Path>, extra: 
     empathic(&args)
 }
 
+/// `empathic report ID --db DB --out PAGE`, the one place the tests spell a report's
+/// command line.
+pub fn report_cli(id: &str, db: &Path, page: &Path) -> Output {
+    empathic(&["report", id, "--db", path_str(db), "--out", path_str(page)])
+}
+
 /// The CPU class the binary runs on: this machine's, or `EMPATHIC_TEST_CPU_CLASS` when
 /// `EMPATHIC_TEST_RUNNER` runs it on an emulated one (e.g. `avx2,fma` for
 /// `qemu-x86_64 -cpu Haswell`).

@@ -112,14 +112,7 @@ fn a_truncated_video_keeps_every_frame_that_decoded() {
     // Issue 55 item 12: the report draws every per-frame series at its frames' stored
     // times, not stretched over the session's (longer, audio) duration.
     let page = tmp.path().join("page.html");
-    let o = empathic(&[
-        "report",
-        "demo-0001",
-        "--db",
-        path_str(&db),
-        "--out",
-        path_str(&page),
-    ]);
+    let o = report_cli("demo-0001", &db, &page);
     assert!(o.status.success(), "{}", stderr(&o));
     let html = std::fs::read_to_string(&page).unwrap();
     let last_frame_secs = (frames - 1) as f64 / 15.0;

@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use crate::common::{
-    demo_session, empathic, fixtures_or_skip, keep_bystanders_config, path_str, replay_cli, root,
-    stderr, stdout,
+    demo_session, empathic, fixtures_or_skip, keep_bystanders_config, path_str, replay_cli,
+    report_cli, root, stderr, stdout,
 };
 
 /// The rows of an `extract body` CSV as (header, rows of fields).
@@ -210,14 +210,7 @@ fn a_replay_stores_windows_and_exports_the_body() {
     assert!(out.join("demo-0001/body.npy").is_file());
     // The report draws the posture.
     let page = tmp.path().join("r.html");
-    let o = empathic(&[
-        "report",
-        "demo-0001",
-        "--db",
-        path_str(&db),
-        "--out",
-        path_str(&page),
-    ]);
+    let o = report_cli("demo-0001", &db, &page);
     assert!(o.status.success(), "{}", stderr(&o));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("Posture: lean toward the camera"));

@@ -537,14 +537,7 @@ fn the_report_tells_a_screened_session_with_no_one_else_from_an_unscreened_one()
             .unwrap();
         let q: serde_json::Value = serde_json::from_str(&quality).unwrap();
         let page = tmp.path().join(format!("{name}.html"));
-        let o = empathic(&[
-            "report",
-            "demo-0001",
-            "--db",
-            path_str(&db),
-            "--out",
-            path_str(&page),
-        ]);
+        let o = report_cli("demo-0001", &db, &page);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         said.push((
             q["bystanders"].clone(),

@@ -757,14 +757,7 @@ fn reading_commands_read_a_database_in_a_folder_nobody_may_write() {
     let o = empathic(&["sessions", "show", "demo-0001", "--db", path_str(&db)]);
     assert!(o.status.success(), "{}", stderr(&o));
     let page = tmp.path().join("r.html");
-    let o = empathic(&[
-        "report",
-        "demo-0001",
-        "--db",
-        path_str(&db),
-        "--out",
-        path_str(&page),
-    ]);
+    let o = report_cli("demo-0001", &db, &page);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read_to_string(&page)
         .unwrap()
