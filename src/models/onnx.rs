@@ -81,7 +81,7 @@ pub fn open_session(
 
 /// Opens a model whose inputs change length from run to run (a recogniser's audio, a
 /// sentence's tokens) without ONNX Runtime's CPU arena and memory pattern: the arena keeps
-/// the largest run's buffers for the session's life (a 20 s utterance's attention
+/// the largest run's buffers for the session's life (a 10 s utterance's attention
 /// matrices), and a pattern is only reused for the same shapes. Measured (2026-11-30, one
 /// sitting, two replays each): peak RSS of the demo replay 309-311 against 327-328 MiB, of
 /// the shared `still` session (the recogniser on its speech) 413-416 against 423-424 MiB.

@@ -41,7 +41,8 @@ impl Default for AsrConfig {
             min_silence_ms: 200,
             pad_ms: 100,
             pre_roll_ms: 200,
-            max_utterance_ms: 20_000,
+            // Why 10 s: `features::speech::vad::SegmentRules::default` (measured).
+            max_utterance_ms: 10_000,
             threshold: 0.5,
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! Contract: [`Recogniser`] runs Silero VAD v6 ([`vad`]) over 16 kHz mono audio, cuts it into
 //! utterances ([`vad::Segmenter`]: 200 ms of silence ends one, 200 ms kept before it and 100 ms after, a forced
-//! cut at the quietest moment before 20 s of unbroken speech) and recognises each with Moonshine tiny-en
+//! cut at the quietest moment before 10 s of unbroken speech) and recognises each with Moonshine tiny-en
 //! ([`moonshine`]) unless the no-speech check ([`nospeech`]) finds it does not change as
 //! speech does, giving [`Utterance`]s stamped in milliseconds from the audio's first
 //! sample, with the model's id and a confidence (mean token log-probability). Nothing

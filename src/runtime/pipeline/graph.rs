@@ -41,8 +41,17 @@ use crate::windows::{FrameAligner, VideoSlot};
 
 /// Per-block audio stage output on its way to the aligner.
 const AUDIO_OUT_QUEUE: usize = 64;
-/// Video slots between frame-stage threads and on their way to the aligner.
+/// Video slots (features only, no image) on their way to the aligner.
 pub(super) const VIDEO_OUT_QUEUE: usize = 32;
+/// Pending slots between video-features and each frame stage: each carries its frame's
+/// image (0.9 MB at 640x480), so this bound is what the stage chain can hold in images
+/// (with four stages, 5 x 8 frames beside the capture queue). It was 32 like the
+/// slots' queue, and replays held 13-21 MiB more at their peak: demo 323 against 310 MiB,
+/// `grid` 409/388, `still` 422/404, `selfie` 401/385 (`scripts/replay_throughput.sh`,
+/// 2026-11-30, one sitting, interleaved, medians of three; time 0.93-1.04x, within
+/// noise). A bound of 4 saved no more. 8 keeps half a second of slack per stage for a
+/// live stage that stalls (the capture queue drops the oldest frame behind a full chain).
+const FRAME_STAGE_QUEUE: usize = 8;
 /// Text updates on their way to the aligner, and event batches to the text stage.
 const TEXT_QUEUE: usize = 64;
 /// Windows waiting for each window consumer.
@@ -85,7 +94,7 @@ impl Queues {
         Self {
             frames: policy_queue(config.runtime.video_queue_frames, video_overflow),
             blocks: policy_queue(audio_blocks, Overflow::Block),
-            pending: policy_queue(VIDEO_OUT_QUEUE, Overflow::Block),
+            pending: policy_queue(FRAME_STAGE_QUEUE, Overflow::Block),
             slots: policy_queue(VIDEO_OUT_QUEUE, Overflow::Block),
             rows: policy_queue(AUDIO_OUT_QUEUE, Overflow::Block),
             batches: policy_queue(TEXT_QUEUE, Overflow::Block),
@@ -359,7 +368,7 @@ fn start_frame_stages<'s, 'a: 's>(
     let mut threads = Vec::new();
     for slot in stages {
         let name = format!("{}-features", slot.stage.spec().name);
-        let (tx, rx) = policy_queue::<PendingSlot>(VIDEO_OUT_QUEUE, Overflow::Block);
+        let (tx, rx) = policy_queue::<PendingSlot>(FRAME_STAGE_QUEUE, Overflow::Block);
         let from = std::mem::replace(&mut input, rx);
         let thread = name.clone();
         let handle = spawn(scope, &name, move || {
