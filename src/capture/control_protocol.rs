@@ -407,8 +407,16 @@ fn exchange(
     request: &serde_json::Value,
 ) -> Result<(serde_json::Value, BufReader<UnixStream>), String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
+        // The likely cause, by what the system said: a user outside the socket's group is
+        // refused while the service runs (a trial's app was told to check the service).
+        let hint = match e.kind() {
+            std::io::ErrorKind::PermissionDenied => {
+                "this user may not use the socket: add it to the socket's group (`empathic-ctl` by default; docs/station.md, \"The control group\") and log in again"
+            }
+            _ => "is `empathic run` running?",
+        };
         format!(
-            "cannot reach the empathic service at {}: {e} (is `empathic run` running?)",
+            "cannot reach the empathic service at {}: {e} ({hint})",
             socket.display()
         )
     })?;

@@ -107,6 +107,9 @@ impl Predictor for TextZeroShot {
     }
 }
 
+/// The fewest stories a bank needs to be the map's reference (a spread of cosines).
+pub const MIN_BANK_STORIES: usize = 3;
+
 /// The map without a bank: "unrelated" (cosine 0) to 1, "identical" (cosine 1) to 5.
 pub const ABSOLUTE_MAP: PopulationMap = PopulationMap {
     intercept: 1.0,
@@ -123,7 +126,7 @@ pub struct BankRelative {
 impl BankRelative {
     /// None with fewer than three stories (no spread to speak of).
     pub fn new(vectors: &[f32], dims: usize) -> Option<Self> {
-        (dims > 0 && vectors.len() / dims >= 3).then(|| Self {
+        (dims > 0 && vectors.len() / dims >= MIN_BANK_STORIES).then(|| Self {
             vectors: vectors.to_vec(),
             dims,
         })

@@ -206,27 +206,31 @@ pub struct ReplaySummary {
     pub quality: QualityReport,
     /// Session-level predicted empathy toward each story, beside the self-ratings.
     pub predictions: Vec<crate::store::StoryPrediction>,
-    /// The store has no story bank: nothing was retrieved while the participant shared,
-    /// and only stories the session's events showed were predicted toward. Says so with
-    /// the command that imports one.
+    /// The store has no story bank (nothing was retrieved while the participant shared,
+    /// and only stories the session's events showed were predicted toward), or one too
+    /// small for the zero-shot map (`text-zero-shot` scored on its absolute map). Says so
+    /// with the command that imports one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_story_bank: Option<String>,
 }
 
-/// The worst quality verdict and the measures that earned it ("bad: sharpness 12.0 (bad)"),
-/// as the replay summary and `sessions show` print it.
-pub fn verdict_line(q: &QualityReport) -> String {
+/// The overall verdict ([`verdict::overall`]: the worst row, at least `check` for a session
+/// not stored complete) and every row not good ("bad: sharpness 12.0 (bad)"), as the
+/// replay summary and `sessions show` print it.
+pub fn verdict_line(q: &QualityReport, status: &str, stored_secs: f64) -> String {
     let rows = verdict::quality_rows(q);
-    let worst = rows
-        .iter()
-        .map(|r| r.verdict)
-        .max()
-        .unwrap_or(verdict::Verdict::Good);
-    let flagged: Vec<String> = rows
-        .iter()
-        .filter(|r| r.verdict != verdict::Verdict::Good)
-        .map(|r| format!("{} {} ({})", r.measure, r.value, r.verdict.class()))
-        .collect();
+    let (worst, _) = verdict::overall(&rows, status, stored_secs);
+    let mut flagged: Vec<String> = Vec::new();
+    if status != "complete" {
+        flagged.push(format!(
+            "the session is {status} ({stored_secs:.1} s stored)"
+        ));
+    }
+    flagged.extend(
+        rows.iter()
+            .filter(|r| r.verdict != verdict::Verdict::Good)
+            .map(|r| format!("{} {} ({})", r.measure, r.value, r.verdict.class())),
+    );
     if flagged.is_empty() {
         worst.class().to_string()
     } else {
@@ -371,15 +375,19 @@ impl ReplaySummary {
                 .collect();
             let _ = writeln!(s, "phases    {}", list.join(", "));
         }
-        let _ = writeln!(s, "verdict   {}", verdict_line(q));
+        let _ = writeln!(
+            s,
+            "verdict   {}",
+            verdict_line(q, &self.status, self.duration_secs)
+        );
         if let Some(why) = &self.no_story_bank {
-            let _ = writeln!(s, "stories   no story bank: {why}");
+            let _ = writeln!(s, "stories   {why}");
         }
         match (&self.no_story_bank, self.predictions.is_empty()) {
             (Some(_), true) => {
                 let _ = writeln!(
                     s,
-                    "empathy   no predictions: no story was shown in the session's events, and with no story bank none could be retrieved"
+                    "empathy   no predictions: no story was shown in the session's events, and none was retrieved"
                 );
             }
             _ => render_predictions(&mut s, &self.predictions),
@@ -543,9 +551,16 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
         );
     }
     for st in &d.stories {
+        // An interrupted replay stores every event of its recording, stories shown after
+        // the point where it stopped included: say so beside them.
+        let past = if st.shown_secs > x.duration_secs {
+            format!(" (after the {:.1} s stored)", x.duration_secs)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "story {}      {} \"{}\" shown at {:.1} s, rated {}",
+            "story {}      {} \"{}\" shown at {:.1} s{past}, rated {}",
             st.position,
             st.story_id,
             st.title,
@@ -556,7 +571,11 @@ pub fn render_session_detail(d: &crate::store::SessionDetail) -> String {
     render_predictions(&mut s, &d.predictions);
     if let Some(q) = &x.quality {
         if let Ok(q) = serde_json::from_value::<QualityReport>(q.clone()) {
-            let _ = writeln!(s, "verdict      {}", verdict_line(&q));
+            let _ = writeln!(
+                s,
+                "verdict      {}",
+                verdict_line(&q, &x.status, x.duration_secs)
+            );
             let _ = writeln!(
                 s,
                 "quality      missing {} / duplicated {} / repeated {} frames; a/v offset {:+.1} ms, mismatch {:+.1} ms; clipping {:.4} %, silence {:.1} %",

@@ -69,6 +69,36 @@ pub const BRIGHTNESS_BAD_OUTSIDE: (f64, f64) = (0.15, 0.9);
 pub const CLIPPING_GOOD: f64 = 0.0001;
 pub const CLIPPING_BAD_ABOVE: f64 = 0.01;
 
+/// A session's overall verdict: the worst of its rows, and at least `check` when it was not
+/// stored `complete` (a replay stopped by Ctrl-C, a service killed mid-session), since its
+/// rows judge only the part that was stored. Returns the verdict and what earned it, worst
+/// first ("the session is incomplete (11.6 s stored)", "sharpness 12.0").
+pub fn overall(rows: &[Row], status: &str, stored_secs: f64) -> (Verdict, Vec<String>) {
+    let unfinished = status != "complete";
+    let rows_worst = rows
+        .iter()
+        .map(|r| r.verdict)
+        .max()
+        .unwrap_or(Verdict::Good);
+    let worst = if unfinished {
+        rows_worst.max(Verdict::Check)
+    } else {
+        rows_worst
+    };
+    let mut why = Vec::new();
+    if unfinished {
+        why.push(format!(
+            "the session is {status} ({stored_secs:.1} s stored; the rows judge that part)"
+        ));
+    }
+    why.extend(
+        rows.iter()
+            .filter(|r| r.verdict == worst && worst != Verdict::Good)
+            .map(|r| format!("{} {}", r.measure, r.value)),
+    );
+    (worst, why)
+}
+
 /// Lower is better: good at or below `good`, check at or below `check`.
 fn at_most(v: f64, good: f64, check: f64) -> Verdict {
     if v <= good {
@@ -220,18 +250,22 @@ pub fn quality_rows(q: &QualityReport) -> Vec<Row> {
     rows.push(match &q.bystanders {
         Some(b) if b.frames_with_bystanders == 0 => Row {
             measure: MEASURES[10],
-            value: format!("none seen on {} screened frames", b.screened_frames),
+            value: format!(
+                "none seen on {} screened frames; the participant not found on {}",
+                b.screened_frames, b.frames_without_participant
+            ),
             verdict: Verdict::Good,
             threshold: "none / any: faces masked, voices not separated",
         },
         Some(b) => Row {
             measure: MEASURES[10],
             value: format!(
-                "{:.1} s ({} frames), masked on {} frames (a region stays masked {} frames after its face was last seen)",
+                "{:.1} s ({} frames), masked on {} frames (a region stays masked {} frames after its face was last seen); the participant not found on {}",
                 b.bystander_secs,
                 b.frames_with_bystanders,
                 b.frames_masked,
-                crate::capture::screening::HOLD_FRAMES
+                crate::capture::screening::HOLD_FRAMES,
+                b.frames_without_participant
             ),
             verdict: Verdict::Check,
             threshold: "none / any: faces masked, voices not separated",

@@ -177,17 +177,29 @@ pub fn replay(
 }
 
 /// Without a bank nothing is retrieved while the participant shares (and a session whose
-/// events show no story gets no prediction): said on the summary with its fix (it was only
-/// an INFO log line).
+/// events show no story gets no prediction), and with fewer than
+/// [`MIN_BANK_STORIES`](crate::fusion::zero_shot::MIN_BANK_STORIES) the zero-shot scores fall
+/// back to the absolute map, which reads lower than the bank-relative one (a trial compared
+/// 1.4-1.5 against the demo's 2.9-3.4 and found nothing saying why): said on the summary
+/// with its fix (it was only an INFO log line).
 fn no_story_bank(store: &Store, opts: &ReplayOptions) -> Option<String> {
-    crate::stories::load_index(store, &opts.config.models.sentence_encoder)
-        .err()
-        .map(|e| {
-            format!(
-                "{e}; nothing was retrieved while the participant shared: import a bank (`empathic stories import STORIES.jsonl --db {}`), then replay again with --replace",
-                display_path(&opts.db_path)
-            )
-        })
+    use crate::fusion::zero_shot::MIN_BANK_STORIES;
+    let fix = format!(
+        "import a bank (`empathic stories import STORIES.jsonl --db {}`), then replay again with --replace",
+        display_path(&opts.db_path)
+    );
+    let absolute = "text-zero-shot scores the stories shown on its absolute map (1 + 4 x cosine), which reads lower than a bank's (docs/prediction.md)";
+    match crate::stories::load_index(store, &opts.config.models.sentence_encoder) {
+        Err(e) => Some(format!(
+            "no story bank: {e}; nothing was retrieved while the participant shared and {absolute}: {fix}"
+        )),
+        Ok(index) if index.len() < MIN_BANK_STORIES => Some(format!(
+            "a small story bank: it holds {} stor{} (fewer than {MIN_BANK_STORIES}), so {absolute}: {fix}",
+            index.len(),
+            if index.len() == 1 { "y" } else { "ies" }
+        )),
+        Ok(_) => None,
+    }
 }
 
 /// The recorded session at `opts.session_dir`. A folder that is not one (a typo) is no
@@ -285,7 +297,7 @@ fn open_sources(session: &RecordedSession, config: &Config) -> Result<Sources, R
         (Some(path), None) => Box::new(FileVideoSource::open(path)?),
     };
     // The screen runs on the source's thread, ahead of every stage.
-    let video: Box<dyn VideoSource> = match open_screen(config)? {
+    let video: Box<dyn VideoSource> = match open_screen(config, false)? {
         Some(screen) => Box::new(ScreenedVideo::new(video, screen)),
         None => video,
     };

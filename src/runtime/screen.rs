@@ -22,15 +22,19 @@ use crate::models::ModelError;
 pub const MASKED_JPEG_QUALITY: i32 = 90;
 
 /// The screen `config` asks for: `None` under `"keep"` (said in the log, as a study's
-/// consent must cover everyone in view).
-pub fn open_screen(config: &Config) -> Result<Option<BystanderScreen>, ModelError> {
+/// consent must cover everyone in view). A session says `"mask"` in the log too; a
+/// `one_off` command on a clip (`extract`) does not, as its summary line says what the
+/// screen did.
+pub fn open_screen(config: &Config, one_off: bool) -> Result<Option<BystanderScreen>, ModelError> {
     match config.privacy.bystanders {
         Bystanders::Keep => {
             tracing::warn!("[privacy] bystanders = \"keep\": every face in view is measured by nothing but kept in the recording as the camera saw it; the study's consent must cover everyone in view");
             Ok(None)
         }
         Bystanders::Mask => {
-            tracing::info!("[privacy] bystanders = \"mask\": every face but the participant's is masked before the frame is recorded or measured (docs/station.md, \"Bystanders\")");
+            if !one_off {
+                tracing::info!("[privacy] bystanders = \"mask\": every face but the participant's is masked before the frame is recorded or measured (docs/station.md, \"Bystanders\")");
+            }
             let models = &config.models;
             let manifest = Manifest::load(&models.dir)?;
             BystanderScreen::open(

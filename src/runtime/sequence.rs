@@ -204,9 +204,18 @@ impl SessionWriter {
             } else {
                 "audio"
             };
+            // What this stream kept, in its own seconds: the other stream may go on (a
+            // trial read "253 frames, 28.0 s" of a video cut at 16.9 s, the audio's span).
+            let kept = if what == "video" {
+                format!(
+                    "{} frames, {:.1} s of video",
+                    outcome.frames, outcome.quality.video_duration_secs
+                )
+            } else {
+                format!("{:.1} s of audio", outcome.quality.audio_duration_secs)
+            };
             short.push(format!(
-                "the {what} ends on bad data ({error}); everything before it is stored ({} frames, {:.1} s)",
-                outcome.frames,
+                "the {what} ends on bad data ({error}); everything before it is stored ({kept}; the session spans {:.1} s)",
                 outcome.duration_ns as f64 / 1e9
             ));
         }

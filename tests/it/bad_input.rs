@@ -73,6 +73,13 @@ fn a_truncated_video_keeps_every_frame_that_decoded() {
     );
     assert!((150..420).contains(&frames), "{frames} frames of 420");
     assert!(windows > 0, "no window from {frames} frames");
+    // What the video kept is said in the video's seconds, beside the session's span (a
+    // trial read "(253 frames, 28.0 s)" of a video cut at 16.9 s).
+    assert!(
+        reason.contains(&format!("({frames} frames, "))
+            && reason.contains(" s of video; the session spans "),
+        "{reason}"
+    );
     let conn = crate::common::store::open_db(&db);
     let (duration_ns, quality): (i64, String) = conn
         .query_row(

@@ -548,6 +548,9 @@ fn the_report_tells_a_screened_session_with_no_one_else_from_an_unscreened_one()
     assert_eq!(mask["screened_frames"], 420, "{mask}");
     assert_eq!(mask["frames_with_bystanders"], 0, "{mask}");
     assert!(mask_page.contains("none seen on 420 screened frames"));
+    // The frames where the participant was lost are on the staff's page, not only in the
+    // replay summary (a clean-clone trial found them missing there).
+    assert!(mask_page.contains("; the participant not found on "));
     let (keep, keep_page) = &said[1];
     assert!(keep.is_null(), "{keep}");
     assert!(keep_page.contains("not screened"));

@@ -475,7 +475,37 @@ fn a_replay_without_a_story_bank_says_so_and_how_to_import_one() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
-        text.contains("no story bank: ") && text.contains("empathic stories import"),
+        text.contains("no story bank: ")
+            && text.contains("empathic stories import")
+            && text.contains("absolute map (1 + 4 x cosine)"),
+        "{text}"
+    );
+    // A bank of two stories is too small for the zero-shot map: the fallback is said (a
+    // trial found scores of 1.4-1.5 against the demo's 2.9-3.4 and nothing saying why).
+    let bank = std::fs::read_to_string(root().join("demo/stories/stories.jsonl")).unwrap();
+    let two: Vec<&str> = bank
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(2)
+        .collect();
+    let small_db = tmp.path().join("small.db");
+    let small = tmp.path().join("two.jsonl");
+    std::fs::write(&small, two.join("\n") + "\n").unwrap();
+    assert!(empathic(&[
+        "stories",
+        "import",
+        path_str(&small),
+        "--db",
+        path_str(&small_db)
+    ])
+    .status
+    .success());
+    let o = replay_cli(&demo_session(), &small_db, Some(&fast));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("stories   a small story bank: it holds 2 stories (fewer than 3)")
+            && text.contains("absolute map"),
         "{text}"
     );
     // With a bank, not a word of it.

@@ -228,6 +228,41 @@ fn an_interrupted_replay_stores_the_duration_of_what_it_stored() {
         words_past.is_empty(),
         "words past {duration} s: {words_past:?}"
     );
+    // The verdict never reads "good" for a session cut short (a trial found it did), and
+    // `sessions show` marks the stories the recording showed after the stored part (it
+    // listed one "shown at 17.0 s" of a session stored as 11.6 s, unmarked).
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("verdict   check") && summary.contains("the session is incomplete ("),
+        "{summary}"
+    );
+    let id: String = conn
+        .query_row("SELECT id FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    let show = Command::new(env!("CARGO_BIN_EXE_empathic"))
+        .args(["sessions", "show", &id, "--db", path_str(&db)])
+        .output()
+        .unwrap();
+    let show = stdout(&show);
+    assert!(
+        show.contains("verdict      check: the session is incomplete ("),
+        "{show}"
+    );
+    let stories: Vec<&str> = show.lines().filter(|l| l.starts_with("story ")).collect();
+    assert!(!stories.is_empty(), "{show}");
+    for line in stories {
+        let shown: f64 = line
+            .split(" shown at ")
+            .nth(1)
+            .and_then(|r| r.split(" s").next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(
+            shown > duration + 0.05,
+            line.contains("(after the "),
+            "{line} (stored {duration} s)"
+        );
+    }
 }
 
 /// A `--replace` replay stopped by a signal keeps the complete stored session, and its

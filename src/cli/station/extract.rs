@@ -147,28 +147,33 @@ pub fn extract_body(
     let config = load_config(config)?;
     let models = ModelFiles::open(&config)?;
     let progress = progress_bar("frames");
-    let screen = open_screen(&config).map_err(fail)?;
+    let screen = open_screen(&config, true).map_err(fail)?;
     let every = every.unwrap_or(config.body.every);
     let result = extract_body_csv(input, out, &models, tracked, screen, every, &progress);
     progress.finish_and_clear();
     let summary = result.map_err(fail)?;
     eprintln!(
-        "wrote {} rows of the body's 33 landmarks to {}: a person on {} frames ({:.1} %), the body computed on {} frames ({}), the detector run on {} frames, {:.1} ms a frame{}",
+        "wrote {} rows of the body's 33 landmarks to {}: a person on {} ({:.1} %), the body computed on {} ({}), the detector run on {}, {:.1} ms a frame{}",
         summary.rows,
         out.display(),
-        summary.frames_with_person,
+        frames(summary.frames_with_person),
         100.0 * summary.frames_with_person as f64 / summary.rows.max(1) as f64,
-        summary.frames_computed,
+        frames(summary.frames_computed),
         if every == 1 {
             "every frame".to_string()
         } else {
             format!("one in {every}, held between")
         },
-        summary.detector_runs,
+        frames(summary.detector_runs),
         summary.ms_per_frame,
         bystanders_said(summary.frames_with_bystanders)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// "1 frame", "140 frames".
+fn frames(n: u64) -> String {
+    format!("{n} frame{}", if n == 1 { "" } else { "s" })
 }
 
 /// What the bystander screen did, for the summary line (empty when it saw no one else).
@@ -213,7 +218,7 @@ pub fn extract_face(
 ) -> Result<ExitCode, Failure> {
     let config = load_config(config)?;
     let models = ModelFiles::open(&config)?;
-    let screen = open_screen(&config).map_err(fail)?;
+    let screen = open_screen(&config, true).map_err(fail)?;
     let progress = progress_bar("frames");
     let result = extract_face_csv(
         input,

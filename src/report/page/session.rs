@@ -369,21 +369,24 @@ fn quality_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> 
                 );
             }
             out.push_str("</table>\n");
-            let worst = rows
-                .iter()
-                .map(|r| r.verdict)
-                .max()
-                .unwrap_or(Verdict::Good);
+            let (worst, why) =
+                verdict::overall(&rows, &cx.d.summary.status, cx.d.summary.duration_secs);
+            let unfinished = if cx.d.summary.status == "complete" {
+                String::new()
+            } else {
+                format!(" {}.", esc(&why[0]))
+            };
             let _ = writeln!(
                 out,
-                "<p>Overall: <b class=\"{}\">{}</b>{}</p>",
+                "<p>Overall: <b class=\"{}\">{}</b>{}{}</p>",
                 worst.class(),
                 worst.class(),
                 match worst {
                     Verdict::Good => " — nothing to do.",
                     Verdict::Check => " — look at the rows marked check before the next session.",
                     Verdict::Bad => " — the station probably needs a visit (rows marked bad).",
-                }
+                },
+                unfinished
             );
         }
     }

@@ -91,12 +91,8 @@ pub(super) fn glance(
         None => note(out, "Data quality: not known (the session did not finish, so no quality report was stored)."),
         Some(q) => {
             let rows = verdict::quality_rows(q);
-            let worst = rows.iter().map(|r| r.verdict).max().unwrap_or(Verdict::Good);
-            let flagged: Vec<String> = rows
-                .iter()
-                .filter(|r| r.verdict == worst && worst != Verdict::Good)
-                .map(|r| format!("{} {}", r.measure, r.value))
-                .collect();
+            let (worst, flagged) =
+                verdict::overall(&rows, &d.summary.status, d.summary.duration_secs);
             let _ = writeln!(
                 out,
                 "<p>Data quality: <b class=\"{}\">{}</b>{}</p>",

@@ -339,7 +339,7 @@ pub(super) fn run_session<'scope>(
     let config = service.config;
     let clock = service.clock.clone();
     // Opened before the devices: a screen that cannot open starts no session.
-    let screen = crate::runtime::screen::open_screen(config)?;
+    let screen = crate::runtime::screen::open_screen(config, false)?;
     let (grab_rx, block_rx) = start_devices(scope, service, &run, clock.clone())?;
     let sources = Sources {
         video: Box::new(LiveVideo {
