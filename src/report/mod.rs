@@ -220,12 +220,9 @@ pub struct ReplaySummary {
 pub fn verdict_line(q: &QualityReport, status: &str, stored_secs: f64) -> String {
     let rows = verdict::quality_rows(q);
     let (worst, _) = verdict::overall(&rows, status, stored_secs);
-    let mut flagged: Vec<String> = Vec::new();
-    if status != "complete" {
-        flagged.push(format!(
-            "the session is {status} ({stored_secs:.1} s stored)"
-        ));
-    }
+    let mut flagged: Vec<String> = verdict::unfinished(status, stored_secs)
+        .into_iter()
+        .collect();
     flagged.extend(
         rows.iter()
             .filter(|r| r.verdict != verdict::Verdict::Good)

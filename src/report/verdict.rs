@@ -74,29 +74,31 @@ pub const CLIPPING_BAD_ABOVE: f64 = 0.01;
 /// rows judge only the part that was stored. Returns the verdict and what earned it, worst
 /// first ("the session is incomplete (11.6 s stored)", "sharpness 12.0").
 pub fn overall(rows: &[Row], status: &str, stored_secs: f64) -> (Verdict, Vec<String>) {
-    let unfinished = status != "complete";
+    let unfinished = unfinished(status, stored_secs);
     let rows_worst = rows
         .iter()
         .map(|r| r.verdict)
         .max()
         .unwrap_or(Verdict::Good);
-    let worst = if unfinished {
+    let worst = if unfinished.is_some() {
         rows_worst.max(Verdict::Check)
     } else {
         rows_worst
     };
-    let mut why = Vec::new();
-    if unfinished {
-        why.push(format!(
-            "the session is {status} ({stored_secs:.1} s stored; the rows judge that part)"
-        ));
-    }
+    let mut why: Vec<String> = unfinished.into_iter().collect();
     why.extend(
         rows.iter()
             .filter(|r| r.verdict == worst && worst != Verdict::Good)
             .map(|r| format!("{} {}", r.measure, r.value)),
     );
     (worst, why)
+}
+
+/// What [`overall`] says first of a session not stored `complete`; `None` for one that was.
+pub fn unfinished(status: &str, stored_secs: f64) -> Option<String> {
+    (status != "complete").then(|| {
+        format!("the session is {status} ({stored_secs:.1} s stored; the rows judge that part)")
+    })
 }
 
 /// Lower is better: good at or below `good`, check at or below `check`.

@@ -513,9 +513,7 @@ pub fn replay_recording_with(dir: &Path, folder: &Path, config: Option<&Path>) -
 /// Imports the demo's story bank into `db` (the station's, and the replay's, so retrieval
 /// and `recommend` have a bank in both).
 pub fn import_bank(db: &Path) {
-    let bank = root().join("demo/stories/stories.jsonl");
-    let o = empathic(&["stories", "import", path_str(&bank), "--db", path_str(db)]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    super::import_stories(&root().join("demo/stories/stories.jsonl"), db);
 }
 
 pub fn manifest(folder: &Path) -> Value {

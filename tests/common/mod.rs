@@ -78,6 +78,12 @@ pub fn later_demo_session(dest: &Path) -> PathBuf {
     )
 }
 
+/// Imports the stories of `file` (JSON lines) into the store `db`, asserting it succeeds.
+pub fn import_stories(file: &Path, db: &Path) {
+    let o = empathic(&["stories", "import", path_str(file), "--db", path_str(db)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// Runs the `empathic` binary. `EMPATHIC_TEST_RUNNER` (development only) prefixes it with a
 /// command, e.g. `qemu-x86_64 -cpu Haswell` to run it on another CPU class (see
 /// `tests/it/golden.rs`).

@@ -491,15 +491,7 @@ fn a_replay_without_a_story_bank_says_so_and_how_to_import_one() {
     let small_db = tmp.path().join("small.db");
     let small = tmp.path().join("two.jsonl");
     std::fs::write(&small, two.join("\n") + "\n").unwrap();
-    assert!(empathic(&[
-        "stories",
-        "import",
-        path_str(&small),
-        "--db",
-        path_str(&small_db)
-    ])
-    .status
-    .success());
+    import_stories(&small, &small_db);
     let o = replay_cli(&demo_session(), &small_db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
@@ -509,15 +501,7 @@ fn a_replay_without_a_story_bank_says_so_and_how_to_import_one() {
         "{text}"
     );
     // With a bank, not a word of it.
-    assert!(empathic(&[
-        "stories",
-        "import",
-        path_str(&root().join("demo/stories/stories.jsonl")),
-        "--db",
-        path_str(&db)
-    ])
-    .status
-    .success());
+    import_stories(&root().join("demo/stories/stories.jsonl"), &db);
     let o = replay_cli_with(&demo_session(), &db, Some(&fast), &["--replace"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stdout(&o).contains("no story bank"), "{}", stdout(&o));
@@ -531,15 +515,7 @@ fn export_session_writes_csv_files_a_spreadsheet_reads_as_they_are() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("e.db");
     let fast = config_without_vision_models(tmp.path());
-    assert!(empathic(&[
-        "stories",
-        "import",
-        path_str(&root().join("demo/stories/stories.jsonl")),
-        "--db",
-        path_str(&db)
-    ])
-    .status
-    .success());
+    import_stories(&root().join("demo/stories/stories.jsonl"), &db);
     let o = replay_cli(&demo_session(), &db, Some(&fast));
     assert!(o.status.success(), "{}", stderr(&o));
     let out = tmp.path().join("csv");

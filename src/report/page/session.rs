@@ -369,13 +369,11 @@ fn quality_section(out: &mut String, cx: &Section<'_>) -> Result<(), PageError> 
                 );
             }
             out.push_str("</table>\n");
-            let (worst, why) =
-                verdict::overall(&rows, &cx.d.summary.status, cx.d.summary.duration_secs);
-            let unfinished = if cx.d.summary.status == "complete" {
-                String::new()
-            } else {
-                format!(" {}.", esc(&why[0]))
-            };
+            let (status, secs) = (&cx.d.summary.status, cx.d.summary.duration_secs);
+            let (worst, _) = verdict::overall(&rows, status, secs);
+            let unfinished = verdict::unfinished(status, secs)
+                .map(|u| format!(" {}.", esc(&u)))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "<p>Overall: <b class=\"{}\">{}</b>{}{}</p>",
