@@ -401,6 +401,23 @@ pub fn request_stream(
     Ok((answer, reader))
 }
 
+/// What to do about a socket that refused this user, from its group and mode (a trial's
+/// hint named `empathic-ctl` for a socket of group root, mode 600, where no group helps).
+fn refused_hint(socket: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(socket) {
+        Ok(m) if m.mode() & 0o060 == 0o060 => format!(
+            "this user may not use the socket: add it to the socket's group (gid {}; `empathic-ctl` on a packaged station, docs/station.md, \"The control group\") and log in again",
+            m.gid()
+        ),
+        Ok(m) => format!(
+            "the socket's mode {:o} lets no group in: set `[live] socket_group` and `socket_mode = \"660\"` on the station (docs/station.md, \"The control group\"), or run as the service's user",
+            m.mode() & 0o777
+        ),
+        Err(_) => "this user may not reach the socket's folder".to_string(),
+    }
+}
+
 /// Connects, sends `request` as one line and reads the answer line.
 fn exchange(
     socket: &Path,
@@ -410,10 +427,8 @@ fn exchange(
         // The likely cause, by what the system said: a user outside the socket's group is
         // refused while the service runs (a trial's app was told to check the service).
         let hint = match e.kind() {
-            std::io::ErrorKind::PermissionDenied => {
-                "this user may not use the socket: add it to the socket's group (`empathic-ctl` by default; docs/station.md, \"The control group\") and log in again"
-            }
-            _ => "is `empathic run` running?",
+            std::io::ErrorKind::PermissionDenied => refused_hint(socket),
+            _ => "is `empathic run` running?".to_string(),
         };
         format!(
             "cannot reach the empathic service at {}: {e} ({hint})",

@@ -384,7 +384,7 @@ impl ReplaySummary {
             (Some(_), true) => {
                 let _ = writeln!(
                     s,
-                    "empathy   no predictions: no story was shown in the session's events, and none was retrieved"
+                    "empathy   no predictions: no story was shown while frames were stored, and none was retrieved"
                 );
             }
             _ => render_predictions(&mut s, &self.predictions),
